@@ -1,0 +1,83 @@
+package v1alpha1
+
+// Condition types of a MachineRequest.
+const (
+	// ConditionReady is True while the machine runs and its IP address is reported.
+	ConditionReady = "Ready"
+	// ConditionProgressing is True while the provider is working towards Running (or towards
+	// deletion) and False once it has arrived or has given up.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded is True while something keeps the provider from making progress: a
+	// transient Harvester error, missing credentials or a permanent failure. Its message says why.
+	ConditionDegraded = "Degraded"
+)
+
+// Condition reasons. Each is also the failureReason of a Failed MachineRequest where it says
+// "permanent"; the others are transient or waiting states that resolve by themselves or once the
+// user fixes what the condition message names.
+const (
+	// ReasonPending: the request was accepted and the provider has not created anything yet.
+	ReasonPending = "Pending"
+	// ReasonProviderConfigNotFound (waiting): spec.providerRef names a ProviderConfig that does not
+	// exist. Create it, or fix spec.providerRef.
+	ReasonProviderConfigNotFound = "ProviderConfigNotFound"
+	// ReasonInvalidProviderConfig (waiting): the ProviderConfig's harvester block is missing or
+	// malformed; the message names the field.
+	ReasonInvalidProviderConfig = "InvalidProviderConfig"
+	// ReasonCredentialsUnavailable (waiting): the credentials Secret is missing, lacks the key, or
+	// holds a kubeconfig that is not usable; the message says which.
+	ReasonCredentialsUnavailable = "CredentialsUnavailable"
+	// ReasonPermissionDenied (waiting): Harvester refused a request with the given credentials;
+	// the message names the verb and resource.
+	ReasonPermissionDenied = "PermissionDenied"
+	// ReasonHarvesterUnavailable (transient): a Harvester API request failed (unreachable,
+	// timeout, 5xx, throttling, conflict); the provider retries with backoff.
+	ReasonHarvesterUnavailable = "HarvesterUnavailable"
+	// ReasonImageNotReady (waiting): the VirtualMachineImage exists but is not imported yet.
+	ReasonImageNotReady = "ImageNotReady"
+	// ReasonVMCreating: the VM exists on Harvester and is starting.
+	ReasonVMCreating = "VMCreating"
+	// ReasonWaitingForIPAddress: the VM runs and the guest agent has not reported an IPv4
+	// address on the VM's NIC yet.
+	ReasonWaitingForIPAddress = "WaitingForIPAddress"
+	// ReasonVMRunning: the VM runs and its IP address is in status.ipAddress.
+	ReasonVMRunning = "VMRunning"
+	// ReasonVMNotReady: a Running machine's VM exists but is not running (stopped, migrating,
+	// crashed); the message carries KubeVirt's printable status.
+	ReasonVMNotReady = "VMNotReady"
+	// ReasonAsExpected is the reason of Degraded=False.
+	ReasonAsExpected = "AsExpected"
+	// ReasonDeleting: the VM and its disks are being removed from Harvester.
+	ReasonDeleting = "Deleting"
+	// ReasonDeletionBlocked (waiting): the MachineRequest is being deleted but the provider cannot
+	// reach Harvester (ProviderConfig or Secret gone). Restore them, or set the annotation
+	// AnnotationSkipHarvesterCleanup to release the MachineRequest without cleaning up.
+	ReasonDeletionBlocked = "DeletionBlocked"
+
+	// ReasonInvalidSpec (permanent): a field is invalid in a way the schema cannot express.
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonImageNotFound (permanent): the VirtualMachineImage does not exist on Harvester.
+	ReasonImageNotFound = "ImageNotFound"
+	// ReasonImageImportFailed (permanent): Harvester failed to import the image.
+	ReasonImageImportFailed = "ImageImportFailed"
+	// ReasonDiskTooSmall (permanent): spec.diskGB is smaller than the image's virtual size.
+	ReasonDiskTooSmall = "DiskTooSmall"
+	// ReasonUserDataTooLarge (permanent): userData and networkData together exceed what a Secret
+	// can hold (1 MiB).
+	ReasonUserDataTooLarge = "UserDataTooLarge"
+	// ReasonNameConflict (permanent): an object with the name the provider needs exists on
+	// Harvester and was not created for this MachineRequest. It is never adopted or changed.
+	ReasonNameConflict = "NameConflict"
+	// ReasonVMDeleted (permanent): the VM of a Running machine was deleted outside the provider.
+	ReasonVMDeleted = "VMDeleted"
+)
+
+const (
+	// MachineRequestFinalizer holds a MachineRequest until its objects on Harvester are gone.
+	// It is the published provider's finalizer name, so upgrades keep working.
+	MachineRequestFinalizer = "machinerequest.butler.butlerlabs.dev/harvester-finalizer"
+	// AnnotationSkipHarvesterCleanup, set to "true" on a MachineRequest being deleted, releases its
+	// finalizer without deleting anything on Harvester: the escape hatch when Harvester or its
+	// credentials are gone for good. Whatever exists on Harvester is left there.
+	AnnotationSkipHarvesterCleanup = "harvester.butler.butlerlabs.dev/skip-cleanup"
+)

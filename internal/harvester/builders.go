@@ -1,0 +1,212 @@
+package harvester
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+const (
+	cloudInitVolumeName = "cloudinitdisk"
+	// Keys of the cloud-init Secret, as Harvester's UI writes them and KubeVirt reads them.
+	userDataKey    = "userdata"
+	networkDataKey = "networkdata"
+	// fallbackStorageClassPrefix names the storage class Harvester creates per image, used only
+	// when the image's status does not say which class it uses.
+	fallbackStorageClassPrefix = "longhorn-"
+)
+
+// BuildCloudInitSecret returns the Secret the VM reads its cloud-init user and network data from.
+// A Secret, never inline data: KubeVirt rejects inline cloud-init over 2048 bytes.
+func BuildCloudInitSecret(s *MachineSpec) *corev1.Secret {
+	data := map[string][]byte{userDataKey: []byte(s.UserData)}
+	if s.NetworkData != "" {
+		data[networkDataKey] = []byte(s.NetworkData)
+	}
+	return &corev1.Secret{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        cloudInitSecretName(s.Name),
+			Namespace:   s.Namespace,
+			Labels:      ownerLabels(s.Owner, s.Role),
+			Annotations: ownerAnnotations(s.Owner),
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
+	}
+}
+
+// ImageInfo is what the root disk needs to know about the VirtualMachineImage.
+type ImageInfo struct {
+	Ref ObjectRef
+	// StorageClassName is the image's status.storageClassName (may be empty).
+	StorageClassName string
+	// VirtualSizeBytes is the image's status.virtualSize (0 when unknown).
+	VirtualSizeBytes int64
+	Imported         bool
+	// ImportFailure is set when Harvester reports that the import failed.
+	ImportFailure string
+}
+
+// StorageClass is the storage class a root disk cloned from this image must use.
+func (i ImageInfo) StorageClass() string {
+	if i.StorageClassName != "" {
+		return i.StorageClassName
+	}
+	return fallbackStorageClassPrefix + i.Ref.Name
+}
+
+// BuildRootDiskClaim returns the root disk PVC, cloned by Harvester from the image.
+func BuildRootDiskClaim(s *MachineSpec, image ImageInfo) *corev1.PersistentVolumeClaim {
+	pvc := buildClaim(s, 0, s.DiskGB, image.StorageClass())
+	pvc.Annotations[AnnotationImageID] = image.Ref.String()
+	return pvc
+}
+
+// BuildExtraDiskClaim returns the blank PVC of extra disk i (0-based in s.ExtraDisks).
+func BuildExtraDiskClaim(s *MachineSpec, i int) *corev1.PersistentVolumeClaim {
+	d := s.ExtraDisks[i]
+	sc := d.StorageClass
+	if sc == "" {
+		sc = s.DefaultStorageClass
+	}
+	return buildClaim(s, i+1, d.SizeGB, sc)
+}
+
+// ClaimNames lists the PVC names of all disks of the machine, root first.
+func ClaimNames(s *MachineSpec) []string {
+	names := []string{diskClaimName(s.Name, 0)}
+	for i := range s.ExtraDisks {
+		names = append(names, diskClaimName(s.Name, i+1))
+	}
+	return names
+}
+
+func buildClaim(s *MachineSpec, index int, sizeGB int64, storageClass string) *corev1.PersistentVolumeClaim {
+	pvc := &corev1.PersistentVolumeClaim{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PersistentVolumeClaim"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        diskClaimName(s.Name, index),
+			Namespace:   s.Namespace,
+			Labels:      ownerLabels(s.Owner, s.Role),
+			Annotations: ownerAnnotations(s.Owner),
+		},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			VolumeMode:  ptr.To(corev1.PersistentVolumeBlock),
+			Resources: corev1.VolumeResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceStorage: *resource.NewQuantity(sizeGB<<30, resource.BinarySI)},
+			},
+		},
+	}
+	if storageClass != "" {
+		pvc.Spec.StorageClassName = ptr.To(storageClass)
+	}
+	return pvc
+}
+
+// BuildVirtualMachine returns the KubeVirt VirtualMachine, in the shape Harvester's own UI creates.
+func BuildVirtualMachine(s *MachineSpec) *kubevirtv1.VirtualMachine {
+	labels := mergeMaps(s.Labels, ownerLabels(s.Owner, s.Role), map[string]string{LabelHarvesterCreator: ManagedByValue})
+	templateLabels := mergeMaps(ownerLabels(s.Owner, s.Role), map[string]string{LabelHarvesterVMName: s.Name})
+
+	disks := []kubevirtv1.Disk{virtioDisk(diskName(0), ptr.To(uint(1)))}
+	volumes := []kubevirtv1.Volume{claimVolume(diskName(0), diskClaimName(s.Name, 0))}
+	for i := range s.ExtraDisks {
+		disks = append(disks, virtioDisk(diskName(i+1), nil))
+		volumes = append(volumes, claimVolume(diskName(i+1), diskClaimName(s.Name, i+1)))
+	}
+	disks = append(disks, virtioDisk(cloudInitVolumeName, nil))
+	cloudInit := &kubevirtv1.CloudInitNoCloudSource{
+		UserDataSecretRef: &corev1.LocalObjectReference{Name: cloudInitSecretName(s.Name)},
+	}
+	if s.NetworkData != "" {
+		cloudInit.NetworkDataSecretRef = &corev1.LocalObjectReference{Name: cloudInitSecretName(s.Name)}
+	}
+	volumes = append(volumes, kubevirtv1.Volume{
+		Name:         cloudInitVolumeName,
+		VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: cloudInit},
+	})
+
+	return &kubevirtv1.VirtualMachine{
+		TypeMeta: metav1.TypeMeta{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        s.Name,
+			Namespace:   s.Namespace,
+			Labels:      labels,
+			Annotations: ownerAnnotations(s.Owner),
+		},
+		Spec: kubevirtv1.VirtualMachineSpec{
+			RunStrategy: ptr.To(kubevirtv1.RunStrategyAlways),
+			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: templateLabels},
+				Spec: kubevirtv1.VirtualMachineInstanceSpec{
+					Domain: kubevirtv1.DomainSpec{
+						CPU: &kubevirtv1.CPU{Cores: s.CPU, Sockets: 1, Threads: 1},
+						// Limits only: Harvester's mutating webhook derives requests and guest
+						// memory from its overcommit settings.
+						Resources: kubevirtv1.ResourceRequirements{Limits: corev1.ResourceList{
+							corev1.ResourceCPU:    *resource.NewQuantity(int64(s.CPU), resource.DecimalSI),
+							corev1.ResourceMemory: *resource.NewQuantity(s.MemoryMB<<20, resource.BinarySI),
+						}},
+						Devices: kubevirtv1.Devices{
+							Disks: disks,
+							Interfaces: []kubevirtv1.Interface{{
+								Name:                   NICName,
+								Model:                  "virtio",
+								InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}},
+							}},
+						},
+					},
+					Networks: []kubevirtv1.Network{{
+						Name:          NICName,
+						NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: s.Network.String()}},
+					}},
+					Volumes:  volumes,
+					Affinity: spreadByRole(s),
+				},
+			},
+		},
+	}
+}
+
+// spreadByRole prefers putting machines of the same MachineRequest namespace and role on different
+// hosts, so that three control planes do not share one node. Soft, so that a small cluster still
+// schedules them.
+func spreadByRole(s *MachineSpec) *corev1.Affinity {
+	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+			Weight: 100,
+			PodAffinityTerm: corev1.PodAffinityTerm{
+				TopologyKey: corev1.LabelHostname,
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{
+					LabelMachineRequestNamespace: s.Owner.Namespace,
+					LabelRole:                    s.Role,
+				}},
+			},
+		}},
+	}}
+}
+
+func virtioDisk(name string, bootOrder *uint) kubevirtv1.Disk {
+	return kubevirtv1.Disk{
+		Name:       name,
+		BootOrder:  bootOrder,
+		DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}},
+	}
+}
+
+func claimVolume(name, claim string) kubevirtv1.Volume {
+	return kubevirtv1.Volume{Name: name, VolumeSource: kubevirtv1.VolumeSource{
+		PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{
+			PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim},
+		},
+	}}
+}
+
+// describe names an object for messages: "<kind> <namespace>/<name>".
+func describe(kind, namespace, name string) string { return fmt.Sprintf("%s %s/%s", kind, namespace, name) }

@@ -1,0 +1,16 @@
+// Package harvester is the Harvester side of the provider: it turns a MachineSpec into the objects
+// Harvester and KubeVirt run a virtual machine from (a cloud-init Secret, PersistentVolumeClaims and a
+// VirtualMachine), reads the machine's addresses back from its VirtualMachineInstance, and removes
+// everything it created.
+//
+// The controller only sees the Machines interface; object builders are pure functions so that the
+// shapes Harvester accepts are pinned by table tests, and the remote client is built by a Factory
+// that caches one client per credentials Secret version.
+//
+// Ownership: every object created here carries LabelMachineRequestUID (plus namespace, name and
+// role labels). An object without our UID label is never changed or deleted; a same-named foreign
+// object is reported as a NameConflict. Disks are created as PVCs by this package rather than
+// declared through Harvester's harvesterhci.io/volumeClaimTemplates annotation, so that each PVC
+// carries our ownership labels from its first moment and an interrupted create resumes on the very
+// same objects instead of racing Harvester's controller.
+package harvester

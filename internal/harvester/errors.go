@@ -1,0 +1,72 @@
+package harvester
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+)
+
+// PermanentError means the machine cannot be created as requested: retrying will not help until
+// the user changes something. The controller marks the MachineRequest Failed with Reason.
+type PermanentError struct {
+	Reason  string
+	Message string
+}
+
+func (e *PermanentError) Error() string { return e.Message }
+
+// WaitingError means the machine cannot progress yet, for a reason the message explains, and the
+// controller should look again after RetryAfter without treating it as an error.
+type WaitingError struct {
+	Reason     string
+	Message    string
+	RetryAfter time.Duration
+}
+
+func (e *WaitingError) Error() string { return e.Message }
+
+// Permanent returns a PermanentError with a formatted message.
+func Permanent(reason, format string, args ...any) error {
+	return &PermanentError{Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// Waiting returns a WaitingError with a formatted message.
+func Waiting(reason string, after time.Duration, format string, args ...any) error {
+	return &WaitingError{Reason: reason, RetryAfter: after, Message: fmt.Sprintf(format, args...)}
+}
+
+// AsPermanent and AsWaiting unwrap the classified errors.
+func AsPermanent(err error) (*PermanentError, bool) {
+	var p *PermanentError
+	return p, errors.As(err, &p)
+}
+
+func AsWaiting(err error) (*WaitingError, bool) {
+	var w *WaitingError
+	return w, errors.As(err, &w)
+}
+
+// permissionRetry is how long to wait before retrying after Harvester refused our credentials.
+const permissionRetry = time.Minute
+
+// classify turns a Harvester API error into a waiting error where the user must act (forbidden,
+// unauthorized) and leaves everything else transient. action says what we tried, e.g.
+// "create VirtualMachine default/cp-0".
+func classify(err error, action string) error {
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsForbidden(err):
+		return Waiting(v1alpha1.ReasonPermissionDenied, permissionRetry,
+			"Harvester refused to %s: the credentials lack permission (%s); grant it in the Harvester Role bound to these credentials", action, apierrors.ReasonForError(err))
+	case apierrors.IsUnauthorized(err):
+		return Waiting(v1alpha1.ReasonCredentialsUnavailable, permissionRetry,
+			"Harvester did not accept the credentials when trying to %s: the kubeconfig's token or certificate is invalid or expired; update the credentials Secret", action)
+	default:
+		return fmt.Errorf("%s on Harvester: %w", action, err)
+	}
+}

@@ -1,0 +1,69 @@
+package harvester
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+)
+
+// VirtualMachineImageGVK is Harvester's image kind. It is read as unstructured: the provider needs
+// three status fields, not Harvester's Go module and its dependency tree.
+var VirtualMachineImageGVK = schema.GroupVersionKind{Group: "harvesterhci.io", Version: "v1beta1", Kind: "VirtualMachineImage"}
+
+// imageNotReadyRetry is how often to look again at an image that is still importing.
+const imageNotReadyRetry = 15 * time.Second
+
+// getImage reads the image's readiness, storage class and size.
+func getImage(ctx context.Context, c client.Reader, ref ObjectRef) (ImageInfo, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(VirtualMachineImageGVK)
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, u); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ImageInfo{}, Permanent(v1alpha1.ReasonImageNotFound,
+				"VirtualMachineImage %s does not exist on Harvester: upload it, or set spec.image (or the ProviderConfig's harvester.imageName) to an existing image", ref)
+		}
+		return ImageInfo{}, classify(err, "get VirtualMachineImage "+ref.String())
+	}
+	info := ImageInfo{Ref: ref}
+	info.StorageClassName, _, _ = unstructured.NestedString(u.Object, "status", "storageClassName")
+	info.VirtualSizeBytes, _, _ = unstructured.NestedInt64(u.Object, "status", "virtualSize")
+	conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conditions {
+		m, ok := c.(map[string]any)
+		if !ok || m["type"] != "Imported" {
+			continue
+		}
+		switch m["status"] {
+		case "True":
+			info.Imported = true
+		case "False":
+			if msg, _ := m["message"].(string); msg != "" || m["reason"] != nil {
+				info.ImportFailure = fmt.Sprintf("%v: %v", m["reason"], msg)
+			}
+		}
+	}
+	return info, nil
+}
+
+// checkImageUsable turns an image that cannot back a root disk into the right error.
+func checkImageUsable(info ImageInfo, diskGB int64) error {
+	switch {
+	case info.ImportFailure != "" && !info.Imported:
+		return Permanent(v1alpha1.ReasonImageImportFailed,
+			"Harvester failed to import VirtualMachineImage %s (%s): fix or re-upload the image, then retry the MachineRequest", info.Ref, info.ImportFailure)
+	case !info.Imported:
+		return Waiting(v1alpha1.ReasonImageNotReady, imageNotReadyRetry,
+			"VirtualMachineImage %s is not imported yet; waiting for Harvester to finish the import", info.Ref)
+	case info.VirtualSizeBytes > diskGB<<30:
+		return Permanent(v1alpha1.ReasonDiskTooSmall,
+			"spec.diskGB is %d but VirtualMachineImage %s needs %d GiB: raise spec.diskGB", diskGB, info.Ref, (info.VirtualSizeBytes+(1<<30)-1)>>30)
+	}
+	return nil
+}

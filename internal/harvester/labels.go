@@ -1,0 +1,95 @@
+package harvester
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Labels and annotations this provider sets on the objects it creates on Harvester.
+const (
+	// LabelMachineRequestUID is the ownership label: an object is ours only if it carries the
+	// UID of the MachineRequest it was created for.
+	LabelMachineRequestUID = "butler.butlerlabs.dev/machinerequest-uid"
+	// LabelMachineRequestNamespace names the MachineRequest's namespace.
+	LabelMachineRequestNamespace = "butler.butlerlabs.dev/machinerequest-namespace"
+	// LabelMachineRequestName names the MachineRequest (hashed when longer than a label value may be).
+	LabelMachineRequestName = "butler.butlerlabs.dev/machinerequest-name"
+	// LabelRole is the machine's role, used by the anti-affinity between machines of one role.
+	LabelRole = "butler.butlerlabs.dev/role"
+	// LabelManagedBy is the label the published provider set; kept for compatibility and
+	// used (together with status.providerID) to recognise VMs created by it.
+	LabelManagedBy = "butler.butlerlabs.dev/managed-by"
+	// ManagedByValue is the value of LabelManagedBy and of LabelHarvesterCreator.
+	ManagedByValue = "butler-provider-harvester"
+	// AnnotationMachineRequest holds "<namespace>/<name>" of the MachineRequest, unabridged.
+	AnnotationMachineRequest = "butler.butlerlabs.dev/machinerequest"
+
+	// LabelHarvesterCreator is how Harvester's UI tells which tool created a VM.
+	LabelHarvesterCreator = "harvesterhci.io/creator"
+	// LabelHarvesterVMName is set on the VMI template, as Harvester's own VMs have it.
+	LabelHarvesterVMName = "harvesterhci.io/vmName"
+	// AnnotationImageID binds a PVC to a VirtualMachineImage ("<namespace>/<name>").
+	AnnotationImageID = "harvesterhci.io/imageId"
+	// AnnotationRemovedPVCs lists the PVCs Harvester removes together with a VM.
+	AnnotationRemovedPVCs = "harvesterhci.io/removedPersistentVolumeClaims"
+)
+
+// Owner identifies the MachineRequest that objects on Harvester belong to.
+type Owner struct {
+	Namespace string
+	Name      string
+	UID       types.UID
+	// LegacyProviderID is the MachineRequest's status.providerID when it was written by the published
+	// provider (the VM's bare UID); a VM with that UID and LabelManagedBy is adopted.
+	LegacyProviderID string
+}
+
+// ownerLabels are the labels every object we create carries.
+func ownerLabels(o Owner, role string) map[string]string {
+	l := map[string]string{
+		LabelMachineRequestUID:       string(o.UID),
+		LabelMachineRequestNamespace: o.Namespace,
+		LabelMachineRequestName:      labelSafe(o.Name),
+		LabelManagedBy:               ManagedByValue,
+	}
+	if role != "" {
+		l[LabelRole] = role
+	}
+	return l
+}
+
+func ownerAnnotations(o Owner) map[string]string {
+	return map[string]string{AnnotationMachineRequest: o.Namespace + "/" + o.Name}
+}
+
+// isOwnedBy reports whether an object's labels name this MachineRequest.
+func isOwnedBy(labels map[string]string, o Owner) bool {
+	return o.UID != "" && labels[LabelMachineRequestUID] == string(o.UID)
+}
+
+// labelSafe returns s if it is a valid label value, otherwise a stable shortened form of it.
+func labelSafe(s string) string {
+	if len(validation.IsValidLabelValue(s)) == 0 {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	h := hex.EncodeToString(sum[:])[:10]
+	prefix := s
+	if len(prefix) > validation.LabelValueMaxLength-len(h)-1 {
+		prefix = prefix[:validation.LabelValueMaxLength-len(h)-1]
+	}
+	return prefix + "-" + h
+}
+
+func mergeMaps(maps ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range maps {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	return out
+}

@@ -1,0 +1,79 @@
+package harvester
+
+import (
+	"fmt"
+	"strings"
+)
+
+// MachineSpec is everything needed to create one machine on Harvester. The controller derives it
+// from a MachineRequest and its ProviderConfig; this package never reads either directly.
+type MachineSpec struct {
+	Owner Owner
+	// Namespace is the Harvester namespace the VM and its disks live in.
+	Namespace string
+	// Name is the VM name (the MachineRequest's spec.machineName).
+	Name     string
+	Role     string
+	CPU      uint32
+	MemoryMB int64
+	DiskGB   int64
+	// ExtraDisks are blank data disks, attached in order after the root disk.
+	ExtraDisks []DiskSpec
+	// Image is the VirtualMachineImage the root disk is cloned from.
+	Image ObjectRef
+	// Network is the NetworkAttachmentDefinition the VM's NIC attaches to.
+	Network ObjectRef
+	// DefaultStorageClass is used for extra disks that name none (empty: the cluster default).
+	DefaultStorageClass string
+	UserData            string
+	NetworkData         string
+	// Labels are the user's labels for the VM (spec.labels); ours take precedence.
+	Labels map[string]string
+}
+
+// DiskSpec is one extra disk.
+type DiskSpec struct {
+	SizeGB       int64
+	StorageClass string
+}
+
+// ObjectRef is a namespaced reference written as "<namespace>/<name>".
+type ObjectRef struct {
+	Namespace string
+	Name      string
+}
+
+func (r ObjectRef) String() string { return r.Namespace + "/" + r.Name }
+
+// ParseObjectRef parses "<namespace>/<name>"; a bare name takes defaultNamespace.
+func ParseObjectRef(s, defaultNamespace string) (ObjectRef, error) {
+	parts := strings.Split(s, "/")
+	switch {
+	case len(parts) == 1 && parts[0] != "":
+		return ObjectRef{Namespace: defaultNamespace, Name: parts[0]}, nil
+	case len(parts) == 2 && parts[0] != "" && parts[1] != "":
+		return ObjectRef{Namespace: parts[0], Name: parts[1]}, nil
+	default:
+		return ObjectRef{}, fmt.Errorf("%q is not of the form <namespace>/<name>", s)
+	}
+}
+
+// MachineRef identifies an existing machine for observation and deletion.
+type MachineRef struct {
+	Owner     Owner
+	Namespace string
+	Name      string
+}
+
+// Ref returns the reference to the machine this spec describes.
+func (s *MachineSpec) Ref() MachineRef {
+	return MachineRef{Owner: s.Owner, Namespace: s.Namespace, Name: s.Name}
+}
+
+// Names of the objects derived from a machine name.
+func cloudInitSecretName(machine string) string { return machine + "-cloudinit" }
+func diskName(i int) string                     { return fmt.Sprintf("disk-%d", i) }
+func diskClaimName(machine string, i int) string { return fmt.Sprintf("%s-%s", machine, diskName(i)) }
+
+// NICName is the name of the VM's one network interface; its VMI status entry carries the IP.
+const NICName = "nic-1"
