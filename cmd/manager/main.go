@@ -1,0 +1,137 @@
+// Command manager runs the butler-provider-harvester controller: it provisions a VM on Harvester
+// for every MachineRequest whose ProviderConfig says provider "harvester".
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+)
+
+type options struct {
+	metricsAddr, probeAddr       string
+	leaderElect                  bool
+	leaderElectionID             string
+	concurrency                  int
+	creatingPoll, healthInterval time.Duration
+	harvesterQPS                 float64
+	harvesterBurst               int
+	logLevel, logFormat          string
+}
+
+func parseFlags(args []string) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; \"0\" disables it.")
+	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
+	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
+	fs.StringVar(&o.leaderElectionID, "leader-election-id", "butler-provider-harvester.butler.butlerlabs.dev", "Name of the Lease used for leader election.")
+	fs.IntVar(&o.concurrency, "max-concurrent-reconciles", 4, "How many MachineRequests are reconciled in parallel.")
+	fs.DurationVar(&o.creatingPoll, "creating-poll-interval", controller.DefaultCreatingPollInterval, "How often a Creating machine is looked at again while waiting for its IP address.")
+	fs.DurationVar(&o.healthInterval, "health-check-interval", controller.DefaultHealthCheckInterval, "How often a Running machine's VM is checked on Harvester.")
+	fs.Float64Var(&o.harvesterQPS, "harvester-qps", 20, "Requests per second to each Harvester cluster.")
+	fs.IntVar(&o.harvesterBurst, "harvester-burst", 40, "Request burst to each Harvester cluster.")
+	fs.StringVar(&o.logLevel, "log-level", "info", "Log level: debug, info, warn or error.")
+	fs.StringVar(&o.logFormat, "log-format", "json", "Log format: json or text.")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func newLogger(level, format string) (logr.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return logr.Logger{}, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "json":
+		return logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, opts)), nil
+	case "text":
+		return logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, opts)), nil
+	default:
+		return logr.Logger{}, fmt.Errorf("--log-format: %q is neither json nor text", format)
+	}
+}
+
+func main() {
+	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	o, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	logger, err := newLogger(o.logLevel, o.logFormat)
+	if err != nil {
+		return err
+	}
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger)
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
+		HealthProbeBindAddress:        o.probeAddr,
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              o.leaderElectionID,
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	r := &controller.MachineRequestReconciler{
+		Client: mgr.GetClient(),
+		// Credentials Secrets are read directly, not through a cache: no cluster-wide Secret watch.
+		Harvester:               &harvester.CachingFactory{SecretReader: mgr.GetAPIReader(), QPS: float32(o.harvesterQPS), Burst: o.harvesterBurst},
+		Recorder:                mgr.GetEventRecorder("butler-provider-harvester"),
+		CreatingPollInterval:    o.creatingPoll,
+		HealthCheckInterval:     o.healthInterval,
+		MaxConcurrentReconciles: o.concurrency,
+	}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("set up controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
+		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
+			return errors.New("caches have not synced")
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	logger.Info("Starting manager")
+	return mgr.Start(ctx)
+}

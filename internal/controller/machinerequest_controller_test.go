@@ -1,0 +1,481 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+)
+
+// fakeMachines is the Harvester side as the unit tests want it to behave.
+type fakeMachines struct {
+	ensure  func(*harvester.MachineSpec) (harvester.Observation, error)
+	observe func(harvester.MachineRef) (harvester.Observation, error)
+	delete  func(harvester.MachineRef) (bool, string, error)
+	calls   []string
+}
+
+func (f *fakeMachines) Ensure(_ context.Context, s *harvester.MachineSpec) (harvester.Observation, error) {
+	f.calls = append(f.calls, "Ensure")
+	return f.ensure(s)
+}
+
+func (f *fakeMachines) Observe(_ context.Context, ref harvester.MachineRef) (harvester.Observation, error) {
+	f.calls = append(f.calls, "Observe")
+	return f.observe(ref)
+}
+
+func (f *fakeMachines) Delete(_ context.Context, ref harvester.MachineRef) (bool, string, error) {
+	f.calls = append(f.calls, "Delete")
+	return f.delete(ref)
+}
+
+type fakeFactory struct {
+	machines *fakeMachines
+	err      error
+	calls    int
+}
+
+func (f *fakeFactory) MachinesFor(context.Context, harvester.Credentials) (harvester.Machines, error) {
+	f.calls++
+	if f.err != nil {
+		return nil, f.err
+	}
+	return f.machines, nil
+}
+
+type fixture struct {
+	t        *testing.T
+	client   client.Client
+	factory  *fakeFactory
+	machines *fakeMachines
+	recorder *events.FakeRecorder
+	r        *MachineRequestReconciler
+}
+
+func newScheme(t *testing.T) *runtime.Scheme {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newFixture(t *testing.T, objs ...client.Object) *fixture {
+	t.Helper()
+	c := fake.NewClientBuilder().WithScheme(newScheme(t)).WithObjects(objs...).
+		WithStatusSubresource(&v1alpha1.MachineRequest{}).Build()
+	m := &fakeMachines{
+		ensure: func(*harvester.MachineSpec) (harvester.Observation, error) {
+			return harvester.Observation{}, errors.New("Ensure not expected")
+		},
+		observe: func(harvester.MachineRef) (harvester.Observation, error) {
+			return harvester.Observation{}, errors.New("Observe not expected")
+		},
+		delete: func(harvester.MachineRef) (bool, string, error) { return false, "", errors.New("Delete not expected") },
+	}
+	f := &fixture{t: t, client: c, machines: m, factory: &fakeFactory{machines: m}, recorder: events.NewFakeRecorder(100)}
+	f.r = &MachineRequestReconciler{Client: c, Harvester: f.factory, Recorder: f.recorder}
+	f.r.applyDefaults()
+	return f
+}
+
+func (f *fixture) reconcile(mr *v1alpha1.MachineRequest) (ctrl.Result, error) {
+	f.t.Helper()
+	return f.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(mr)})
+}
+
+func (f *fixture) get(mr *v1alpha1.MachineRequest) *v1alpha1.MachineRequest {
+	f.t.Helper()
+	out := &v1alpha1.MachineRequest{}
+	if err := f.client.Get(context.Background(), client.ObjectKeyFromObject(mr), out); err != nil {
+		f.t.Fatalf("get MachineRequest: %v", err)
+	}
+	return out
+}
+
+func (f *fixture) events() []string {
+	var out []string
+	for {
+		select {
+		case e := <-f.recorder.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}
+
+func harvesterPC(provider v1alpha1.ProviderType) *v1alpha1.ProviderConfig {
+	return &v1alpha1.ProviderConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: "pc", Namespace: "butler-system"},
+		Spec: v1alpha1.ProviderConfigSpec{
+			Provider:       provider,
+			CredentialsRef: &v1alpha1.SecretReference{Name: "harvester-kubeconfig"},
+			Harvester:      &v1alpha1.HarvesterProviderConfig{Namespace: "vms", NetworkName: "default/vlan40", ImageName: "default/talos"},
+		},
+	}
+}
+
+func machineRequest() *v1alpha1.MachineRequest {
+	return &v1alpha1.MachineRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Namespace: "butler-system", UID: types.UID("11111111-2222-3333-4444-555555555555"), Generation: 1},
+		Spec: v1alpha1.MachineRequestSpec{
+			ProviderRef: v1alpha1.ProviderReference{Name: "pc"},
+			MachineName: "cluster-cp-0", Role: v1alpha1.MachineRoleControlPlane,
+			CPU: 4, MemoryMB: 8192, DiskGB: 50, UserData: "#cloud-config\n",
+		},
+	}
+}
+
+func withFinalizer(mr *v1alpha1.MachineRequest) *v1alpha1.MachineRequest {
+	mr.Finalizers = []string{v1alpha1.MachineRequestFinalizer}
+	return mr
+}
+
+func condition(mr *v1alpha1.MachineRequest, t string) *metav1.Condition {
+	return meta.FindStatusCondition(mr.Status.Conditions, t)
+}
+
+func requireCondition(t *testing.T, mr *v1alpha1.MachineRequest, condType string, status metav1.ConditionStatus, reason string) *metav1.Condition {
+	t.Helper()
+	c := condition(mr, condType)
+	if c == nil || c.Status != status || c.Reason != reason {
+		t.Fatalf("condition %s = %+v, want status %s reason %s", condType, c, status, reason)
+	}
+	return c
+}
+
+func requireEvent(t *testing.T, got []string, prefix string) {
+	t.Helper()
+	for _, e := range got {
+		if strings.HasPrefix(e, prefix) {
+			return
+		}
+	}
+	t.Fatalf("no event starting with %q in %q", prefix, got)
+}
+
+var running = harvester.Observation{
+	VMExists: true, ProviderID: "harvester://vm-uid", PrintableStatus: "Running", VMIPhase: "Running", Running: true,
+	Addresses: harvester.Addresses{Primary: "10.40.0.10", All: []string{"10.40.0.10", "fe80::1"}, MAC: "52:54:00:00:00:01"},
+}
+
+// Required test: the controller skips MachineRequests of other providers, and never writes to
+// one whose ProviderConfig is missing unless our finalizer shows it is ours.
+func TestProviderFilter(t *testing.T) {
+	for name, pc := range map[string]*v1alpha1.ProviderConfig{
+		"other provider":         harvesterPC(v1alpha1.ProviderTypeNutanix),
+		"ProviderConfig missing": nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			objs := []client.Object{machineRequest()}
+			if pc != nil {
+				objs = append(objs, pc)
+			}
+			f := newFixture(t, objs...)
+			before := f.get(machineRequest())
+			res, err := f.reconcile(before)
+			if err != nil || res != (ctrl.Result{}) {
+				t.Fatalf("Reconcile = %+v, %v; want no requeue and no error", res, err)
+			}
+			after := f.get(before)
+			if after.ResourceVersion != before.ResourceVersion {
+				t.Fatalf("MachineRequest was written to: %+v", after)
+			}
+			if f.factory.calls != 0 || len(f.events()) != 0 {
+				t.Fatalf("Harvester contacted %d times or events recorded", f.factory.calls)
+			}
+		})
+	}
+}
+
+// Required test: Pending -> Creating, and idempotency when the VM already exists.
+func TestVMCreate(t *testing.T) {
+	f := newFixture(t, machineRequest(), harvesterPC(v1alpha1.ProviderTypeHarvester))
+	created := true
+	var got *harvester.MachineSpec
+	f.machines.ensure = func(s *harvester.MachineSpec) (harvester.Observation, error) {
+		got = s
+		obs := harvester.Observation{VMExists: true, VMCreated: created, ProviderID: "harvester://vm-uid", PrintableStatus: "Starting"}
+		created = false // a second Ensure finds the VM (ours) in place
+		return obs, nil
+	}
+
+	res, err := f.reconcile(machineRequest())
+	if err != nil || res.RequeueAfter != f.r.CreatingPollInterval {
+		t.Fatalf("Reconcile = %+v, %v; want RequeueAfter %s", res, err, f.r.CreatingPollInterval)
+	}
+	mr := f.get(machineRequest())
+	if mr.Status.Phase != v1alpha1.MachinePhaseCreating || mr.Status.ProviderID != "harvester://vm-uid" {
+		t.Fatalf("status = %+v; want Creating with providerID", mr.Status)
+	}
+	if !hasFinalizer(mr) {
+		t.Fatal("finalizer not added")
+	}
+	requireCondition(t, mr, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonVMCreating)
+	requireCondition(t, mr, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonVMCreating)
+	requireEvent(t, f.events(), "Normal Created")
+	if got.Namespace != "vms" || got.Name != "cluster-cp-0" || got.Image.String() != "default/talos" ||
+		got.Network.String() != "default/vlan40" || got.CPU != 4 || got.MemoryMB != 8192 || got.DiskGB != 50 || got.Owner.UID != mr.UID {
+		t.Fatalf("MachineSpec = %+v", got)
+	}
+
+	// Idempotent: the VM exists now; nothing new happens.
+	if _, err := f.reconcile(mr); err != nil {
+		t.Fatal(err)
+	}
+	again := f.get(mr)
+	if again.Status.Phase != v1alpha1.MachinePhaseCreating || len(f.events()) != 0 {
+		t.Fatalf("second reconcile changed phase to %s or recorded events", again.Status.Phase)
+	}
+}
+
+// Required test: Creating -> Running once the IP is reported.
+func TestStatusPoll(t *testing.T) {
+	mr := withFinalizer(machineRequest())
+	mr.Status.Phase = v1alpha1.MachinePhaseCreating
+	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
+	obs := running
+	obs.Addresses = harvester.Addresses{}
+	f.machines.ensure = func(*harvester.MachineSpec) (harvester.Observation, error) { return obs, nil }
+
+	if _, err := f.reconcile(mr); err != nil {
+		t.Fatal(err)
+	}
+	got := f.get(mr)
+	if got.Status.Phase != v1alpha1.MachinePhaseCreating {
+		t.Fatalf("phase %s before an IP was reported", got.Status.Phase)
+	}
+	requireCondition(t, got, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonWaitingForIPAddress)
+
+	obs = running
+	res, err := f.reconcile(mr)
+	if err != nil || res.RequeueAfter != f.r.HealthCheckInterval {
+		t.Fatalf("Reconcile = %+v, %v; want the health check requeue", res, err)
+	}
+	got = f.get(mr)
+	if got.Status.Phase != v1alpha1.MachinePhaseRunning || got.Status.IPAddress != "10.40.0.10" ||
+		len(got.Status.IPAddresses) != 2 || got.Status.MACAddress != "52:54:00:00:00:01" {
+		t.Fatalf("status = %+v", got.Status)
+	}
+	requireCondition(t, got, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonVMRunning)
+	requireCondition(t, got, v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonVMRunning)
+	requireCondition(t, got, v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonAsExpected)
+	if got.Status.ObservedGeneration != got.Generation {
+		t.Fatalf("observedGeneration %d, want %d", got.Status.ObservedGeneration, got.Generation)
+	}
+	requireEvent(t, f.events(), "Normal Running")
+}
+
+// Required test: the finalizer goes only after the VM is gone; a missing VM deletes fine.
+func TestDelete(t *testing.T) {
+	mr := withFinalizer(machineRequest())
+	mr.Status.Phase = v1alpha1.MachinePhaseRunning
+	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
+	if err := f.client.Delete(context.Background(), mr); err != nil {
+		t.Fatal(err)
+	}
+	gone := false
+	f.machines.delete = func(harvester.MachineRef) (bool, string, error) {
+		if gone {
+			return true, "", nil
+		}
+		return false, "VirtualMachine vms/cluster-cp-0", nil
+	}
+
+	res, err := f.reconcile(mr)
+	if err != nil || res.RequeueAfter != f.r.DeletionPollInterval {
+		t.Fatalf("Reconcile = %+v, %v", res, err)
+	}
+	got := f.get(mr)
+	if !hasFinalizer(got) || got.Status.Phase != v1alpha1.MachinePhaseDeleting {
+		t.Fatalf("finalizer removed or phase %s while the VM still exists", got.Status.Phase)
+	}
+	c := requireCondition(t, got, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonDeleting)
+	if !strings.Contains(c.Message, "VirtualMachine vms/cluster-cp-0") {
+		t.Fatalf("message %q does not name what is left", c.Message)
+	}
+
+	gone = true // the VM is missing (deleted, or never there): idempotent success
+	if _, err := f.reconcile(mr); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.client.Get(context.Background(), client.ObjectKeyFromObject(mr), &v1alpha1.MachineRequest{}); err == nil {
+		t.Fatal("MachineRequest still exists after the VM was gone")
+	}
+	requireEvent(t, f.events(), "Normal Deleted")
+}
+
+// Required test: permanent errors make the MachineRequest Failed with a Warning event; transient
+// errors never do; waiting is not an error.
+func TestErrorHandling(t *testing.T) {
+	t.Run("permanent", func(t *testing.T) {
+		f := newFixture(t, machineRequest(), harvesterPC(v1alpha1.ProviderTypeHarvester))
+		f.machines.ensure = func(*harvester.MachineSpec) (harvester.Observation, error) {
+			return harvester.Observation{}, harvester.Permanent(v1alpha1.ReasonImageNotFound, "VirtualMachineImage default/talos does not exist")
+		}
+		res, err := f.reconcile(machineRequest())
+		if err != nil || res != (ctrl.Result{}) {
+			t.Fatalf("Reconcile = %+v, %v; want no requeue, no error", res, err)
+		}
+		got := f.get(machineRequest())
+		if got.Status.Phase != v1alpha1.MachinePhaseFailed || got.Status.FailureReason != v1alpha1.ReasonImageNotFound ||
+			!strings.Contains(got.Status.FailureMessage, "default/talos") {
+			t.Fatalf("status = %+v", got.Status)
+		}
+		requireCondition(t, got, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonImageNotFound)
+		requireCondition(t, got, v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonImageNotFound)
+		requireEvent(t, f.events(), "Warning ImageNotFound")
+
+		// Terminal for this generation: Harvester is not asked again.
+		calls := len(f.machines.calls)
+		if _, err := f.reconcile(got); err != nil || len(f.machines.calls) != calls {
+			t.Fatalf("Failed machine was retried without a spec change (err %v)", err)
+		}
+		// A spec change retries.
+		got.Spec.Image = "default/talos-v2"
+		got.Generation = 2
+		if err := f.client.Update(context.Background(), got); err != nil {
+			t.Fatal(err)
+		}
+		f.machines.ensure = func(*harvester.MachineSpec) (harvester.Observation, error) {
+			return harvester.Observation{VMExists: true, VMCreated: true, ProviderID: "harvester://x"}, nil
+		}
+		if _, err := f.reconcile(got); err != nil {
+			t.Fatal(err)
+		}
+		if s := f.get(got).Status; s.Phase != v1alpha1.MachinePhaseCreating || s.FailureReason != "" {
+			t.Fatalf("after a spec change status = %+v; want Creating without failure", s)
+		}
+	})
+	t.Run("transient", func(t *testing.T) {
+		f := newFixture(t, machineRequest(), harvesterPC(v1alpha1.ProviderTypeHarvester))
+		f.machines.ensure = func(*harvester.MachineSpec) (harvester.Observation, error) {
+			return harvester.Observation{}, errors.New("create VirtualMachine vms/cluster-cp-0 on Harvester: 503 Service Unavailable")
+		}
+		res, err := f.reconcile(machineRequest())
+		if err == nil || res != (ctrl.Result{}) {
+			t.Fatalf("Reconcile = %+v, %v; want the error back and no RequeueAfter", res, err)
+		}
+		got := f.get(machineRequest())
+		if got.Status.Phase == v1alpha1.MachinePhaseFailed {
+			t.Fatal("a transient error made the machine Failed")
+		}
+		c := requireCondition(t, got, v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonHarvesterUnavailable)
+		if !strings.Contains(c.Message, "503") {
+			t.Fatalf("Degraded message %q does not say why", c.Message)
+		}
+	})
+	t.Run("waiting", func(t *testing.T) {
+		f := newFixture(t, machineRequest(), harvesterPC(v1alpha1.ProviderTypeHarvester))
+		f.factory.err = harvester.Waiting(v1alpha1.ReasonCredentialsUnavailable, 30*time.Second, "credentials Secret butler-system/harvester-kubeconfig does not exist")
+		res, err := f.reconcile(machineRequest())
+		if err != nil || res.RequeueAfter != 30*time.Second {
+			t.Fatalf("Reconcile = %+v, %v; want RequeueAfter 30s and no error", res, err)
+		}
+		got := f.get(machineRequest())
+		if got.Status.Phase != v1alpha1.MachinePhasePending {
+			t.Fatalf("phase %s, want Pending", got.Status.Phase)
+		}
+		requireCondition(t, got, v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonCredentialsUnavailable)
+	})
+}
+
+// A Running machine whose VM is deleted out of band becomes Failed VMDeleted with Ready=False.
+func TestRunningVMDeleted(t *testing.T) {
+	mr := withFinalizer(machineRequest())
+	mr.Status = v1alpha1.MachineRequestStatus{Phase: v1alpha1.MachinePhaseRunning, IPAddress: "10.40.0.10", ObservedGeneration: 1}
+	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
+	f.machines.observe = func(harvester.MachineRef) (harvester.Observation, error) { return harvester.Observation{}, nil }
+	if _, err := f.reconcile(mr); err != nil {
+		t.Fatal(err)
+	}
+	got := f.get(mr)
+	if got.Status.Phase != v1alpha1.MachinePhaseFailed || got.Status.FailureReason != v1alpha1.ReasonVMDeleted || got.Status.IPAddress != "" {
+		t.Fatalf("status = %+v", got.Status)
+	}
+	requireCondition(t, got, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonVMDeleted)
+	requireEvent(t, f.events(), "Warning VMDeleted")
+}
+
+// Deleting with the ProviderConfig gone says why, and the annotation releases the finalizer.
+func TestDeleteBlockedAndEscapeHatch(t *testing.T) {
+	mr := withFinalizer(machineRequest())
+	f := newFixture(t, mr)
+	if err := f.client.Delete(context.Background(), mr); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.reconcile(mr)
+	if err != nil || res.RequeueAfter == 0 {
+		t.Fatalf("Reconcile = %+v, %v; want a wait", res, err)
+	}
+	got := f.get(mr)
+	c := requireCondition(t, got, v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonDeletionBlocked)
+	for _, want := range []string{"butler-system/pc", v1alpha1.AnnotationSkipHarvesterCleanup} {
+		if !strings.Contains(c.Message, want) {
+			t.Fatalf("message %q does not mention %q", c.Message, want)
+		}
+	}
+	requireEvent(t, f.events(), "Warning DeletionBlocked")
+
+	got.Annotations = map[string]string{v1alpha1.AnnotationSkipHarvesterCleanup: "true"}
+	if err := f.client.Update(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.reconcile(got); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.client.Get(context.Background(), client.ObjectKeyFromObject(mr), &v1alpha1.MachineRequest{}); err == nil {
+		t.Fatal("finalizer not released by the escape hatch")
+	}
+	requireEvent(t, f.events(), "Warning CleanupSkipped")
+}
+
+// Semantic validation the published schema lets through ends in Failed with the field named.
+func TestInvalidSpecFails(t *testing.T) {
+	for name, tc := range map[string]struct {
+		mutate func(*v1alpha1.MachineRequest)
+		reason string
+		field  string
+	}{
+		"userData over a Secret": {func(m *v1alpha1.MachineRequest) { m.Spec.UserData = strings.Repeat("x", corev1.MaxSecretSize+1) }, v1alpha1.ReasonUserDataTooLarge, "spec.userData"},
+		"bad label key":          {func(m *v1alpha1.MachineRequest) { m.Spec.Labels = map[string]string{"a b": "c"} }, v1alpha1.ReasonInvalidSpec, "spec.labels"},
+		"reserved label":         {func(m *v1alpha1.MachineRequest) { m.Spec.Labels = map[string]string{"harvesterhci.io/x": "c"} }, v1alpha1.ReasonInvalidSpec, "spec.labels"},
+		"bad image":              {func(m *v1alpha1.MachineRequest) { m.Spec.Image = "a/b/c" }, v1alpha1.ReasonInvalidSpec, "spec.image"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			mr := machineRequest()
+			tc.mutate(mr)
+			f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
+			if _, err := f.reconcile(mr); err != nil {
+				t.Fatal(err)
+			}
+			got := f.get(mr)
+			if got.Status.Phase != v1alpha1.MachinePhaseFailed || got.Status.FailureReason != tc.reason || !strings.Contains(got.Status.FailureMessage, tc.field) {
+				t.Fatalf("status = %s %s %q", got.Status.Phase, got.Status.FailureReason, got.Status.FailureMessage)
+			}
+			if len(f.machines.calls) != 0 {
+				t.Fatalf("Harvester was asked to %v for an invalid request", f.machines.calls)
+			}
+		})
+	}
+}

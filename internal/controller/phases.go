@@ -1,0 +1,221 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+)
+
+func hasFinalizer(mr *v1alpha1.MachineRequest) bool {
+	return slices.Contains(mr.Finalizers, v1alpha1.MachineRequestFinalizer)
+}
+
+// ensureFinalizer adds our finalizer before anything is created on Harvester.
+func (r *MachineRequestReconciler) ensureFinalizer(ctx context.Context, s *machineScope) error {
+	if hasFinalizer(s.mr) {
+		return nil
+	}
+	patch := client.MergeFrom(s.mr.DeepCopy())
+	controllerutil.AddFinalizer(s.mr, v1alpha1.MachineRequestFinalizer)
+	return r.Patch(ctx, s.mr, patch)
+}
+
+// reconcileNormal runs the phase the MachineRequest is in.
+func (r *MachineRequestReconciler) reconcileNormal(ctx context.Context, s *machineScope) (reconcile.Result, error) {
+	switch s.mr.Status.Phase {
+	case v1alpha1.MachinePhaseFailed:
+		if s.mr.Status.ObservedGeneration == s.mr.Generation {
+			return reconcile.Result{}, nil // terminal for this generation; a spec change retries
+		}
+		log.FromContext(ctx).Info("Retrying failed MachineRequest after a spec change", "generation", s.mr.Generation)
+		s.clearFailure()
+		s.setPhase(v1alpha1.MachinePhasePending)
+		return r.reconcileProvisioning(ctx, s)
+	case v1alpha1.MachinePhaseRunning:
+		return r.reconcileRunning(ctx, s)
+	case "":
+		s.setPhase(v1alpha1.MachinePhasePending)
+		s.progressing(v1alpha1.ReasonPending, "Accepted; preparing the VM on Harvester")
+		fallthrough
+	default:
+		return r.reconcileProvisioning(ctx, s)
+	}
+}
+
+// reconcileProvisioning creates what is missing on Harvester (Pending -> Creating) and waits for
+// the VM to report an IP address (Creating -> Running).
+func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s *machineScope) (reconcile.Result, error) {
+	spec, creds, err := machineSpecFor(s.mr, s.pc)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	machines, err := r.Harvester.MachinesFor(ctx, creds)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	obs, err := machines.Ensure(ctx, spec)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	vm := fmt.Sprintf("VirtualMachine %s/%s", spec.Namespace, spec.Name)
+	if obs.VMCreated {
+		log.FromContext(ctx).Info("Created VM on Harvester", "vm", vm, "providerID", obs.ProviderID)
+		s.event(corev1.EventTypeNormal, "Created", "Create", "Created "+vm+" on Harvester")
+	}
+	s.mr.Status.ProviderID = obs.ProviderID
+	s.setPhase(v1alpha1.MachinePhaseCreating)
+	s.healthy()
+	if obs.Running && obs.Addresses.Primary != "" {
+		r.markRunning(ctx, s, vm, obs)
+		return reconcile.Result{RequeueAfter: r.HealthCheckInterval}, nil
+	}
+	s.progressing(creatingReason(obs), creatingMessage(vm, obs))
+	return reconcile.Result{RequeueAfter: r.CreatingPollInterval}, nil
+}
+
+func creatingReason(obs harvester.Observation) string {
+	if obs.Running {
+		return v1alpha1.ReasonWaitingForIPAddress
+	}
+	return v1alpha1.ReasonVMCreating
+}
+
+func creatingMessage(vm string, obs harvester.Observation) string {
+	if obs.Running {
+		return vm + " is running; waiting for the guest agent to report an IPv4 address on " + harvester.NICName
+	}
+	status, phase := obs.PrintableStatus, obs.VMIPhase
+	if status == "" {
+		status = "unknown"
+	}
+	if phase == "" {
+		phase = "not created yet"
+	}
+	return fmt.Sprintf("%s is starting (VM status %s, VMI %s)", vm, status, phase)
+}
+
+func (r *MachineRequestReconciler) markRunning(ctx context.Context, s *machineScope, vm string, obs harvester.Observation) {
+	s.mr.Status.IPAddress = obs.Addresses.Primary
+	s.mr.Status.IPAddresses = obs.Addresses.All
+	s.mr.Status.MACAddress = obs.Addresses.MAC
+	msg := fmt.Sprintf("%s is running at %s", vm, obs.Addresses.Primary)
+	s.setCondition(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonVMRunning, msg)
+	s.setCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonVMRunning, msg)
+	s.healthy()
+	if s.mr.Status.Phase != v1alpha1.MachinePhaseRunning {
+		log.FromContext(ctx).Info("VM is running", "vm", vm, "ip", obs.Addresses.Primary)
+		s.event(corev1.EventTypeNormal, "Running", "Provision", msg)
+	}
+	s.setPhase(v1alpha1.MachinePhaseRunning)
+}
+
+// reconcileRunning is the periodic health check of a Running machine: the VM must still exist
+// (else Failed VMDeleted), and the status follows its addresses.
+func (r *MachineRequestReconciler) reconcileRunning(ctx context.Context, s *machineScope) (reconcile.Result, error) {
+	ref, creds, err := target(s.mr, s.pc)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	machines, err := r.Harvester.MachinesFor(ctx, creds)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	obs, err := machines.Observe(ctx, ref)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	vm := fmt.Sprintf("VirtualMachine %s/%s", ref.Namespace, ref.Name)
+	if !obs.VMExists {
+		s.mr.Status.IPAddress, s.mr.Status.IPAddresses, s.mr.Status.MACAddress = "", nil, ""
+		return reconcile.Result{}, harvester.Permanent(v1alpha1.ReasonVMDeleted,
+			"%s was deleted outside the provider: change the MachineRequest's spec (or delete and recreate it) to create a new VM", vm)
+	}
+	if !obs.Running || obs.Addresses.Primary == "" {
+		msg := creatingMessage(vm, obs)
+		s.setCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonVMNotReady, msg)
+		s.degraded(v1alpha1.ReasonVMNotReady, msg)
+		return reconcile.Result{RequeueAfter: r.CreatingPollInterval}, nil
+	}
+	r.markRunning(ctx, s, vm, obs)
+	return reconcile.Result{RequeueAfter: r.HealthCheckInterval}, nil
+}
+
+// reconcileDelete removes the machine from Harvester and then releases the finalizer.
+func (r *MachineRequestReconciler) reconcileDelete(ctx context.Context, s *machineScope) (reconcile.Result, error) {
+	if !hasFinalizer(s.mr) {
+		return reconcile.Result{}, nil
+	}
+	if s.mr.Annotations[v1alpha1.AnnotationSkipHarvesterCleanup] == "true" {
+		s.event(corev1.EventTypeWarning, "CleanupSkipped", "Delete",
+			"Released without deleting anything on Harvester because of annotation "+v1alpha1.AnnotationSkipHarvesterCleanup+"; VM "+s.mr.Spec.MachineName+" may remain there")
+		return reconcile.Result{}, r.removeFinalizer(ctx, s)
+	}
+	s.setPhase(v1alpha1.MachinePhaseDeleting)
+	ref, creds, err := target(s.mr, s.pc)
+	if err != nil {
+		return reconcile.Result{}, blockedDeletion(s, err)
+	}
+	machines, err := r.Harvester.MachinesFor(ctx, creds)
+	if err != nil {
+		return reconcile.Result{}, blockedDeletion(s, err)
+	}
+	done, remaining, err := machines.Delete(ctx, ref)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if !done {
+		s.setCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting, "Deleting on Harvester; waiting for "+remaining)
+		s.setCondition(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonDeleting, "Deleting on Harvester; waiting for "+remaining)
+		s.healthy()
+		return reconcile.Result{RequeueAfter: r.DeletionPollInterval}, nil
+	}
+	s.setPhase(v1alpha1.MachinePhaseDeleted)
+	log.FromContext(ctx).Info("Deleted VM and disks on Harvester")
+	s.event(corev1.EventTypeNormal, "Deleted", "Delete",
+		fmt.Sprintf("Deleted VirtualMachine %s/%s, its disks and cloud-init Secret on Harvester", ref.Namespace, ref.Name))
+	return reconcile.Result{}, r.removeFinalizer(ctx, s)
+}
+
+// blockedDeletion turns "cannot reach Harvester" during deletion into a DeletionBlocked wait that
+// says how to get out of it. Transient errors stay transient.
+func blockedDeletion(s *machineScope, err error) error {
+	var msg string
+	if w, ok := harvester.AsWaiting(err); ok {
+		msg = w.Message
+	} else if p, ok := harvester.AsPermanent(err); ok {
+		msg = p.Message
+	} else {
+		return err
+	}
+	msg = fmt.Sprintf("Cannot delete VM %s on Harvester: %s. Fix that, or set annotation %s=true on this MachineRequest to release it without cleaning up on Harvester",
+		s.mr.Spec.MachineName, msg, v1alpha1.AnnotationSkipHarvesterCleanup)
+	if s.mr.Status.Conditions == nil || !sameCondition(s, v1alpha1.ReasonDeletionBlocked, msg) {
+		s.event(corev1.EventTypeWarning, v1alpha1.ReasonDeletionBlocked, "Delete", msg)
+	}
+	return harvester.Waiting(v1alpha1.ReasonDeletionBlocked, blockedDeletionRetry, "%s", msg)
+}
+
+func sameCondition(s *machineScope, reason, msg string) bool {
+	for _, c := range s.mr.Status.Conditions {
+		if c.Type == v1alpha1.ConditionProgressing {
+			return c.Reason == reason && c.Message == msg
+		}
+	}
+	return false
+}
+
+func (r *MachineRequestReconciler) removeFinalizer(ctx context.Context, s *machineScope) error {
+	patch := client.MergeFrom(s.mr.DeepCopy())
+	controllerutil.RemoveFinalizer(s.mr, v1alpha1.MachineRequestFinalizer)
+	return client.IgnoreNotFound(r.Patch(ctx, s.mr, patch))
+}

@@ -1,0 +1,177 @@
+package controller
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+)
+
+// providerConfigRetry is how soon to look again at a missing or unusable ProviderConfig (its
+// watch usually wakes us earlier).
+const providerConfigRetry = time.Minute
+
+// blockedDeletionRetry is how soon a blocked deletion is tried again.
+const blockedDeletionRetry = 30 * time.Second
+
+// reservedLabelPrefixes are label prefixes the provider and Harvester own on the VM.
+var reservedLabelPrefixes = []string{"butler.butlerlabs.dev/", "harvesterhci.io/", "kubevirt.io/"}
+
+// target locates the machine on Harvester and the credentials to reach it. Only the
+// ProviderConfig can be at fault here, so every problem is a wait: it is fixed there, which wakes
+// the MachineRequest through the watch.
+func target(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (harvester.MachineRef, harvester.Credentials, error) {
+	pcNamespace, pcName := mr.ProviderConfigKey()
+	pcRef := pcNamespace + "/" + pcName
+	if pc == nil {
+		return harvester.MachineRef{}, harvester.Credentials{}, harvester.Waiting(v1alpha1.ReasonProviderConfigNotFound, providerConfigRetry,
+			"ProviderConfig %s (spec.providerRef) does not exist: create it or correct spec.providerRef", pcRef)
+	}
+	hv := pc.Spec.Harvester
+	if hv == nil {
+		return harvester.MachineRef{}, harvester.Credentials{}, invalidProviderConfig(pcRef, "has no spec.harvester block: add one with at least harvester.networkName")
+	}
+	if pc.Spec.CredentialsRef == nil || pc.Spec.CredentialsRef.Name == "" {
+		return harvester.MachineRef{}, harvester.Credentials{}, invalidProviderConfig(pcRef, "has no spec.credentialsRef: name the Secret holding the Harvester kubeconfig")
+	}
+	ref := harvester.MachineRef{
+		Owner: harvester.Owner{
+			Namespace: mr.Namespace, Name: mr.Name, UID: mr.UID,
+			LegacyProviderID: legacyProviderID(mr.Status.ProviderID),
+		},
+		Namespace: hv.Namespace,
+		Name:      mr.Spec.MachineName,
+	}
+	if ref.Namespace == "" {
+		ref.Namespace = "default"
+	}
+	creds := harvester.Credentials{
+		SecretNamespace: pc.Spec.CredentialsRef.Namespace,
+		SecretName:      pc.Spec.CredentialsRef.Name,
+		Key:             pc.Spec.CredentialsRef.Key,
+		Endpoint:        hv.Endpoint,
+	}
+	if creds.SecretNamespace == "" {
+		creds.SecretNamespace = pc.Namespace
+	}
+	if creds.Key == "" {
+		creds.Key = v1alpha1.DefaultCredentialsKey
+	}
+	return ref, creds, nil
+}
+
+// machineSpecFor derives what to create on Harvester from a MachineRequest and its ProviderConfig.
+// Problems of the MachineRequest are permanent (fixed by changing its spec); problems of the
+// ProviderConfig are waits.
+func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (*harvester.MachineSpec, harvester.Credentials, error) {
+	ref, creds, err := target(mr, pc)
+	if err != nil {
+		return nil, creds, err
+	}
+	pcNamespace, pcName := mr.ProviderConfigKey()
+	pcRef := pcNamespace + "/" + pcName
+	hv := pc.Spec.Harvester
+	network, err := harvester.ParseObjectRef(hv.NetworkName, "")
+	if err != nil {
+		return nil, creds, invalidProviderConfig(pcRef, "spec.harvester.networkName: "+err.Error())
+	}
+	image, err := imageFor(mr, hv, ref.Namespace, pcRef)
+	if err != nil {
+		return nil, creds, err
+	}
+	if err := validateRequest(mr); err != nil {
+		return nil, creds, err
+	}
+	spec := &harvester.MachineSpec{
+		Owner:               ref.Owner,
+		Namespace:           ref.Namespace,
+		Name:                ref.Name,
+		Role:                string(mr.Spec.Role),
+		CPU:                 uint32(mr.Spec.CPU),
+		MemoryMB:            int64(mr.Spec.MemoryMB),
+		DiskGB:              int64(mr.Spec.DiskGB),
+		Image:               image,
+		Network:             network,
+		DefaultStorageClass: hv.StorageClassName,
+		UserData:            mr.Spec.UserData,
+		NetworkData:         mr.Spec.NetworkData,
+		Labels:              mr.Spec.Labels,
+	}
+	for _, d := range mr.Spec.ExtraDisks {
+		spec.ExtraDisks = append(spec.ExtraDisks, harvester.DiskSpec{SizeGB: int64(d.SizeGB), StorageClass: d.StorageClass})
+	}
+	return spec, creds, nil
+}
+
+func invalidProviderConfig(pcRef, problem string) error {
+	return harvester.Waiting(v1alpha1.ReasonInvalidProviderConfig, providerConfigRetry, "ProviderConfig %s %s", pcRef, problem)
+}
+
+// imageFor picks the MachineRequest's image, else the ProviderConfig's default.
+func imageFor(mr *v1alpha1.MachineRequest, hv *v1alpha1.HarvesterProviderConfig, namespace, pcRef string) (harvester.ObjectRef, error) {
+	if mr.Spec.Image != "" {
+		ref, err := parseImage(mr.Spec.Image, namespace)
+		if err != nil {
+			return ref, harvester.Permanent(v1alpha1.ReasonInvalidSpec, "spec.image: %v", err)
+		}
+		return ref, nil
+	}
+	if hv.ImageName == "" {
+		return harvester.ObjectRef{}, invalidProviderConfig(pcRef,
+			"has no spec.harvester.imageName and the MachineRequest has no spec.image: set one of them to \"<namespace>/<name>\" of a VirtualMachineImage")
+	}
+	ref, err := parseImage(hv.ImageName, namespace)
+	if err != nil {
+		return ref, invalidProviderConfig(pcRef, "spec.harvester.imageName: "+err.Error())
+	}
+	return ref, nil
+}
+
+func parseImage(s, defaultNamespace string) (harvester.ObjectRef, error) {
+	ref, err := harvester.ParseObjectRef(s, defaultNamespace)
+	if err != nil {
+		return ref, err
+	}
+	if errs := validation.IsDNS1123Label(ref.Namespace); len(errs) > 0 {
+		return ref, fmt.Errorf("namespace %q of %q is not valid: %s", ref.Namespace, s, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Subdomain(ref.Name); len(errs) > 0 {
+		return ref, fmt.Errorf("name %q of %q is not valid: %s", ref.Name, s, strings.Join(errs, "; "))
+	}
+	return ref, nil
+}
+
+// validateRequest checks what the published schema lets through but Harvester would refuse.
+func validateRequest(mr *v1alpha1.MachineRequest) error {
+	if size := len(mr.Spec.UserData) + len(mr.Spec.NetworkData); size > corev1.MaxSecretSize {
+		return harvester.Permanent(v1alpha1.ReasonUserDataTooLarge,
+			"spec.userData and spec.networkData are %d bytes together; a Secret holds at most %d: shrink the machine configuration", size, corev1.MaxSecretSize)
+	}
+	for k, v := range mr.Spec.Labels {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return harvester.Permanent(v1alpha1.ReasonInvalidSpec, "spec.labels: key %q is not a valid label key: %s", k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+			return harvester.Permanent(v1alpha1.ReasonInvalidSpec, "spec.labels[%q]: %q is not a valid label value: %s", k, v, strings.Join(errs, "; "))
+		}
+		for _, p := range reservedLabelPrefixes {
+			if strings.HasPrefix(k, p) {
+				return harvester.Permanent(v1alpha1.ReasonInvalidSpec, "spec.labels: key %q uses the reserved prefix %q: choose another key", k, p)
+			}
+		}
+	}
+	return nil
+}
+
+// legacyProviderID returns a providerID written by the published provider (a bare VM UID).
+func legacyProviderID(id string) string {
+	if id == "" || strings.HasPrefix(id, harvester.ProviderIDPrefix) {
+		return ""
+	}
+	return id
+}

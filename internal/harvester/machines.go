@@ -1,0 +1,404 @@
+package harvester
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+)
+
+// Machines creates, observes and deletes machines on one Harvester cluster.
+type Machines interface {
+	// Ensure creates whatever of the machine does not exist yet (cloud-init Secret, disks, VM) and
+	// returns what it observes. It is idempotent and resumes an interrupted create. It never
+	// changes an object that is not ours.
+	Ensure(ctx context.Context, spec *MachineSpec) (Observation, error)
+	// Observe reads the machine's VM and VMI without changing anything.
+	Observe(ctx context.Context, ref MachineRef) (Observation, error)
+	// Delete removes our VM, disks and cloud-init Secret. It returns done=true once all are gone
+	// (deleting what is gone is success); otherwise remaining describes what is left.
+	Delete(ctx context.Context, ref MachineRef) (done bool, remaining string, err error)
+}
+
+// Observation is the state of a machine on Harvester.
+type Observation struct {
+	// VMExists is true when a VM of ours with the machine's name exists.
+	VMExists bool
+	// VMCreated is true when this call created the VM.
+	VMCreated bool
+	// ProviderID is "harvester://<VM uid>".
+	ProviderID string
+	// PrintableStatus is KubeVirt's one-word VM status (Starting, Running, Stopped, ...).
+	PrintableStatus string
+	// VMIPhase is the VirtualMachineInstance's phase; empty when there is no VMI.
+	VMIPhase string
+	// Running is true when the VMI is in phase Running.
+	Running   bool
+	Addresses Addresses
+}
+
+// deletionRetry is how soon to look again at objects that are being deleted.
+const deletionRetry = 5 * time.Second
+
+// ProviderIDPrefix starts every providerID this provider writes.
+const ProviderIDPrefix = "harvester://"
+
+// remoteMachines implements Machines on a controller-runtime client for the Harvester cluster.
+type remoteMachines struct {
+	c client.Client
+}
+
+// NewMachines returns Machines working through c, a client for the Harvester cluster whose scheme
+// knows core/v1 and kubevirt.io/v1.
+func NewMachines(c client.Client) Machines { return &remoteMachines{c: c} }
+
+func (m *remoteMachines) Ensure(ctx context.Context, spec *MachineSpec) (Observation, error) {
+	vm, err := m.getOwnedVM(ctx, spec.Ref())
+	if err != nil {
+		return Observation{}, err
+	}
+	secret, err := m.ensureCloudInitSecret(ctx, spec)
+	if err != nil {
+		return Observation{}, err
+	}
+	created := false
+	if vm == nil {
+		if err := m.ensureDisks(ctx, spec); err != nil {
+			return Observation{}, err
+		}
+		if vm, err = m.createVM(ctx, spec); err != nil {
+			return Observation{}, err
+		}
+		created = true
+	}
+	// The Secret's owner is the VM, so that Harvester collects it with the VM; the VM's UID
+	// exists only now, which is why this comes last and is repeated until it has happened.
+	if err := m.ensureSecretOwnedByVM(ctx, secret, vm); err != nil {
+		return Observation{}, err
+	}
+	obs, err := m.observeVM(ctx, vm)
+	obs.VMCreated = created
+	return obs, err
+}
+
+func (m *remoteMachines) Observe(ctx context.Context, ref MachineRef) (Observation, error) {
+	vm, err := m.getOwnedVM(ctx, ref)
+	if err != nil || vm == nil {
+		if _, conflict := AsPermanent(err); conflict {
+			// A foreign VM took the name: ours is gone.
+			return Observation{}, nil
+		}
+		return Observation{}, err
+	}
+	return m.observeVM(ctx, vm)
+}
+
+// getOwnedVM returns our VM, nil if none exists, or a NameConflict error if a VM that is not
+// ours has the name. A VM of the published provider is adopted (see adoptable).
+func (m *remoteMachines) getOwnedVM(ctx context.Context, ref MachineRef) (*kubevirtv1.VirtualMachine, error) {
+	vm := &kubevirtv1.VirtualMachine{}
+	key := client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}
+	if err := m.c.Get(ctx, key, vm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, classify(err, "get "+describe("VirtualMachine", ref.Namespace, ref.Name))
+	}
+	switch {
+	case isOwnedBy(vm.Labels, ref.Owner):
+		return vm, nil
+	case adoptable(vm, ref.Owner):
+		return m.adopt(ctx, vm, ref.Owner)
+	default:
+		return nil, nameConflict("VirtualMachine", vm, ref.Owner)
+	}
+}
+
+// adoptable recognises a VM created by the published provider for this MachineRequest: it carries
+// the published managed-by label and its UID is the MachineRequest's bare providerID.
+func adoptable(vm *kubevirtv1.VirtualMachine, o Owner) bool {
+	return vm.Labels[LabelMachineRequestUID] == "" && vm.Labels[LabelManagedBy] == ManagedByValue &&
+		o.LegacyProviderID != "" && strings.TrimPrefix(o.LegacyProviderID, ProviderIDPrefix) == string(vm.UID)
+}
+
+func (m *remoteMachines) adopt(ctx context.Context, vm *kubevirtv1.VirtualMachine, o Owner) (*kubevirtv1.VirtualMachine, error) {
+	patch := client.MergeFromWithOptions(vm.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	vm.Labels = mergeMaps(vm.Labels, ownerLabels(o, vm.Labels[LabelRole]))
+	vm.Annotations = mergeMaps(vm.Annotations, ownerAnnotations(o))
+	if err := m.c.Patch(ctx, vm, patch); err != nil {
+		return nil, classify(err, "label "+describe("VirtualMachine", vm.Namespace, vm.Name)+" as ours")
+	}
+	return vm, nil
+}
+
+func nameConflict(kind string, obj client.Object, o Owner) error {
+	return Permanent(v1alpha1.ReasonNameConflict,
+		"%s exists on Harvester but was not created for MachineRequest %s/%s: it is left untouched; choose another spec.machineName or delete that %s",
+		describe(kind, obj.GetNamespace(), obj.GetName()), o.Namespace, o.Name, kind)
+}
+
+// ensureCloudInitSecret creates the Secret, or brings our existing one up to date.
+func (m *remoteMachines) ensureCloudInitSecret(ctx context.Context, spec *MachineSpec) (*corev1.Secret, error) {
+	want := BuildCloudInitSecret(spec)
+	what := describe("Secret", want.Namespace, want.Name)
+	have := &corev1.Secret{}
+	err := m.c.Get(ctx, client.ObjectKeyFromObject(want), have)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := m.c.Create(ctx, want); err != nil {
+			if apierrors.IsAlreadyExists(err) {
+				return nil, fmt.Errorf("create %s: created concurrently, will look again", what)
+			}
+			return nil, classify(err, "create "+what)
+		}
+		return want, nil
+	case err != nil:
+		return nil, classify(err, "get "+what)
+	case !isOwnedBy(have.Labels, spec.Owner):
+		return nil, nameConflict("Secret", have, spec.Owner)
+	case maps.EqualFunc(have.Data, want.Data, bytes.Equal):
+		return have, nil
+	}
+	patch := client.MergeFromWithOptions(have.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	have.Data = want.Data
+	if err := m.c.Patch(ctx, have, patch); err != nil {
+		return nil, classify(err, "update "+what)
+	}
+	return have, nil
+}
+
+func (m *remoteMachines) ensureSecretOwnedByVM(ctx context.Context, secret *corev1.Secret, vm *kubevirtv1.VirtualMachine) error {
+	for _, ref := range secret.OwnerReferences {
+		if ref.UID == vm.UID {
+			return nil
+		}
+	}
+	patch := client.MergeFromWithOptions(secret.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	secret.OwnerReferences = append(secret.OwnerReferences, metav1.OwnerReference{
+		APIVersion: kubevirtv1.SchemeGroupVersion.String(),
+		Kind:       "VirtualMachine",
+		Name:       vm.Name,
+		UID:        vm.UID,
+	})
+	if err := m.c.Patch(ctx, secret, patch); err != nil {
+		return classify(err, "set the owner of "+describe("Secret", secret.Namespace, secret.Name))
+	}
+	return nil
+}
+
+// ensureDisks checks the image and creates the PVCs that do not exist yet. An existing PVC of ours
+// (from an interrupted earlier attempt) is reused as it is.
+func (m *remoteMachines) ensureDisks(ctx context.Context, spec *MachineSpec) error {
+	image, err := getImage(ctx, m.c, spec.Image)
+	if err != nil {
+		return err
+	}
+	if err := checkImageUsable(image, spec.DiskGB); err != nil {
+		return err
+	}
+	claims := []*corev1.PersistentVolumeClaim{BuildRootDiskClaim(spec, image)}
+	for i := range spec.ExtraDisks {
+		claims = append(claims, BuildExtraDiskClaim(spec, i))
+	}
+	for _, want := range claims {
+		if err := m.ensureClaim(ctx, want, spec.Owner); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (m *remoteMachines) ensureClaim(ctx context.Context, want *corev1.PersistentVolumeClaim, o Owner) error {
+	what := describe("PersistentVolumeClaim", want.Namespace, want.Name)
+	have := &corev1.PersistentVolumeClaim{}
+	err := m.c.Get(ctx, client.ObjectKeyFromObject(want), have)
+	switch {
+	case apierrors.IsNotFound(err):
+		if err := m.c.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
+			return classify(err, "create "+what)
+		}
+		return nil
+	case err != nil:
+		return classify(err, "get "+what)
+	case !isOwnedBy(have.Labels, o):
+		return nameConflict("PersistentVolumeClaim", have, o)
+	case have.DeletionTimestamp != nil:
+		return Waiting(v1alpha1.ReasonVMCreating, deletionRetry,
+			"%s from an earlier attempt is still being deleted; waiting until it is gone", what)
+	}
+	return nil
+}
+
+func (m *remoteMachines) createVM(ctx context.Context, spec *MachineSpec) (*kubevirtv1.VirtualMachine, error) {
+	vm := BuildVirtualMachine(spec)
+	what := describe("VirtualMachine", vm.Namespace, vm.Name)
+	if err := m.c.Create(ctx, vm); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			// Created since we looked: decide ownership on the next pass.
+			return nil, fmt.Errorf("create %s: it appeared concurrently, will look again", what)
+		}
+		if apierrors.IsInvalid(err) {
+			return nil, Permanent(v1alpha1.ReasonInvalidSpec, "Harvester rejected %s: %s", what, apierrors.ReasonForError(err))
+		}
+		return nil, classify(err, "create "+what)
+	}
+	return vm, nil
+}
+
+func (m *remoteMachines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMachine) (Observation, error) {
+	obs := Observation{
+		VMExists:        true,
+		ProviderID:      ProviderIDPrefix + string(vm.UID),
+		PrintableStatus: string(vm.Status.PrintableStatus),
+	}
+	vmi := &kubevirtv1.VirtualMachineInstance{}
+	if err := m.c.Get(ctx, client.ObjectKeyFromObject(vm), vmi); err != nil {
+		if apierrors.IsNotFound(err) {
+			return obs, nil
+		}
+		return obs, classify(err, "get "+describe("VirtualMachineInstance", vm.Namespace, vm.Name))
+	}
+	obs.VMIPhase = string(vmi.Status.Phase)
+	obs.Running = vmi.Status.Phase == kubevirtv1.Running
+	obs.Addresses = SelectAddresses(vmi.Status.Interfaces)
+	return obs, nil
+}
+
+func (m *remoteMachines) Delete(ctx context.Context, ref MachineRef) (bool, string, error) {
+	var remaining []string
+	vm, err := m.getOwnedVM(ctx, ref)
+	if _, conflict := AsPermanent(err); conflict {
+		vm, err = nil, nil // not ours: never touched
+	}
+	if err != nil {
+		return false, "", err
+	}
+	claimNames, err := m.ownedClaimNames(ctx, ref, vm)
+	if err != nil {
+		return false, "", err
+	}
+	if vm != nil {
+		remaining = append(remaining, describe("VirtualMachine", vm.Namespace, vm.Name))
+		if err := m.deleteVM(ctx, vm, claimNames); err != nil {
+			return false, "", err
+		}
+	}
+	for _, name := range claimNames {
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: name}}
+		gone, err := m.deleteIfOurs(ctx, "PersistentVolumeClaim", pvc, ref.Owner, vm)
+		if err != nil {
+			return false, "", err
+		}
+		if !gone {
+			remaining = append(remaining, describe("PersistentVolumeClaim", ref.Namespace, name))
+		}
+	}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: cloudInitSecretName(ref.Name)}}
+	gone, err := m.deleteIfOurs(ctx, "Secret", secret, ref.Owner, vm)
+	if err != nil {
+		return false, "", err
+	}
+	if !gone {
+		remaining = append(remaining, describe("Secret", ref.Namespace, secret.Name))
+	}
+	return len(remaining) == 0, strings.Join(remaining, ", "), nil
+}
+
+// ownedClaimNames lists our PVCs: those labelled for this MachineRequest, plus those an adopted
+// VM of the published provider mounts (they carry no labels of ours).
+func (m *remoteMachines) ownedClaimNames(ctx context.Context, ref MachineRef, vm *kubevirtv1.VirtualMachine) ([]string, error) {
+	list := &corev1.PersistentVolumeClaimList{}
+	if err := m.c.List(ctx, list, client.InNamespace(ref.Namespace),
+		client.MatchingLabels{LabelMachineRequestUID: string(ref.Owner.UID)}); err != nil {
+		return nil, classify(err, "list PersistentVolumeClaims in namespace "+ref.Namespace)
+	}
+	names := map[string]bool{}
+	for _, pvc := range list.Items {
+		names[pvc.Name] = true
+	}
+	if vm != nil && vm.Spec.Template != nil {
+		for _, v := range vm.Spec.Template.Spec.Volumes {
+			if v.PersistentVolumeClaim != nil {
+				names[v.PersistentVolumeClaim.ClaimName] = true
+			}
+		}
+	}
+	out := slices.Collect(maps.Keys(names))
+	sort.Strings(out)
+	return out, nil
+}
+
+// deleteVM asks Harvester to remove the VM's disks with it, then deletes the VM (only this UID).
+func (m *remoteMachines) deleteVM(ctx context.Context, vm *kubevirtv1.VirtualMachine, claimNames []string) error {
+	what := describe("VirtualMachine", vm.Namespace, vm.Name)
+	if vm.DeletionTimestamp != nil {
+		return nil
+	}
+	if want := strings.Join(claimNames, ","); vm.Annotations[AnnotationRemovedPVCs] != want {
+		patch := client.MergeFromWithOptions(vm.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		vm.Annotations = mergeMaps(vm.Annotations, map[string]string{AnnotationRemovedPVCs: want})
+		if err := m.c.Patch(ctx, vm, patch); err != nil {
+			return ignoreNotFound(classify(err, "annotate "+what))
+		}
+	}
+	err := m.c.Delete(ctx, vm, client.Preconditions{UID: ptr.To(vm.UID)}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	return ignoreNotFound(classify(err, "delete "+what))
+}
+
+// deleteIfOurs deletes obj if it exists and is ours; it reports gone=true when nothing of ours
+// is left under that name. Objects mounted by an adopted VM count as ours.
+func (m *remoteMachines) deleteIfOurs(ctx context.Context, kind string, obj client.Object, o Owner, adopted *kubevirtv1.VirtualMachine) (bool, error) {
+	what := describe(kind, obj.GetNamespace(), obj.GetName())
+	if err := m.c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, classify(err, "get "+what)
+	}
+	if !isOwnedBy(obj.GetLabels(), o) && !mountedBy(obj, adopted) {
+		return true, nil
+	}
+	if obj.GetDeletionTimestamp() != nil {
+		return false, nil
+	}
+	uid := obj.GetUID()
+	if err := m.c.Delete(ctx, obj, client.Preconditions{UID: &uid}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, classify(err, "delete "+what)
+	}
+	return false, nil
+}
+
+func mountedBy(obj client.Object, vm *kubevirtv1.VirtualMachine) bool {
+	if _, isClaim := obj.(*corev1.PersistentVolumeClaim); !isClaim || vm == nil || vm.Spec.Template == nil {
+		return false
+	}
+	for _, v := range vm.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == obj.GetName() {
+			return true
+		}
+	}
+	return false
+}
+
+func ignoreNotFound(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
