@@ -209,4 +209,6 @@ func claimVolume(name, claim string) kubevirtv1.Volume {
 }
 
 // describe names an object for messages: "<kind> <namespace>/<name>".
-func describe(kind, namespace, name string) string { return fmt.Sprintf("%s %s/%s", kind, namespace, name) }
+func describe(kind, namespace, name string) string {
+	return fmt.Sprintf("%s %s/%s", kind, namespace, name)
+}

@@ -71,8 +71,8 @@ func (s *MachineSpec) Ref() MachineRef {
 }
 
 // Names of the objects derived from a machine name.
-func cloudInitSecretName(machine string) string { return machine + "-cloudinit" }
-func diskName(i int) string                     { return fmt.Sprintf("disk-%d", i) }
+func cloudInitSecretName(machine string) string  { return machine + "-cloudinit" }
+func diskName(i int) string                      { return fmt.Sprintf("disk-%d", i) }
 func diskClaimName(machine string, i int) string { return fmt.Sprintf("%s-%s", machine, diskName(i)) }
 
 // NICName is the name of the VM's one network interface; its VMI status entry carries the IP.

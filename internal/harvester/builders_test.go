@@ -1,0 +1,178 @@
+package harvester
+
+import (
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+func testSpec() *MachineSpec {
+	return &MachineSpec{
+		Owner:     Owner{Namespace: "butler-system", Name: "cp-0", UID: "uid-1"},
+		Namespace: "vms", Name: "cluster-cp-0", Role: "control-plane",
+		CPU: 4, MemoryMB: 8192, DiskGB: 50,
+		Image:    ObjectRef{Namespace: "default", Name: "talos"},
+		Network:  ObjectRef{Namespace: "default", Name: "vlan40"},
+		UserData: "#cloud-config\n", Labels: map[string]string{"team": "platform", LabelRole: "spoofed"},
+	}
+}
+
+func TestBuildVirtualMachine(t *testing.T) {
+	for name, tc := range map[string]struct {
+		mutate func(*MachineSpec)
+		check  func(*testing.T, *kubevirtv1.VirtualMachine)
+	}{
+		"shape Harvester accepts": {nil, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			if vm.Namespace != "vms" || vm.Name != "cluster-cp-0" || *vm.Spec.RunStrategy != kubevirtv1.RunStrategyAlways {
+				t.Fatalf("meta/runStrategy: %s/%s %v", vm.Namespace, vm.Name, vm.Spec.RunStrategy)
+			}
+			d := vm.Spec.Template.Spec.Domain
+			if d.CPU.Cores != 4 || d.CPU.Sockets != 1 || d.CPU.Threads != 1 {
+				t.Fatalf("cpu %+v", d.CPU)
+			}
+			if got := d.Resources.Limits[corev1.ResourceMemory]; got.Value() != 8192<<20 {
+				t.Fatalf("memory limit %s", got.String())
+			}
+			if len(d.Resources.Requests) != 0 {
+				t.Fatalf("requests set: %v (Harvester computes them)", d.Resources.Requests)
+			}
+			if d.Devices.Disks[0].Name != "disk-0" || *d.Devices.Disks[0].BootOrder != 1 || d.Devices.Disks[0].Disk.Bus != "virtio" {
+				t.Fatalf("root disk %+v", d.Devices.Disks[0])
+			}
+			nic := d.Devices.Interfaces[0]
+			if nic.Name != NICName || nic.Bridge == nil || nic.Model != "virtio" {
+				t.Fatalf("nic %+v", nic)
+			}
+			if n := vm.Spec.Template.Spec.Networks[0]; n.Name != NICName || n.Multus.NetworkName != "default/vlan40" {
+				t.Fatalf("network %+v", n)
+			}
+			if vm.Labels[LabelHarvesterCreator] != ManagedByValue || vm.Spec.Template.ObjectMeta.Labels[LabelHarvesterVMName] != "cluster-cp-0" {
+				t.Fatalf("labels %v / %v", vm.Labels, vm.Spec.Template.ObjectMeta.Labels)
+			}
+			if aa := vm.Spec.Template.Spec.Affinity.PodAntiAffinity; aa == nil || len(aa.PreferredDuringSchedulingIgnoredDuringExecution) != 1 {
+				t.Fatal("no soft anti-affinity")
+			}
+		}},
+		"ownership labels win over user labels": {nil, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			if vm.Labels["team"] != "platform" || vm.Labels[LabelRole] != "control-plane" || vm.Labels[LabelMachineRequestUID] != "uid-1" {
+				t.Fatalf("labels %v", vm.Labels)
+			}
+		}},
+		"cloud-init from a Secret, never inline": {nil, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			ci := cloudInit(t, vm)
+			if ci.UserData != "" || ci.UserDataBase64 != "" || ci.UserDataSecretRef.Name != "cluster-cp-0-cloudinit" {
+				t.Fatalf("cloud-init %+v", ci)
+			}
+			if ci.NetworkDataSecretRef != nil {
+				t.Fatal("networkData secret referenced without networkData")
+			}
+		}},
+		"networkData referenced when set": {func(s *MachineSpec) { s.NetworkData = "version: 2" }, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			if ci := cloudInit(t, vm); ci.NetworkDataSecretRef == nil || ci.NetworkDataSecretRef.Name != "cluster-cp-0-cloudinit" || ci.NetworkData != "" {
+				t.Fatalf("cloud-init %+v", ci)
+			}
+		}},
+		"extra disks after the root disk": {func(s *MachineSpec) { s.ExtraDisks = []DiskSpec{{SizeGB: 10}, {SizeGB: 20}} }, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			var names []string
+			for _, v := range vm.Spec.Template.Spec.Volumes {
+				if v.PersistentVolumeClaim != nil {
+					names = append(names, v.PersistentVolumeClaim.ClaimName)
+				}
+			}
+			if strings.Join(names, ",") != "cluster-cp-0-disk-0,cluster-cp-0-disk-1,cluster-cp-0-disk-2" {
+				t.Fatalf("claims %v", names)
+			}
+			if d := vm.Spec.Template.Spec.Domain.Devices.Disks; len(d) != 4 || d[1].BootOrder != nil {
+				t.Fatalf("disks %+v", d)
+			}
+		}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := testSpec()
+			if tc.mutate != nil {
+				tc.mutate(s)
+			}
+			tc.check(t, BuildVirtualMachine(s))
+		})
+	}
+}
+
+func cloudInit(t *testing.T, vm *kubevirtv1.VirtualMachine) *kubevirtv1.CloudInitNoCloudSource {
+	t.Helper()
+	for _, v := range vm.Spec.Template.Spec.Volumes {
+		if v.CloudInitNoCloud != nil {
+			return v.CloudInitNoCloud
+		}
+	}
+	t.Fatal("no cloudInitNoCloud volume")
+	return nil
+}
+
+func TestBuildRootDiskClaim(t *testing.T) {
+	for name, tc := range map[string]struct {
+		image  ImageInfo
+		wantSC string
+	}{
+		"storage class from the image's status": {ImageInfo{Ref: ObjectRef{"default", "talos"}, StorageClassName: "longhorn-image-abcde"}, "longhorn-image-abcde"},
+		"fallback when status has none":         {ImageInfo{Ref: ObjectRef{"default", "talos"}}, "longhorn-talos"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			pvc := BuildRootDiskClaim(testSpec(), tc.image)
+			if pvc.Name != "cluster-cp-0-disk-0" || pvc.Annotations[AnnotationImageID] != "default/talos" {
+				t.Fatalf("pvc %s annotations %v", pvc.Name, pvc.Annotations)
+			}
+			if *pvc.Spec.StorageClassName != tc.wantSC || pvc.Spec.AccessModes[0] != corev1.ReadWriteMany || *pvc.Spec.VolumeMode != corev1.PersistentVolumeBlock {
+				t.Fatalf("spec %+v", pvc.Spec)
+			}
+			if got := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; got.String() != "50Gi" {
+				t.Fatalf("size %s", got.String())
+			}
+			if pvc.Labels[LabelMachineRequestUID] != "uid-1" {
+				t.Fatalf("labels %v", pvc.Labels)
+			}
+		})
+	}
+}
+
+func TestBuildExtraDiskClaim(t *testing.T) {
+	s := testSpec()
+	s.DefaultStorageClass = "longhorn"
+	s.ExtraDisks = []DiskSpec{{SizeGB: 10}, {SizeGB: 20, StorageClass: "fast"}}
+	for i, want := range []string{"longhorn", "fast"} {
+		pvc := BuildExtraDiskClaim(s, i)
+		if *pvc.Spec.StorageClassName != want || pvc.Annotations[AnnotationImageID] != "" {
+			t.Fatalf("disk %d: %+v %v", i, pvc.Spec, pvc.Annotations)
+		}
+	}
+	s.DefaultStorageClass = ""
+	if pvc := BuildExtraDiskClaim(s, 0); pvc.Spec.StorageClassName != nil {
+		t.Fatal("storage class set although none was given: the cluster default should apply")
+	}
+}
+
+func TestBuildCloudInitSecret(t *testing.T) {
+	s := testSpec()
+	s.UserData = strings.Repeat("x", 100*1024)
+	sec := BuildCloudInitSecret(s)
+	if sec.Name != "cluster-cp-0-cloudinit" || len(sec.Data[userDataKey]) != 100*1024 {
+		t.Fatalf("secret %s with %d bytes of userdata", sec.Name, len(sec.Data[userDataKey]))
+	}
+	if _, ok := sec.Data[networkDataKey]; ok {
+		t.Fatal("networkdata key without networkData")
+	}
+}
+
+func TestLabelSafe(t *testing.T) {
+	long := strings.Repeat("a", 100)
+	for in, wantSame := range map[string]bool{"cp-0": true, long: false, "a.b_c": true} {
+		got := labelSafe(in)
+		if (got == in) != wantSame || len(got) > 63 {
+			t.Fatalf("labelSafe(%q) = %q", in, got)
+		}
+	}
+	if labelSafe(long) != labelSafe(long) || labelSafe(long) == labelSafe(long+"b") {
+		t.Fatal("labelSafe is not stable and distinct")
+	}
+}
