@@ -1,0 +1,416 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+)
+
+const timeout = 30 * time.Second
+
+// world is one test's corner of both clusters: a management namespace with a credentials Secret
+// and a ProviderConfig, and a Harvester namespace with an imported image.
+type world struct {
+	t         *testing.T
+	ctx       context.Context
+	ns, hvNs  string
+	pc        *v1alpha1.ProviderConfig
+	imageName string
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	suffix := rand.String(5)
+	w := &world{t: t, ctx: context.Background(), ns: "mgmt-" + suffix, hvNs: "vms-" + suffix, imageName: "talos"}
+	createNamespace(t, mgmt, w.ns)
+	createNamespace(t, hv, w.hvNs)
+	w.must(mgmt.Create(w.ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "harvester-kubeconfig", Namespace: w.ns},
+		Data:       map[string][]byte{"kubeconfig": harvesterConfig},
+	}))
+	w.pc = &v1alpha1.ProviderConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: "harvester", Namespace: w.ns},
+		Spec: v1alpha1.ProviderConfigSpec{
+			Provider:       v1alpha1.ProviderTypeHarvester,
+			CredentialsRef: &v1alpha1.SecretReference{Name: "harvester-kubeconfig"},
+			Harvester: &v1alpha1.HarvesterProviderConfig{
+				Namespace: w.hvNs, NetworkName: w.hvNs + "/vlan40", ImageName: w.hvNs + "/" + w.imageName,
+			},
+		},
+	}
+	w.must(mgmt.Create(w.ctx, w.pc))
+	_, err := newImage(w.ctx, hv, w.hvNs, w.imageName, true)
+	w.must(err)
+	return w
+}
+
+func (w *world) must(err error) {
+	w.t.Helper()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *world) machineRequest(name string) *v1alpha1.MachineRequest {
+	return &v1alpha1.MachineRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.ns},
+		Spec: v1alpha1.MachineRequestSpec{
+			ProviderRef: v1alpha1.ProviderReference{Name: w.pc.Name},
+			MachineName: name, Role: v1alpha1.MachineRoleControlPlane,
+			CPU: 2, MemoryMB: 4096, DiskGB: 20, UserData: "#cloud-config\nhostname: " + name + "\n",
+		},
+	}
+}
+
+func (w *world) get(mr *v1alpha1.MachineRequest) *v1alpha1.MachineRequest {
+	w.t.Helper()
+	out := &v1alpha1.MachineRequest{}
+	w.must(mgmt.Get(w.ctx, client.ObjectKeyFromObject(mr), out))
+	return out
+}
+
+func (w *world) waitPhase(mr *v1alpha1.MachineRequest, phase v1alpha1.MachinePhase) *v1alpha1.MachineRequest {
+	w.t.Helper()
+	var got *v1alpha1.MachineRequest
+	eventually(w.t, timeout, func() error {
+		got = &v1alpha1.MachineRequest{}
+		if err := mgmt.Get(w.ctx, client.ObjectKeyFromObject(mr), got); err != nil {
+			return err
+		}
+		if got.Status.Phase != phase {
+			return fmt.Errorf("MachineRequest %s is %q (%s %s), want %s", mr.Name, got.Status.Phase, got.Status.FailureReason, got.Status.FailureMessage, phase)
+		}
+		return nil
+	})
+	return got
+}
+
+func (w *world) waitGone(obj client.Object, c client.Client) {
+	w.t.Helper()
+	eventually(w.t, timeout, func() error {
+		err := c.Get(w.ctx, client.ObjectKeyFromObject(obj), obj)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("%T %s still exists (err %v)", obj, obj.GetName(), err)
+	})
+}
+
+// harvesterObjects counts what exists in the test's Harvester namespace.
+func (w *world) harvesterObjects() (vms, pvcs, secrets int) {
+	w.t.Helper()
+	vmList := &kubevirtv1.VirtualMachineList{}
+	pvcList := &corev1.PersistentVolumeClaimList{}
+	secretList := &corev1.SecretList{}
+	w.must(hv.List(w.ctx, vmList, client.InNamespace(w.hvNs)))
+	w.must(hv.List(w.ctx, pvcList, client.InNamespace(w.hvNs)))
+	w.must(hv.List(w.ctx, secretList, client.InNamespace(w.hvNs)))
+	return len(vmList.Items), len(pvcList.Items), len(secretList.Items)
+}
+
+func (w *world) waitEvent(mr *v1alpha1.MachineRequest, eventType, reason string) *eventsv1.Event {
+	w.t.Helper()
+	var found *eventsv1.Event
+	eventually(w.t, timeout, func() error {
+		list := &eventsv1.EventList{}
+		if err := mgmt.List(w.ctx, list, client.InNamespace(w.ns)); err != nil {
+			return err
+		}
+		for i, e := range list.Items {
+			if e.Regarding.Name == mr.Name && e.Type == eventType && e.Reason == reason {
+				found = &list.Items[i]
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s event %s for %s", eventType, reason, mr.Name)
+	})
+	return found
+}
+
+func (w *world) deleteAndWait(mr *v1alpha1.MachineRequest) {
+	w.t.Helper()
+	w.must(client.IgnoreNotFound(mgmt.Delete(w.ctx, mr)))
+	w.waitGone(&v1alpha1.MachineRequest{ObjectMeta: mr.ObjectMeta}, mgmt)
+}
+
+// The full lifecycle: Pending -> Creating -> Running with the IP the VMI reports, every object on
+// Harvester in the shape expected, then deletion that leaves nothing behind.
+func TestLifecycle(t *testing.T) {
+	w := newWorld(t)
+	mr := w.machineRequest("cp-0")
+	w.must(mgmt.Create(w.ctx, mr))
+
+	got := w.waitPhase(mr, v1alpha1.MachinePhaseRunning)
+	if !strings.HasPrefix(got.Status.IPAddress, "10.40.0.") || got.Status.MACAddress != "52:54:00:00:00:01" ||
+		len(got.Status.IPAddresses) != 2 || !strings.HasPrefix(got.Status.ProviderID, "harvester://") {
+		t.Fatalf("status = %+v", got.Status)
+	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
+		t.Fatalf("Ready = %+v", c)
+	}
+	if !controllerutilContains(got.Finalizers, v1alpha1.MachineRequestFinalizer) {
+		t.Fatal("no finalizer")
+	}
+	vm := &kubevirtv1.VirtualMachine{}
+	w.must(hv.Get(w.ctx, client.ObjectKey{Namespace: w.hvNs, Name: "cp-0"}, vm))
+	if "harvester://"+string(vm.UID) != got.Status.ProviderID || vm.Labels[harvester.LabelMachineRequestUID] != string(got.UID) {
+		t.Fatalf("VM uid %s labels %v vs providerID %s", vm.UID, vm.Labels, got.Status.ProviderID)
+	}
+	secret := &corev1.Secret{}
+	w.must(hv.Get(w.ctx, client.ObjectKey{Namespace: w.hvNs, Name: "cp-0-cloudinit"}, secret))
+	if len(secret.OwnerReferences) != 1 || secret.OwnerReferences[0].UID != vm.UID {
+		t.Fatalf("cloud-init Secret owners %+v", secret.OwnerReferences)
+	}
+	pvc := &corev1.PersistentVolumeClaim{}
+	w.must(hv.Get(w.ctx, client.ObjectKey{Namespace: w.hvNs, Name: "cp-0-disk-0"}, pvc))
+	if pvc.Annotations[harvester.AnnotationImageID] != w.hvNs+"/talos" || *pvc.Spec.StorageClassName != "longhorn-talos" {
+		t.Fatalf("root PVC %v %v", pvc.Annotations, pvc.Spec.StorageClassName)
+	}
+	w.waitEvent(mr, corev1.EventTypeNormal, "Created")
+	w.waitEvent(mr, corev1.EventTypeNormal, "Running")
+
+	w.deleteAndWait(mr)
+	if vms, pvcs, secrets := w.harvesterObjects(); vms+pvcs+secrets != 0 {
+		t.Fatalf("left on Harvester: %d VMs, %d PVCs, %d Secrets", vms, pvcs, secrets)
+	}
+}
+
+func controllerutilContains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// A same-named VM without our labels is neither adopted nor changed nor deleted.
+func TestForeignVMNeitherAdoptedNorDeleted(t *testing.T) {
+	w := newWorld(t)
+	foreign := &kubevirtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Namespace: w.hvNs, Labels: map[string]string{"owner": "someone-else"}},
+		Spec:       kubevirtv1.VirtualMachineSpec{RunStrategy: ptrTo(kubevirtv1.RunStrategyHalted), Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{}},
+	}
+	foreign.Annotations = map[string]string{"test.butler/no-ip": "true"}
+	w.must(hv.Create(w.ctx, foreign))
+	mr := w.machineRequest("cp-0")
+	w.must(mgmt.Create(w.ctx, mr))
+
+	got := w.waitPhase(mr, v1alpha1.MachinePhaseFailed)
+	if got.Status.FailureReason != v1alpha1.ReasonNameConflict || !strings.Contains(got.Status.FailureMessage, "VirtualMachine "+w.hvNs+"/cp-0") {
+		t.Fatalf("failure %s: %s", got.Status.FailureReason, got.Status.FailureMessage)
+	}
+	w.waitEvent(mr, corev1.EventTypeWarning, v1alpha1.ReasonNameConflict)
+	w.deleteAndWait(mr)
+
+	after := &kubevirtv1.VirtualMachine{}
+	w.must(hv.Get(w.ctx, client.ObjectKeyFromObject(foreign), after))
+	if after.ResourceVersion != foreign.ResourceVersion {
+		t.Fatalf("foreign VM was changed: %v", after.Labels)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// 100 KB of userData reaches the VM through the cloud-init Secret; inline data that large is
+// rejected by the stand-in's admission policy, as KubeVirt rejects it.
+func TestLargeUserDataThroughSecret(t *testing.T) {
+	w := newWorld(t)
+	inline := &kubevirtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: "inline", Namespace: w.hvNs},
+		Spec: kubevirtv1.VirtualMachineSpec{Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{
+			Volumes: []kubevirtv1.Volume{{Name: "ci", VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{UserData: strings.Repeat("x", 2049)}}}},
+		}}},
+	}
+	if err := hv.Create(w.ctx, inline); err == nil || !strings.Contains(err.Error(), "2048") {
+		t.Fatalf("inline userData of 2049 bytes was not rejected: %v", err)
+	}
+
+	mr := w.machineRequest("talos-0")
+	mr.Spec.UserData = "version: v1alpha1\n" + strings.Repeat("# padding of a Talos machine config\n", 100*1024/36)
+	w.must(mgmt.Create(w.ctx, mr))
+	w.waitPhase(mr, v1alpha1.MachinePhaseRunning)
+
+	secret := &corev1.Secret{}
+	w.must(hv.Get(w.ctx, client.ObjectKey{Namespace: w.hvNs, Name: "talos-0-cloudinit"}, secret))
+	if string(secret.Data["userdata"]) != mr.Spec.UserData || len(mr.Spec.UserData) < 100*1000 {
+		t.Fatalf("cloud-init Secret holds %d bytes, want the %d bytes of userData", len(secret.Data["userdata"]), len(mr.Spec.UserData))
+	}
+	w.deleteAndWait(mr)
+}
+
+// A MachineRequest whose ProviderConfig is missing may be another provider's: it is not touched.
+func TestMissingProviderConfigLeftUntouched(t *testing.T) {
+	w := newWorld(t)
+	mr := w.machineRequest("other-0")
+	mr.Spec.ProviderRef.Name = "nutanix-config-that-does-not-exist"
+	w.must(mgmt.Create(w.ctx, mr))
+	created := w.get(mr)
+	consistently(t, 3*time.Second, func() error {
+		got := w.get(mr)
+		if got.ResourceVersion != created.ResourceVersion || len(got.Finalizers) != 0 || got.Status.Phase != "" {
+			return fmt.Errorf("MachineRequest of an unknown provider was written to: %+v %+v", got.Finalizers, got.Status)
+		}
+		return nil
+	})
+	if vms, _, _ := w.harvesterObjects(); vms != 0 {
+		t.Fatalf("%d VMs created", vms)
+	}
+	w.deleteAndWait(mr)
+}
+
+// A Running machine whose VM is deleted out of band becomes Failed VMDeleted with Ready=False.
+func TestVMDeletedOutOfBand(t *testing.T) {
+	w := newWorld(t)
+	mr := w.machineRequest("cp-1")
+	w.must(mgmt.Create(w.ctx, mr))
+	w.waitPhase(mr, v1alpha1.MachinePhaseRunning)
+
+	w.must(hv.Delete(w.ctx, &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "cp-1", Namespace: w.hvNs}}))
+	got := w.waitPhase(mr, v1alpha1.MachinePhaseFailed)
+	if got.Status.FailureReason != v1alpha1.ReasonVMDeleted {
+		t.Fatalf("failureReason %q", got.Status.FailureReason)
+	}
+	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonVMDeleted {
+		t.Fatalf("Ready = %+v", c)
+	}
+	w.waitEvent(mr, corev1.EventTypeWarning, v1alpha1.ReasonVMDeleted)
+	w.deleteAndWait(mr)
+	if vms, pvcs, secrets := w.harvesterObjects(); vms+pvcs+secrets != 0 {
+		t.Fatalf("left on Harvester: %d VMs, %d PVCs, %d Secrets", vms, pvcs, secrets)
+	}
+}
+
+// A PVC left over from an earlier attempt of the same MachineRequest is reused: no
+// create/delete loop, one PVC, one VM.
+func TestLeftoverPVCReused(t *testing.T) {
+	w := newWorld(t)
+	img, err := newImage(w.ctx, hv, w.hvNs, "talos-importing", false)
+	w.must(err)
+	mr := w.machineRequest("cp-2")
+	mr.Spec.Image = w.hvNs + "/talos-importing"
+	w.must(mgmt.Create(w.ctx, mr))
+	eventually(t, timeout, func() error {
+		c := meta.FindStatusCondition(w.get(mr).Status.Conditions, v1alpha1.ConditionProgressing)
+		if c == nil || c.Reason != v1alpha1.ReasonImageNotReady {
+			return fmt.Errorf("Progressing = %+v, want ImageNotReady", c)
+		}
+		return nil
+	})
+	// The earlier attempt's PVC: ours (labelled for this MachineRequest), created before the VM.
+	uid := w.get(mr).UID
+	leftover := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: "cp-2-disk-0", Namespace: w.hvNs, Labels: map[string]string{harvester.LabelMachineRequestUID: string(uid)}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resourceQuantity("20Gi")}},
+		},
+	}
+	w.must(hv.Create(w.ctx, leftover))
+	w.must(setImported(w.ctx, hv, img, true))
+
+	w.waitPhase(mr, v1alpha1.MachinePhaseRunning)
+	vm := &kubevirtv1.VirtualMachine{}
+	w.must(hv.Get(w.ctx, client.ObjectKey{Namespace: w.hvNs, Name: "cp-2"}, vm))
+	consistently(t, 2*time.Second, func() error {
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := hv.Get(w.ctx, client.ObjectKeyFromObject(leftover), pvc); err != nil || pvc.UID != leftover.UID {
+			return fmt.Errorf("left-over PVC was replaced or deleted (err %v)", err)
+		}
+		again := &kubevirtv1.VirtualMachine{}
+		if err := hv.Get(w.ctx, client.ObjectKeyFromObject(vm), again); err != nil || again.UID != vm.UID {
+			return fmt.Errorf("VM was recreated (err %v)", err)
+		}
+		if vms, pvcs, _ := w.harvesterObjects(); vms != 1 || pvcs != 1 {
+			return fmt.Errorf("%d VMs and %d PVCs, want 1 and 1", vms, pvcs)
+		}
+		return nil
+	})
+	w.deleteAndWait(mr)
+}
+
+// Deletion with the ProviderConfig or the Secret gone says why, and the escape hatch releases it.
+func TestDeletionBlockedSaysWhy(t *testing.T) {
+	for _, gone := range []string{"ProviderConfig", "Secret"} {
+		t.Run(gone+" gone", func(t *testing.T) {
+			w := newWorld(t)
+			mr := w.machineRequest("cp-3")
+			w.must(mgmt.Create(w.ctx, mr))
+			w.waitPhase(mr, v1alpha1.MachinePhaseRunning)
+			wantInMessage := "ProviderConfig " + w.ns + "/harvester"
+			if gone == "Secret" {
+				w.must(mgmt.Delete(w.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "harvester-kubeconfig", Namespace: w.ns}}))
+				wantInMessage = "Secret " + w.ns + "/harvester-kubeconfig"
+			} else {
+				w.must(mgmt.Delete(w.ctx, w.pc))
+			}
+			w.must(mgmt.Delete(w.ctx, mr))
+			eventually(t, timeout, func() error {
+				c := meta.FindStatusCondition(w.get(mr).Status.Conditions, v1alpha1.ConditionDegraded)
+				if c == nil || c.Reason != v1alpha1.ReasonDeletionBlocked || !strings.Contains(c.Message, wantInMessage) ||
+					!strings.Contains(c.Message, v1alpha1.AnnotationSkipHarvesterCleanup) {
+					return fmt.Errorf("Degraded = %+v", c)
+				}
+				return nil
+			})
+			w.waitEvent(mr, corev1.EventTypeWarning, v1alpha1.ReasonDeletionBlocked)
+
+			patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.AnnotationSkipHarvesterCleanup + `":"true"}}}`)
+			w.must(mgmt.Patch(w.ctx, w.get(mr), client.RawPatch("application/merge-patch+json", patch)))
+			w.waitGone(&v1alpha1.MachineRequest{ObjectMeta: mr.ObjectMeta}, mgmt)
+			w.waitEvent(mr, corev1.EventTypeWarning, "CleanupSkipped")
+			if vms, _, _ := w.harvesterObjects(); vms != 1 {
+				t.Fatalf("%d VMs on Harvester; the escape hatch must leave the VM alone", vms)
+			}
+		})
+	}
+}
+
+// kubectl get mr shows the published printer columns (the server renders them).
+func TestPrinterColumns(t *testing.T) {
+	w := newWorld(t)
+	mr := w.machineRequest("cols-0")
+	w.must(mgmt.Create(w.ctx, mr))
+	w.waitPhase(mr, v1alpha1.MachinePhaseRunning)
+
+	cfg := rest.CopyConfig(mgmtCfg)
+	cfg.GroupVersion = &v1alpha1.GroupVersion
+	cfg.APIPath = "/apis"
+	cfg.NegotiatedSerializer = clientgoscheme.Codecs.WithoutConversion()
+	rc, err := rest.RESTClientFor(cfg)
+	w.must(err)
+	raw, err := rc.Get().Namespace(w.ns).Resource("machinerequests").
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(w.ctx)
+	w.must(err)
+	var table metav1.Table
+	w.must(json.Unmarshal(raw, &table))
+	var names []string
+	for _, c := range table.ColumnDefinitions {
+		names = append(names, c.Name)
+	}
+	if strings.Join(names, ",") != "Name,Machine,Role,Phase,IP,Age" {
+		t.Fatalf("columns %v", names)
+	}
+	if len(table.Rows) != 1 || table.Rows[0].Cells[1] != "cols-0" || table.Rows[0].Cells[2] != "control-plane" || table.Rows[0].Cells[3] != "Running" {
+		t.Fatalf("row %v", table.Rows)
+	}
+	t.Logf("kubectl get mr:\n  %v\n  %v", names, table.Rows[0].Cells)
+	w.deleteAndWait(mr)
+}
