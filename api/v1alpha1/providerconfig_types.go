@@ -30,7 +30,7 @@ const (
 )
 
 // ProviderConfigSpec says where machines are created and with which credentials.
-// +kubebuilder:validation:XValidation:rule="self.provider == 'local' || (has(self.credentialsRef) && self.credentialsRef.name != ”)",message="credentialsRef with a non-empty name is required for all providers except local"
+// +kubebuilder:validation:XValidation:rule="self.provider == 'local' || (has(self.credentialsRef) && size(self.credentialsRef.name) > 0)",message="credentialsRef with a non-empty name is required for all providers except local"
 type ProviderConfigSpec struct {
 	// Provider is the infrastructure type.
 	// +kubebuilder:validation:Required
