@@ -1,0 +1,79 @@
+package sim
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// AnnotationImportDelay, on a VirtualMachineImage, overrides Config.ImportDelay for that image
+// (a Go duration, such as "1h").
+const AnnotationImportDelay = "sim.butler.butlerlabs.dev/import-delay"
+
+// imageReconciler imports VirtualMachineImages: after ImportDelay an image reports Imported=True,
+// its storage class (longhorn-<name>, as Harvester names it) and its virtual size; with the
+// import-failed fault it reports Imported=False with Harvester's reason instead.
+type imageReconciler struct{ sim *Simulator }
+
+func (r *imageReconciler) setup(mgr ctrl.Manager) error {
+	image := &unstructured.Unstructured{}
+	image.SetGroupVersionKind(VirtualMachineImageGVK)
+	return ctrl.NewControllerManagedBy(mgr).Named("sim-image").For(image).Complete(r)
+}
+
+func (r *imageReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	image := &unstructured.Unstructured{}
+	image.SetGroupVersionKind(VirtualMachineImageGVK)
+	if err := r.sim.c.Get(ctx, req.NamespacedName, image); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if _, decided, _ := unstructured.NestedSlice(image.Object, "status", "conditions"); decided {
+		return ctrl.Result{}, nil // imported or failed: final, as for a real import
+	}
+	delay := r.sim.cfg.ImportDelay
+	if d, err := time.ParseDuration(image.GetAnnotations()[AnnotationImportDelay]); err == nil {
+		delay = d
+	}
+	if wait := delay - time.Since(image.GetCreationTimestamp().Time); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	patch := client.MergeFrom(image.DeepCopy())
+	status := map[string]any{"storageClassName": "longhorn-" + image.GetName()}
+	if r.sim.hasFault(image, FaultImportFailed) {
+		status["progress"] = int64(42)
+		status["conditions"] = []any{map[string]any{
+			"type": "Imported", "status": "False", "reason": "ImportFailed",
+			"message": "failed to download image: unexpected EOF after 42% of " + displayURL(image),
+		}}
+	} else {
+		status["progress"] = int64(100)
+		status["size"] = r.sim.cfg.ImageVirtualSize / 3
+		status["virtualSize"] = r.sim.cfg.ImageVirtualSize
+		status["conditions"] = []any{
+			map[string]any{"type": "Initialized", "status": "True"},
+			map[string]any{"type": "Imported", "status": "True"},
+		}
+	}
+	image.Object["status"] = status
+	return ctrl.Result{}, r.sim.c.Status().Patch(ctx, image, patch)
+}
+
+func imageImported(image *unstructured.Unstructured) bool {
+	conditions, _, _ := unstructured.NestedSlice(image.Object, "status", "conditions")
+	for _, c := range conditions {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Imported" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+func displayURL(image *unstructured.Unstructured) string {
+	if url, _, _ := unstructured.NestedString(image.Object, "spec", "url"); url != "" {
+		return url
+	}
+	return image.GetNamespace() + "/" + image.GetName()
+}

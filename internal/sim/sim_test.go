@@ -1,0 +1,492 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+)
+
+var h *Harvester
+
+const bootDelay = 600 * time.Millisecond
+
+func TestMain(m *testing.M) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run the tests with 'make test', which builds the control plane")
+		os.Exit(1)
+	}
+	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	ctx, cancel := context.WithCancel(context.Background())
+	var err error
+	h, err = StartHarvester(ctx, Options{WithProxy: true, Sim: Config{BootDelay: bootDelay, IPDelay: 200 * time.Millisecond, SlowBootDelay: time.Hour}})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	cancel()
+	_ = h.Stop()
+	os.Exit(code)
+}
+
+type fixture struct {
+	t   *testing.T
+	ctx context.Context
+	ns  string
+}
+
+func newFixture(t *testing.T) *fixture {
+	f := &fixture{t: t, ctx: context.Background(), ns: "sim-" + rand.String(5)}
+	f.must(h.Client.Create(f.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}))
+	return f
+}
+
+func (f *fixture) must(err error) {
+	f.t.Helper()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *fixture) eventually(what string, check func() error) {
+	f.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (f *fixture) network(name, cidr string) {
+	nad := &unstructured.Unstructured{}
+	nad.SetGroupVersionKind(NetworkAttachmentDefinitionGVK)
+	nad.SetNamespace(f.ns)
+	nad.SetName(name)
+	nad.SetAnnotations(map[string]string{AnnotationRoute: `{"mode":"manual","cidr":"` + cidr + `","gateway":"10.40.0.1"}`})
+	_ = unstructured.SetNestedField(nad.Object, `{"cniVersion":"0.3.1","name":"`+name+`","type":"bridge","bridge":"mgmt-br","vlan":40,"ipam":{}}`, "spec", "config")
+	f.must(h.Client.Create(f.ctx, nad))
+}
+
+func (f *fixture) image(name string, annotations map[string]string) *unstructured.Unstructured {
+	img := &unstructured.Unstructured{}
+	img.SetGroupVersionKind(VirtualMachineImageGVK)
+	img.SetNamespace(f.ns)
+	img.SetName(name)
+	img.SetAnnotations(annotations)
+	_ = unstructured.SetNestedField(img.Object, "https://example.invalid/talos.raw", "spec", "url")
+	f.must(h.Client.Create(f.ctx, img))
+	return img
+}
+
+func (f *fixture) rootDisk(name, image, storageClass string) *corev1.PersistentVolumeClaim {
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Annotations: map[string]string{annotationImageID: f.ns + "/" + image}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			VolumeMode:       ptr.To(corev1.PersistentVolumeBlock),
+			StorageClassName: ptr.To(storageClass),
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")}},
+		},
+	}
+	return pvc
+}
+
+func (f *fixture) vm(name, claim, network string, annotations map[string]string) *kubevirtv1.VirtualMachine {
+	vm := &kubevirtv1.VirtualMachine{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Annotations: annotations},
+		Spec: kubevirtv1.VirtualMachineSpec{
+			RunStrategy: ptr.To(kubevirtv1.RunStrategyAlways),
+			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{
+				Networks: []kubevirtv1.Network{{Name: "nic-1", NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: f.ns + "/" + network}}}},
+				Volumes: []kubevirtv1.Volume{{Name: "disk-0", VolumeSource: kubevirtv1.VolumeSource{PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{
+					PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}},
+			}},
+		},
+	}
+	f.must(h.Client.Create(f.ctx, vm))
+	return vm
+}
+
+func (f *fixture) getVMI(name string) (*kubevirtv1.VirtualMachineInstance, error) {
+	vmi := &kubevirtv1.VirtualMachineInstance{}
+	return vmi, h.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: name}, vmi)
+}
+
+func (f *fixture) waitBound(pvc *corev1.PersistentVolumeClaim) {
+	f.eventually("PVC bound", func() error {
+		got := &corev1.PersistentVolumeClaim{}
+		if err := h.Client.Get(f.ctx, client.ObjectKeyFromObject(pvc), got); err != nil {
+			return err
+		}
+		if got.Status.Phase != corev1.ClaimBound {
+			return fmt.Errorf("phase %q", got.Status.Phase)
+		}
+		return nil
+	})
+}
+
+// readyMachine sets up network, image, PVC and VM and returns once the VM has its IP.
+func (f *fixture) readyMachine(name string) *kubevirtv1.VirtualMachineInstance {
+	f.t.Helper()
+	pvc := f.rootDisk(name+"-disk-0", "talos", "longhorn-talos")
+	f.must(h.Client.Create(f.ctx, pvc))
+	f.vm(name, pvc.Name, "vlan40", nil)
+	var vmi *kubevirtv1.VirtualMachineInstance
+	f.eventually("VMI reports an IPv4 address", func() error {
+		var err error
+		if vmi, err = f.getVMI(name); err != nil {
+			return err
+		}
+		if a := harvester.SelectAddresses(vmi.Status.Interfaces); a.Primary == "" {
+			return fmt.Errorf("phase %s, interfaces %+v", vmi.Status.Phase, vmi.Status.Interfaces)
+		}
+		return nil
+	})
+	return vmi
+}
+
+func TestVMBootsThroughPhasesAndReportsIP(t *testing.T) {
+	f := newFixture(t)
+	f.network("vlan40", "10.40.0.0/24")
+	f.image("talos", nil)
+	pvc := f.rootDisk("cp-0-disk-0", "talos", "longhorn-talos")
+	f.must(h.Client.Create(f.ctx, pvc))
+	f.waitBound(pvc)
+	start := time.Now()
+	f.vm("cp-0", pvc.Name, "vlan40", nil)
+
+	seen := map[kubevirtv1.VirtualMachineInstancePhase]bool{}
+	var vmi *kubevirtv1.VirtualMachineInstance
+	f.eventually("IP reported", func() error {
+		var err error
+		if vmi, err = f.getVMI("cp-0"); err != nil {
+			return err
+		}
+		seen[vmi.Status.Phase] = true
+		if harvester.SelectAddresses(vmi.Status.Interfaces).Primary == "" {
+			return fmt.Errorf("no IP yet (phase %s)", vmi.Status.Phase)
+		}
+		return nil
+	})
+	if took := time.Since(start); took < bootDelay {
+		t.Fatalf("IP reported after %s, before the boot delay %s", took, bootDelay)
+	}
+	for _, p := range []kubevirtv1.VirtualMachineInstancePhase{kubevirtv1.Scheduling, kubevirtv1.Scheduled, kubevirtv1.Running} {
+		if !seen[p] {
+			t.Errorf("phase %s never seen (saw %v)", p, seen)
+		}
+	}
+	a := harvester.SelectAddresses(vmi.Status.Interfaces)
+	ip := netip.MustParseAddr(a.Primary)
+	if !netip.MustParsePrefix("10.40.0.0/24").Contains(ip) || !strings.HasPrefix(a.MAC, "52:54:00:") {
+		t.Fatalf("addresses %+v", a)
+	}
+	var noise []string
+	for _, iface := range vmi.Status.Interfaces {
+		noise = append(noise, iface.IPs...)
+	}
+	for _, want := range []string{"127.0.0.1", "::1", "fe80::", "2001:db8:"} {
+		if !strings.Contains(strings.Join(noise, " "), want) {
+			t.Errorf("no %s in the reported addresses %v", want, noise)
+		}
+	}
+	vm := &kubevirtv1.VirtualMachine{}
+	f.must(h.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "cp-0"}, vm))
+	if vm.Status.PrintableStatus != kubevirtv1.VirtualMachineStatusRunning || !vm.Status.Ready {
+		t.Fatalf("VM status %+v", vm.Status)
+	}
+
+	// A second VM on the same network gets another address.
+	other := f.readyMachine("cp-1")
+	if b := harvester.SelectAddresses(other.Status.Interfaces).Primary; b == a.Primary {
+		t.Fatalf("two VMs got the same address %s", b)
+	}
+}
+
+func TestNetworkCIDRFromCNIConfigOrDefault(t *testing.T) {
+	f := newFixture(t)
+	nad := &unstructured.Unstructured{}
+	nad.SetGroupVersionKind(NetworkAttachmentDefinitionGVK)
+	nad.SetNamespace(f.ns)
+	nad.SetName("hostlocal")
+	_ = unstructured.SetNestedField(nad.Object, `{"type":"bridge","ipam":{"type":"host-local","subnet":"192.168.77.0/24"}}`, "spec", "config")
+	f.must(h.Client.Create(f.ctx, nad))
+	got, err := h.Sim.networkCIDR(f.ctx, f.ns, "hostlocal")
+	if err != nil || got.String() != "192.168.77.0/24" {
+		t.Fatalf("CIDR from ipam.subnet = %s, %v", got, err)
+	}
+	if _, err := h.Sim.networkCIDR(f.ctx, f.ns, "missing"); err == nil {
+		t.Fatal("a missing network has a CIDR")
+	}
+}
+
+func TestPVCBindsOnlyOnAnImportedImageOfItsStorageClass(t *testing.T) {
+	f := newFixture(t)
+	// No image yet: Pending, with an event saying why.
+	pvc := f.rootDisk("early", "later", "longhorn-later")
+	f.must(h.Client.Create(f.ctx, pvc))
+	f.eventually("PVC Pending with an event", func() error {
+		got := &corev1.PersistentVolumeClaim{}
+		if err := h.Client.Get(f.ctx, client.ObjectKeyFromObject(pvc), got); err != nil {
+			return err
+		}
+		events := &corev1.EventList{}
+		if err := h.Client.List(f.ctx, events, client.InNamespace(f.ns)); err != nil {
+			return err
+		}
+		for _, e := range events.Items {
+			if e.InvolvedObject.Name == "early" && e.Reason == reasonWaitingForImage && strings.Contains(e.Message, "not found") && got.Status.Phase == corev1.ClaimPending {
+				return nil
+			}
+		}
+		return fmt.Errorf("phase %q, no %s event", got.Status.Phase, reasonWaitingForImage)
+	})
+	// The image is being imported: still Pending.
+	f.image("later", map[string]string{AnnotationImportDelay: "1s"})
+	time.Sleep(300 * time.Millisecond)
+	got := &corev1.PersistentVolumeClaim{}
+	f.must(h.Client.Get(f.ctx, client.ObjectKeyFromObject(pvc), got))
+	if got.Status.Phase == corev1.ClaimBound {
+		t.Fatal("bound before the image was imported")
+	}
+	// Imported: bound.
+	f.waitBound(pvc)
+}
+
+func TestAdmissionPolicies(t *testing.T) {
+	f := newFixture(t)
+	mismatch := f.rootDisk("wrong-class", "talos", "longhorn")
+	if err := h.Client.Create(f.ctx, mismatch); err == nil || !strings.Contains(err.Error(), "longhorn-talos") {
+		t.Fatalf("PVC with the wrong storage class for its image: %v", err)
+	}
+	for size, allowed := range map[int]bool{2048: true, 2049: false} {
+		vm := &kubevirtv1.VirtualMachine{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("inline-%d", size), Namespace: f.ns},
+			Spec: kubevirtv1.VirtualMachineSpec{RunStrategy: ptr.To(kubevirtv1.RunStrategyHalted), Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{
+				Volumes: []kubevirtv1.Volume{{Name: "ci", VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{NetworkData: strings.Repeat("n", size)}}}},
+			}}},
+		}
+		err := h.Client.Create(f.ctx, vm)
+		if allowed != (err == nil) || (!allowed && !strings.Contains(err.Error(), "2048")) {
+			t.Fatalf("inline networkData of %d bytes: %v", size, err)
+		}
+	}
+}
+
+func TestVMDeletionRemovesVMIListedPVCsAndOwnedSecrets(t *testing.T) {
+	f := newFixture(t)
+	f.network("vlan40", "10.40.0.0/24")
+	f.image("talos", nil)
+	f.readyMachine("cp-0")
+	vm := &kubevirtv1.VirtualMachine{}
+	f.must(h.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "cp-0"}, vm))
+	owned := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cp-0-cloudinit", Namespace: f.ns,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: vm.Name, UID: vm.UID}}}}
+	unrelated := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "keep-me", Namespace: f.ns}}
+	keptPVC := f.rootDisk("keep-disk", "talos", "longhorn-talos")
+	for _, o := range []client.Object{owned, unrelated, keptPVC} {
+		f.must(h.Client.Create(f.ctx, o))
+	}
+	patch := client.MergeFrom(vm.DeepCopy())
+	vm.Annotations = map[string]string{annotationRemovedPVCs: "cp-0-disk-0"}
+	f.must(h.Client.Patch(f.ctx, vm, patch))
+	f.must(h.Client.Delete(f.ctx, vm))
+
+	gone := func(o client.Object) func() error {
+		return func() error {
+			err := h.Client.Get(f.ctx, client.ObjectKeyFromObject(o), o)
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("%s still exists (%v)", o.GetName(), err)
+		}
+	}
+	f.eventually("VM gone", gone(&kubevirtv1.VirtualMachine{ObjectMeta: vm.ObjectMeta}))
+	f.eventually("VMI gone", gone(&kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Namespace: f.ns}}))
+	f.eventually("listed PVC gone", gone(&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "cp-0-disk-0", Namespace: f.ns}}))
+	f.eventually("owned Secret gone", gone(owned))
+	for _, o := range []client.Object{unrelated, keptPVC} {
+		if err := h.Client.Get(f.ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			t.Fatalf("%s was removed: %v", o.GetName(), err)
+		}
+	}
+}
+
+func TestFaults(t *testing.T) {
+	f := newFixture(t)
+	f.network("vlan40", "10.40.0.0/24")
+	f.image("talos", nil)
+	disk := func(name string) string {
+		pvc := f.rootDisk(name+"-disk-0", "talos", "longhorn-talos")
+		f.must(h.Client.Create(f.ctx, pvc))
+		return pvc.Name
+	}
+	t.Run("unschedulable", func(t *testing.T) {
+		vm := f.vm("unsched", disk("unsched"), "vlan40", map[string]string{AnnotationFault: FaultUnschedulable})
+		f.eventually("unschedulable", func() error {
+			got := &kubevirtv1.VirtualMachine{}
+			if err := h.Client.Get(f.ctx, client.ObjectKeyFromObject(vm), got); err != nil {
+				return err
+			}
+			vmi, err := f.getVMI("unsched")
+			if err != nil {
+				return err
+			}
+			if got.Status.PrintableStatus != kubevirtv1.VirtualMachineStatusUnschedulable || vmi.Status.Phase != kubevirtv1.Scheduling ||
+				len(vmi.Status.Conditions) == 0 || vmi.Status.Conditions[0].Reason != corev1.PodReasonUnschedulable {
+				return fmt.Errorf("VM %s, VMI %s %+v", got.Status.PrintableStatus, vmi.Status.Phase, vmi.Status.Conditions)
+			}
+			return nil
+		})
+	})
+	t.Run("no DHCP lease", func(t *testing.T) {
+		f.vm("nodhcp", disk("nodhcp"), "vlan40", map[string]string{AnnotationFault: FaultNoDHCP})
+		f.eventually("running with the agent connected", func() error {
+			vmi, err := f.getVMI("nodhcp")
+			if err != nil || len(vmi.Status.Interfaces) < 2 {
+				return fmt.Errorf("%v %+v", err, vmi.Status)
+			}
+			return nil
+		})
+		time.Sleep(500 * time.Millisecond)
+		vmi, _ := f.getVMI("nodhcp")
+		if a := harvester.SelectAddresses(vmi.Status.Interfaces); a.Primary != "" || len(a.All) == 0 {
+			t.Fatalf("addresses %+v: want link-local only", a)
+		}
+	})
+	t.Run("slow boot", func(t *testing.T) {
+		f.vm("slow", disk("slow"), "vlan40", map[string]string{AnnotationFault: FaultSlowBoot})
+		time.Sleep(3 * bootDelay)
+		vmi, err := f.getVMI("slow")
+		if err != nil || vmi.Status.Phase == kubevirtv1.Running {
+			t.Fatalf("slow VM: %v phase %s", err, vmi.Status.Phase)
+		}
+	})
+	t.Run("image import failed", func(t *testing.T) {
+		img := f.image("broken", map[string]string{AnnotationFault: FaultImportFailed})
+		f.eventually("import failed", func() error {
+			f.must(h.Client.Get(f.ctx, client.ObjectKeyFromObject(img), img))
+			conds, _, _ := unstructured.NestedSlice(img.Object, "status", "conditions")
+			if len(conds) != 1 || conds[0].(map[string]any)["reason"] != "ImportFailed" || conds[0].(map[string]any)["status"] != "False" {
+				return fmt.Errorf("conditions %v", conds)
+			}
+			return nil
+		})
+	})
+	t.Run("global fault switch", func(t *testing.T) {
+		h.Sim.SetFaults(Faults{Unschedulable: true})
+		defer h.Sim.SetFaults(Faults{})
+		f.vm("global", disk("global"), "vlan40", nil)
+		f.eventually("unschedulable by the global switch", func() error {
+			vmi, err := f.getVMI("global")
+			if err != nil || vmi.Status.Phase != kubevirtv1.Scheduling || len(vmi.Status.Conditions) == 0 {
+				return fmt.Errorf("%v %+v", err, vmi.Status)
+			}
+			return nil
+		})
+		h.Sim.SetFaults(Faults{})
+		f.eventually("boots once the fault is gone", func() error {
+			vmi, err := f.getVMI("global")
+			if err != nil || vmi.Status.Phase != kubevirtv1.Running {
+				return fmt.Errorf("%v %s", err, vmi.Status.Phase)
+			}
+			return nil
+		})
+	})
+}
+
+func TestStoppedVMHasNoVMI(t *testing.T) {
+	f := newFixture(t)
+	f.network("vlan40", "10.40.0.0/24")
+	f.image("talos", nil)
+	f.readyMachine("cp-0")
+	vm := &kubevirtv1.VirtualMachine{}
+	f.must(h.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: "cp-0"}, vm))
+	patch := client.MergeFrom(vm.DeepCopy())
+	vm.Spec.RunStrategy = ptr.To(kubevirtv1.RunStrategyHalted)
+	f.must(h.Client.Patch(f.ctx, vm, patch))
+	f.eventually("stopped", func() error {
+		_, err := f.getVMI("cp-0")
+		got := &kubevirtv1.VirtualMachine{}
+		f.must(h.Client.Get(f.ctx, client.ObjectKeyFromObject(vm), got))
+		if !apierrors.IsNotFound(err) || got.Status.PrintableStatus != kubevirtv1.VirtualMachineStatusStopped {
+			return fmt.Errorf("VMI %v, VM %s", err, got.Status.PrintableStatus)
+		}
+		return nil
+	})
+}
+
+func TestFaultProxy(t *testing.T) {
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(h.Proxy.Kubeconfig())
+	f := newFixture(t)
+	f.must(err)
+	cfg.Timeout = time.Second
+	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
+	f.must(err)
+	get := func() error { return c.Get(f.ctx, client.ObjectKey{Name: f.ns}, &corev1.Namespace{}) }
+
+	f.must(get()) // no faults: passes through
+	h.Proxy.SetFaults(ProxyFaults{ErrorRate: 1, Seed: 7})
+	defer h.Proxy.SetFaults(ProxyFaults{})
+	// Raw HTTP, so that client-go's own retries of 429 do not hide what the proxy answers.
+	transport, err := rest.TransportFor(cfg)
+	f.must(err)
+	codes := map[int]int{}
+	for range 30 {
+		resp, err := (&http.Client{Transport: transport}).Get(h.Proxy.URL() + "/api/v1/namespaces/" + f.ns)
+		f.must(err)
+		_ = resp.Body.Close()
+		codes[resp.StatusCode]++
+	}
+	if codes[500] == 0 || codes[503] == 0 || codes[429] == 0 || codes[200] != 0 {
+		t.Fatalf("status codes answered: %v", codes)
+	}
+	var status apierrors.APIStatus
+	if err := get(); !errorsAs(err, &status) && !strings.Contains(err.Error(), "deadline") {
+		t.Fatalf("client-go sees %v", err)
+	}
+	h.Proxy.SetFaults(ProxyFaults{TimeoutRate: 1})
+	if err := get(); err == nil || !strings.Contains(err.Error(), "Timeout") && !strings.Contains(err.Error(), "deadline") {
+		t.Fatalf("want a timeout, got %v", err)
+	}
+	h.Proxy.SetFaults(ProxyFaults{Latency: 300 * time.Millisecond})
+	start := time.Now()
+	f.must(get())
+	if took := time.Since(start); took < 300*time.Millisecond {
+		t.Fatalf("request took %s with 300ms latency", took)
+	}
+	if h.Proxy.Errors.Load() < 30 || h.Proxy.Timeouts.Load() < 1 {
+		t.Fatalf("counters: %d errors, %d timeouts", h.Proxy.Errors.Load(), h.Proxy.Timeouts.Load())
+	}
+}
+
+func errorsAs(err error, target *apierrors.APIStatus) bool { return errors.As(err, target) }
