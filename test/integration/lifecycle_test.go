@@ -11,8 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/rand"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -21,6 +24,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
 )
 
 const timeout = 30 * time.Second
@@ -56,9 +60,32 @@ func newWorld(t *testing.T) *world {
 		},
 	}
 	w.must(mgmt.Create(w.ctx, w.pc))
-	_, err := newImage(w.ctx, hv, w.hvNs, w.imageName, true)
-	w.must(err)
+	w.network("vlan40", "10.40.0.0/24")
+	w.image(w.imageName, nil)
 	return w
+}
+
+// network creates a VM network as Harvester does: a NetworkAttachmentDefinition whose route
+// annotation carries the CIDR the simulator leases addresses from.
+func (w *world) network(name, cidr string) {
+	nad := &unstructured.Unstructured{}
+	nad.SetGroupVersionKind(sim.NetworkAttachmentDefinitionGVK)
+	nad.SetNamespace(w.hvNs)
+	nad.SetName(name)
+	nad.SetAnnotations(map[string]string{sim.AnnotationRoute: `{"mode":"auto","cidr":"` + cidr + `"}`})
+	_ = unstructured.SetNestedField(nad.Object, `{"cniVersion":"0.3.1","type":"bridge","bridge":"mgmt-br","vlan":40}`, "spec", "config")
+	w.must(hv.Create(w.ctx, nad))
+}
+
+// image uploads a VirtualMachineImage; the simulator imports it.
+func (w *world) image(name string, annotations map[string]string) {
+	img := &unstructured.Unstructured{}
+	img.SetGroupVersionKind(sim.VirtualMachineImageGVK)
+	img.SetNamespace(w.hvNs)
+	img.SetName(name)
+	img.SetAnnotations(annotations)
+	_ = unstructured.SetNestedField(img.Object, "https://example.invalid/metal-amd64.raw.xz", "spec", "url")
+	w.must(hv.Create(w.ctx, img))
 }
 
 func (w *world) must(err error) {
@@ -158,8 +185,8 @@ func TestLifecycle(t *testing.T) {
 	w.must(mgmt.Create(w.ctx, mr))
 
 	got := w.waitPhase(mr, v1alpha1.MachinePhaseRunning)
-	if !strings.HasPrefix(got.Status.IPAddress, "10.40.0.") || got.Status.MACAddress != "52:54:00:00:00:01" ||
-		len(got.Status.IPAddresses) != 2 || !strings.HasPrefix(got.Status.ProviderID, "harvester://") {
+	if !strings.HasPrefix(got.Status.IPAddress, "10.40.0.") || !strings.HasPrefix(got.Status.MACAddress, "52:54:00:") ||
+		len(got.Status.IPAddresses) != 3 || !strings.HasPrefix(got.Status.ProviderID, "harvester://") {
 		t.Fatalf("status = %+v", got.Status)
 	}
 	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
@@ -208,7 +235,6 @@ func TestForeignVMNeitherAdoptedNorDeleted(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Namespace: w.hvNs, Labels: map[string]string{"owner": "someone-else"}},
 		Spec:       kubevirtv1.VirtualMachineSpec{RunStrategy: ptrTo(kubevirtv1.RunStrategyHalted), Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{}},
 	}
-	foreign.Annotations = map[string]string{"test.butler/no-ip": "true"}
 	w.must(hv.Create(w.ctx, foreign))
 	mr := w.machineRequest("cp-0")
 	w.must(mgmt.Create(w.ctx, mr))
@@ -222,8 +248,10 @@ func TestForeignVMNeitherAdoptedNorDeleted(t *testing.T) {
 
 	after := &kubevirtv1.VirtualMachine{}
 	w.must(hv.Get(w.ctx, client.ObjectKeyFromObject(foreign), after))
-	if after.ResourceVersion != foreign.ResourceVersion {
-		t.Fatalf("foreign VM was changed: %v", after.Labels)
+	// The simulator (Harvester) adds its finalizer and status; the provider must change nothing.
+	if after.DeletionTimestamp != nil || !equality.Semantic.DeepEqual(after.Labels, foreign.Labels) ||
+		!equality.Semantic.DeepEqual(after.Spec, foreign.Spec) || after.Annotations[harvester.AnnotationRemovedPVCs] != "" {
+		t.Fatalf("foreign VM was changed: labels %v annotations %v deleting %v", after.Labels, after.Annotations, after.DeletionTimestamp)
 	}
 }
 
@@ -302,8 +330,7 @@ func TestVMDeletedOutOfBand(t *testing.T) {
 // create/delete loop, one PVC, one VM.
 func TestLeftoverPVCReused(t *testing.T) {
 	w := newWorld(t)
-	img, err := newImage(w.ctx, hv, w.hvNs, "talos-importing", false)
-	w.must(err)
+	w.image("talos-importing", map[string]string{sim.AnnotationImportDelay: "3s"})
 	mr := w.machineRequest("cp-2")
 	mr.Spec.Image = w.hvNs + "/talos-importing"
 	w.must(mgmt.Create(w.ctx, mr))
@@ -319,12 +346,13 @@ func TestLeftoverPVCReused(t *testing.T) {
 	leftover := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: "cp-2-disk-0", Namespace: w.hvNs, Labels: map[string]string{harvester.LabelMachineRequestUID: string(uid)}},
 		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resourceQuantity("20Gi")}},
+			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			StorageClassName: ptrTo("longhorn-talos-importing"),
+			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("20Gi")}},
 		},
 	}
+	leftover.Annotations = map[string]string{harvester.AnnotationImageID: w.hvNs + "/talos-importing"}
 	w.must(hv.Create(w.ctx, leftover))
-	w.must(setImported(w.ctx, hv, img, true))
 
 	w.waitPhase(mr, v1alpha1.MachinePhaseRunning)
 	vm := &kubevirtv1.VirtualMachine{}

@@ -1,6 +1,7 @@
 // Package integration runs the controller against two real API servers (kube-apiserver and etcd
-// built from Go modules): a management cluster with our CRDs, and a Harvester stand-in with the
-// KubeVirt and Harvester CRDs and admission policies, connected by a real kubeconfig Secret.
+// built from Go modules): a management cluster with our CRDs, and a simulated Harvester
+// (internal/sim) with the KubeVirt and Harvester CRDs and admission policies, connected by a real
+// kubeconfig Secret. No test sets VMI status by hand: the simulator plays KubeVirt.
 package integration
 
 import (
@@ -10,20 +11,15 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -32,12 +28,14 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
 )
 
 var (
-	mgmt, hv        client.Client // management cluster, Harvester stand-in
+	mgmt, hv        client.Client // management cluster, simulated Harvester
 	mgmtCfg         *rest.Config
-	harvesterConfig []byte // a real kubeconfig for the Harvester stand-in
+	simulated       *sim.Harvester
+	harvesterConfig []byte // a real kubeconfig for the simulated Harvester
 )
 
 func repoRoot() string {
@@ -61,19 +59,20 @@ func run(m *testing.M) int {
 
 	root := repoRoot()
 	mgmtEnv := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
-	hvEnv := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(root, "test", "harvester", "crds")}, ErrorIfCRDPathMissing: true}
 	var err error
 	if mgmtCfg, err = mgmtEnv.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "start management API server:", err)
 		return 1
 	}
 	defer func() { _ = mgmtEnv.Stop() }()
-	hvCfg, err := hvEnv.Start()
+	simulated, err = sim.StartHarvester(ctx, sim.Options{Sim: sim.Config{BootDelay: 300 * time.Millisecond, IPDelay: 100 * time.Millisecond}})
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "start Harvester API server:", err)
+		fmt.Fprintln(os.Stderr, "start the simulated Harvester:", err)
 		return 1
 	}
-	defer func() { _ = hvEnv.Stop() }()
+	defer func() { _ = simulated.Stop() }()
+	hv = simulated.Client
+	harvesterConfig = simulated.Kubeconfig
 
 	scheme := k8sruntime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
@@ -81,14 +80,6 @@ func run(m *testing.M) int {
 	if mgmt, err = client.New(mgmtCfg, client.Options{Scheme: scheme}); err != nil {
 		panic(err)
 	}
-	if hv, err = client.New(hvCfg, client.Options{Scheme: harvester.RemoteScheme()}); err != nil {
-		panic(err)
-	}
-	if err := applyDir(ctx, hv, filepath.Join(root, "test", "harvester", "policies")); err != nil {
-		fmt.Fprintln(os.Stderr, "apply admission policies:", err)
-		return 1
-	}
-	harvesterConfig = kubeconfigFor(hvCfg)
 
 	mgr, err := ctrl.NewManager(mgmtCfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {
@@ -111,54 +102,9 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "manager:", err)
 		}
 	}()
-	go playHarvester(ctx, hv)
-	return m.Run()
-}
-
-// kubeconfigFor writes a self-contained kubeconfig for an envtest API server.
-func kubeconfigFor(cfg *rest.Config) []byte {
-	server := cfg.Host
-	if !strings.Contains(server, "://") {
-		server = "https://" + server
-	}
-	c := clientcmdapi.NewConfig()
-	c.Clusters["harvester"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: cfg.CAData}
-	c.AuthInfos["admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
-	c.Contexts["harvester"] = &clientcmdapi.Context{Cluster: "harvester", AuthInfo: "admin"}
-	c.CurrentContext = "harvester"
-	out, err := clientcmd.Write(*c)
-	if err != nil {
-		panic(err)
-	}
-	return out
-}
-
-// applyDir creates every object of every YAML file in dir.
-func applyDir(ctx context.Context, c client.Client, dir string) error {
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil {
-		return err
-	}
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(string(data)), 4096)
-		for {
-			u := &unstructured.Unstructured{}
-			if err := dec.Decode(&u.Object); err != nil {
-				break
-			}
-			if len(u.Object) == 0 {
-				continue
-			}
-			if err := c.Create(ctx, u); err != nil {
-				return fmt.Errorf("%s: %w", f, err)
-			}
-		}
-	}
-	return nil
+	code := m.Run()
+	cancel() // stop the manager and the simulator before their API servers
+	return code
 }
 
 // eventually retries check until it returns nil or the timeout passes.
