@@ -56,6 +56,11 @@ test: ## Run all tests: unit tests and integration tests on real API servers.
 	@assets=$$(bash hack/tools/controlplane.sh) && \
 		KUBEBUILDER_ASSETS=$$assets $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 
+.PHONY: demo
+demo: ## Run the provider end to end on a simulated Harvester (no cluster needed). DEMO_FLAGS=--keep to explore.
+	@assets=$$(bash hack/tools/controlplane.sh) && \
+		KUBEBUILDER_ASSETS=$$assets $(GO) run ./cmd/demo $(DEMO_FLAGS)
+
 ##@ Build
 
 .PHONY: build
