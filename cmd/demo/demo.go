@@ -131,7 +131,26 @@ func (d *demo) prepareHarvester(ctx context.Context) error {
 	_ = unstructured.SetNestedField(img.Object, "talos-1.9-metal-amd64.raw", "spec", "displayName")
 	_ = unstructured.SetNestedField(img.Object, "download", "spec", "sourceType")
 	_ = unstructured.SetNestedField(img.Object, "https://factory.talos.dev/image/metal-amd64.raw.xz", "spec", "url")
-	return d.harvester.Client.Create(ctx, img)
+	if err := d.harvester.Client.Create(ctx, img); err != nil {
+		return err
+	}
+	// Like an operator, wait for the upload to finish before asking for machines.
+	for deadline := time.Now().Add(time.Minute); ; {
+		if err := d.harvester.Client.Get(ctx, client.ObjectKeyFromObject(img), img); err != nil {
+			return err
+		}
+		conditions, _, _ := unstructured.NestedSlice(img.Object, "status", "conditions")
+		for _, c := range conditions {
+			if m, ok := c.(map[string]any); ok && m["type"] == "Imported" && m["status"] == "True" {
+				d.say("  image default/talos-1-9 imported")
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("image default/talos-1-9 was not imported within a minute: %v", conditions)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 func (d *demo) createSamples(ctx context.Context) error {
