@@ -99,6 +99,7 @@ type Harvester struct {
 	Sim    *Simulator
 	// Proxy is set when the Harvester was started WithProxy.
 	Proxy *FaultProxy
+	macs  *macWebhook
 	// Kubeconfig is what a user of this Harvester gets: self-contained, through the proxy if any.
 	Kubeconfig []byte
 }
@@ -133,6 +134,9 @@ func StartHarvester(ctx context.Context, opts Options) (*Harvester, error) {
 	if err := ApplyPolicies(ctx, h.Client); err != nil {
 		return nil, fmt.Errorf("apply admission policies: %w", err)
 	}
+	if h.macs, err = startMACWebhook(ctx, h.Client); err != nil {
+		return nil, err
+	}
 	if h.Sim, err = New(opts.Sim); err != nil {
 		return nil, err
 	}
@@ -154,6 +158,9 @@ func StartHarvester(ctx context.Context, opts Options) (*Harvester, error) {
 func (h *Harvester) Stop() error {
 	if h.Proxy != nil {
 		h.Proxy.Close()
+	}
+	if h.macs != nil {
+		h.macs.close()
 	}
 	return h.Env.Stop()
 }

@@ -19,7 +19,9 @@
 //     FaultProxy.
 //
 // Admission rules Harvester and KubeVirt enforce are ValidatingAdmissionPolicies in
-// manifests/policies, installed by Install.
+// manifests/policies (inline cloud-init size, image storage class), and a webhook served by the
+// simulator for the rule that needs other objects (duplicate MAC addresses); StartHarvester installs
+// both.
 package sim
 
 import (

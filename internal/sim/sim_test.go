@@ -271,7 +271,7 @@ func TestPVCBindsOnlyOnAnImportedImageOfItsStorageClass(t *testing.T) {
 		return fmt.Errorf("phase %q, no %s event", got.Status.Phase, reasonWaitingForImage)
 	})
 	// The image is being imported: still Pending.
-	f.image("later", map[string]string{AnnotationImportDelay: "1s"})
+	f.image("later", map[string]string{AnnotationImportDelay: "3s"}) // creation times have 1s granularity
 	time.Sleep(300 * time.Millisecond)
 	got := &corev1.PersistentVolumeClaim{}
 	f.must(h.Client.Get(f.ctx, client.ObjectKeyFromObject(pvc), got))
@@ -300,6 +300,24 @@ func TestAdmissionPolicies(t *testing.T) {
 			t.Fatalf("inline networkData of %d bytes: %v", size, err)
 		}
 	}
+}
+
+func TestDuplicateMACRejected(t *testing.T) {
+	f := newFixture(t)
+	withMAC := func(name, mac string) *kubevirtv1.VirtualMachine {
+		return &kubevirtv1.VirtualMachine{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns},
+			Spec: kubevirtv1.VirtualMachineSpec{RunStrategy: ptr.To(kubevirtv1.RunStrategyHalted), Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{
+				Domain: kubevirtv1.DomainSpec{Devices: kubevirtv1.Devices{Interfaces: []kubevirtv1.Interface{{Name: "nic-1", MacAddress: mac}}}},
+			}}},
+		}
+	}
+	f.must(h.Client.Create(f.ctx, withMAC("first", "52:54:00:12:34:56")))
+	err := h.Client.Create(f.ctx, withMAC("second", "52:54:00:12:34:56"))
+	if err == nil || !strings.Contains(err.Error(), "already used by VirtualMachine "+f.ns+"/first") {
+		t.Fatalf("duplicate MAC: %v", err)
+	}
+	f.must(h.Client.Create(f.ctx, withMAC("third", "52:54:00:12:34:57")))
 }
 
 func TestVMDeletionRemovesVMIListedPVCsAndOwnedSecrets(t *testing.T) {
