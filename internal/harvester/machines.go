@@ -70,19 +70,27 @@ func (m *remoteMachines) Ensure(ctx context.Context, spec *MachineSpec) (Observa
 	if err != nil {
 		return Observation{}, err
 	}
-	secret, err := m.ensureCloudInitSecret(ctx, spec)
-	if err != nil {
-		return Observation{}, err
-	}
 	created := false
+	var secret *corev1.Secret
 	if vm == nil {
-		if err := m.ensureDisks(ctx, spec); err != nil {
+		// The image decides whether the machine can be created at all: check it before
+		// creating anything, so a request that cannot work leaves nothing on Harvester.
+		image, err := m.usableImage(ctx, spec)
+		if err != nil {
+			return Observation{}, err
+		}
+		if secret, err = m.ensureCloudInitSecret(ctx, spec); err != nil {
+			return Observation{}, err
+		}
+		if err := m.ensureDisks(ctx, spec, image); err != nil {
 			return Observation{}, err
 		}
 		if vm, err = m.createVM(ctx, spec); err != nil {
 			return Observation{}, err
 		}
 		created = true
+	} else if secret, err = m.ensureCloudInitSecret(ctx, spec); err != nil {
+		return Observation{}, err
 	}
 	// The Secret's owner is the VM, so that Harvester collects it with the VM; the VM's UID
 	// exists only now, which is why this comes last and is repeated until it has happened.
@@ -199,16 +207,18 @@ func (m *remoteMachines) ensureSecretOwnedByVM(ctx context.Context, secret *core
 	return nil
 }
 
-// ensureDisks checks the image and creates the PVCs that do not exist yet. An existing PVC of ours
-// (from an interrupted earlier attempt) is reused as it is.
-func (m *remoteMachines) ensureDisks(ctx context.Context, spec *MachineSpec) error {
+// usableImage returns the image the root disk is cloned from, if it can be.
+func (m *remoteMachines) usableImage(ctx context.Context, spec *MachineSpec) (ImageInfo, error) {
 	image, err := getImage(ctx, m.c, spec.Image)
 	if err != nil {
-		return err
+		return image, err
 	}
-	if err := checkImageUsable(image, spec.DiskGB); err != nil {
-		return err
-	}
+	return image, checkImageUsable(image, spec.DiskGB)
+}
+
+// ensureDisks creates the PVCs that do not exist yet. An existing PVC of ours (from an interrupted
+// earlier attempt) is reused as it is.
+func (m *remoteMachines) ensureDisks(ctx context.Context, spec *MachineSpec, image ImageInfo) error {
 	claims := []*corev1.PersistentVolumeClaim{BuildRootDiskClaim(spec, image)}
 	for i := range spec.ExtraDisks {
 		claims = append(claims, BuildExtraDiskClaim(spec, i))

@@ -442,3 +442,20 @@ func TestPrinterColumns(t *testing.T) {
 	t.Logf("kubectl get mr:\n  %v\n  %v", names, table.Rows[0].Cells)
 	w.deleteAndWait(mr)
 }
+
+// A request that cannot work (its image does not exist) fails with a reason that names the image
+// and leaves nothing on Harvester.
+func TestImageNotFoundCreatesNothing(t *testing.T) {
+	w := newWorld(t)
+	mr := w.machineRequest("no-image")
+	mr.Spec.Image = w.hvNs + "/does-not-exist"
+	w.must(mgmt.Create(w.ctx, mr))
+	got := w.waitPhase(mr, v1alpha1.MachinePhaseFailed)
+	if got.Status.FailureReason != v1alpha1.ReasonImageNotFound || !strings.Contains(got.Status.FailureMessage, w.hvNs+"/does-not-exist") {
+		t.Fatalf("failure %s: %s", got.Status.FailureReason, got.Status.FailureMessage)
+	}
+	if vms, pvcs, secrets := w.harvesterObjects(); vms+pvcs+secrets != 0 {
+		t.Fatalf("created on Harvester for a request that cannot work: %d VMs, %d PVCs, %d Secrets", vms, pvcs, secrets)
+	}
+	w.deleteAndWait(mr)
+}
