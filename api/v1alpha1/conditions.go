@@ -81,3 +81,47 @@ const (
 	// credentials are gone for good. Whatever exists on Harvester is left there.
 	AnnotationSkipHarvesterCleanup = "harvester.butler.butlerlabs.dev/skip-cleanup"
 )
+
+// Condition types of a harvester ProviderConfig, each a preflight check; Ready is True when all
+// of them are.
+const (
+	// ConditionCredentialsValid: the credentials Secret exists, has the key, holds a
+	// self-contained kubeconfig, and the Harvester API answers with it.
+	ConditionCredentialsValid = "CredentialsValid"
+	// ConditionImageReady: the default image (harvester.imageName) exists and is imported.
+	ConditionImageReady = "ImageReady"
+	// ConditionNetworkReady: the NetworkAttachmentDefinition named by harvester.networkName exists.
+	ConditionNetworkReady = "NetworkReady"
+	// ConditionStorageReady: the storage classes the disks need exist (the default image's, and
+	// harvester.storageClassName if set).
+	ConditionStorageReady = "StorageReady"
+	// ConditionPermissionsReady: the credentials may do everything the provider does on Harvester
+	// (checked with SelfSubjectAccessReviews); the message lists what is missing.
+	ConditionPermissionsReady = "PermissionsReady"
+)
+
+// Reasons of the ProviderConfig conditions, besides the MachineRequest reasons they share
+// (CredentialsUnavailable, ImageNotFound, ImageNotReady, ImageImportFailed).
+const (
+	// ReasonCheckPassed: the check passed.
+	ReasonCheckPassed = "CheckPassed"
+	// ReasonAllChecksPassed: every check passed (Ready=True).
+	ReasonAllChecksPassed = "AllChecksPassed"
+	// ReasonChecksFailed: at least one check failed (Ready=False); the message names them.
+	ReasonChecksFailed = "ChecksFailed"
+	// ReasonNotChecked: the check could not run because the credentials do not work.
+	ReasonNotChecked = "NotChecked"
+	// ReasonNoDefaultImage: no harvester.imageName is set; every MachineRequest must set spec.image.
+	ReasonNoDefaultImage = "NoDefaultImage"
+	// ReasonHarvesterUnreachable: the Harvester API did not answer.
+	ReasonHarvesterUnreachable = "HarvesterUnreachable"
+	// ReasonNetworkNotFound: the NetworkAttachmentDefinition does not exist.
+	ReasonNetworkNotFound = "NetworkNotFound"
+	// ReasonStorageClassNotFound: a storage class the disks need does not exist.
+	ReasonStorageClassNotFound = "StorageClassNotFound"
+	// ReasonPermissionsMissing: the credentials lack permissions; the message lists them.
+	ReasonPermissionsMissing = "PermissionsMissing"
+	// ReasonProviderConfigNotReady (MachineRequest, waiting): a preflight check of the
+	// ProviderConfig that this request depends on failed; the message names it and its fix.
+	ReasonProviderConfigNotReady = "ProviderConfigNotReady"
+)

@@ -31,6 +31,7 @@ type options struct {
 	leaderElectionID             string
 	concurrency                  int
 	creatingPoll, healthInterval time.Duration
+	recheckInterval              time.Duration
 	harvesterQPS                 float64
 	harvesterBurst               int
 	logLevel, logFormat          string
@@ -46,6 +47,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.concurrency, "max-concurrent-reconciles", 4, "How many MachineRequests are reconciled in parallel.")
 	fs.DurationVar(&o.creatingPoll, "creating-poll-interval", controller.DefaultCreatingPollInterval, "How often a Creating machine is looked at again while waiting for its IP address.")
 	fs.DurationVar(&o.healthInterval, "health-check-interval", controller.DefaultHealthCheckInterval, "How often a Running machine's VM is checked on Harvester.")
+	fs.DurationVar(&o.recheckInterval, "providerconfig-recheck-interval", controller.DefaultRecheckInterval, "How often a ProviderConfig's checks (credentials, image, network, storage, permissions) run again; a changed credentials Secret is noticed within 30s.")
 	fs.Float64Var(&o.harvesterQPS, "harvester-qps", 20, "Requests per second to each Harvester cluster.")
 	fs.IntVar(&o.harvesterBurst, "harvester-burst", 40, "Request burst to each Harvester cluster.")
 	fs.StringVar(&o.logLevel, "log-level", "info", "Log level: debug, info, warn or error.")
@@ -109,10 +111,11 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
+	// Credentials Secrets are read directly, not through a cache: no cluster-wide Secret watch.
+	factory := &harvester.CachingFactory{SecretReader: mgr.GetAPIReader(), QPS: float32(o.harvesterQPS), Burst: o.harvesterBurst}
 	r := &controller.MachineRequestReconciler{
-		Client: mgr.GetClient(),
-		// Credentials Secrets are read directly, not through a cache: no cluster-wide Secret watch.
-		Harvester:               &harvester.CachingFactory{SecretReader: mgr.GetAPIReader(), QPS: float32(o.harvesterQPS), Burst: o.harvesterBurst},
+		Client:                  mgr.GetClient(),
+		Harvester:               factory,
 		Recorder:                mgr.GetEventRecorder("butler-provider-harvester"),
 		CreatingPollInterval:    o.creatingPoll,
 		HealthCheckInterval:     o.healthInterval,
@@ -120,6 +123,16 @@ func run(ctx context.Context, args []string) error {
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up controller: %w", err)
+	}
+	pcr := &controller.ProviderConfigReconciler{
+		Client:          mgr.GetClient(),
+		SecretReader:    mgr.GetAPIReader(),
+		Harvester:       factory,
+		Recorder:        mgr.GetEventRecorder("butler-provider-harvester"),
+		RecheckInterval: o.recheckInterval,
+	}
+	if err := pcr.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up ProviderConfig controller: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err

@@ -24,10 +24,11 @@ import (
 
 // fakeMachines is the Harvester side as the unit tests want it to behave.
 type fakeMachines struct {
-	ensure  func(*harvester.MachineSpec) (harvester.Observation, error)
-	observe func(harvester.MachineRef) (harvester.Observation, error)
-	delete  func(harvester.MachineRef) (bool, string, error)
-	calls   []string
+	ensure    func(*harvester.MachineSpec) (harvester.Observation, error)
+	observe   func(harvester.MachineRef) (harvester.Observation, error)
+	delete    func(harvester.MachineRef) (bool, string, error)
+	preflight func() (string, []harvester.Check)
+	calls     []string
 }
 
 func (f *fakeMachines) Ensure(_ context.Context, s *harvester.MachineSpec) (harvester.Observation, error) {
@@ -51,7 +52,12 @@ type fakeFactory struct {
 	calls    int
 }
 
-func (f *fakeFactory) MachinesFor(context.Context, harvester.Credentials) (harvester.Machines, error) {
+func (f *fakeMachines) Preflight(context.Context, harvester.PreflightSpec) (string, []harvester.Check) {
+	f.calls = append(f.calls, "Preflight")
+	return f.preflight()
+}
+
+func (f *fakeFactory) ClusterFor(context.Context, harvester.Credentials) (harvester.Cluster, error) {
 	f.calls++
 	if f.err != nil {
 		return nil, f.err
@@ -90,7 +96,8 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 		observe: func(harvester.MachineRef) (harvester.Observation, error) {
 			return harvester.Observation{}, errors.New("Observe not expected")
 		},
-		delete: func(harvester.MachineRef) (bool, string, error) { return false, "", errors.New("Delete not expected") },
+		delete:    func(harvester.MachineRef) (bool, string, error) { return false, "", errors.New("Delete not expected") },
+		preflight: func() (string, []harvester.Check) { return "", nil },
 	}
 	f := &fixture{t: t, client: c, machines: m, factory: &fakeFactory{machines: m}, recorder: events.NewFakeRecorder(100)}
 	f.r = &MachineRequestReconciler{Client: c, Harvester: f.factory, Recorder: f.recorder}

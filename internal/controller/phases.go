@@ -59,7 +59,7 @@ func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s 
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	machines, err := r.Harvester.MachinesFor(ctx, creds)
+	machines, err := r.Harvester.ClusterFor(ctx, creds)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -126,7 +126,7 @@ func (r *MachineRequestReconciler) reconcileRunning(ctx context.Context, s *mach
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	machines, err := r.Harvester.MachinesFor(ctx, creds)
+	machines, err := r.Harvester.ClusterFor(ctx, creds)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -165,7 +165,7 @@ func (r *MachineRequestReconciler) reconcileDelete(ctx context.Context, s *machi
 	if err != nil {
 		return reconcile.Result{}, blockedDeletion(s, err)
 	}
-	machines, err := r.Harvester.MachinesFor(ctx, creds)
+	machines, err := r.Harvester.ClusterFor(ctx, creds)
 	if err != nil {
 		return reconcile.Result{}, blockedDeletion(s, err)
 	}

@@ -32,35 +32,21 @@ func target(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (harvester
 		return harvester.MachineRef{}, harvester.Credentials{}, harvester.Waiting(v1alpha1.ReasonProviderConfigNotFound, providerConfigRetry,
 			"ProviderConfig %s (spec.providerRef) does not exist: create it or correct spec.providerRef", pcRef)
 	}
-	hv := pc.Spec.Harvester
-	if hv == nil {
-		return harvester.MachineRef{}, harvester.Credentials{}, invalidProviderConfig(pcRef, "has no spec.harvester block: add one with at least harvester.networkName")
+	hv, err := harvesterOf(pc, pcRef)
+	if err != nil {
+		return harvester.MachineRef{}, harvester.Credentials{}, err
 	}
-	if pc.Spec.CredentialsRef == nil || pc.Spec.CredentialsRef.Name == "" {
-		return harvester.MachineRef{}, harvester.Credentials{}, invalidProviderConfig(pcRef, "has no spec.credentialsRef: name the Secret holding the Harvester kubeconfig")
+	creds, err := credentialsOf(pc, pcRef)
+	if err != nil {
+		return harvester.MachineRef{}, creds, err
 	}
 	ref := harvester.MachineRef{
 		Owner: harvester.Owner{
 			Namespace: mr.Namespace, Name: mr.Name, UID: mr.UID,
 			LegacyProviderID: legacyProviderID(mr.Status.ProviderID),
 		},
-		Namespace: hv.Namespace,
+		Namespace: namespaceOf(hv),
 		Name:      mr.Spec.MachineName,
-	}
-	if ref.Namespace == "" {
-		ref.Namespace = "default"
-	}
-	creds := harvester.Credentials{
-		SecretNamespace: pc.Spec.CredentialsRef.Namespace,
-		SecretName:      pc.Spec.CredentialsRef.Name,
-		Key:             pc.Spec.CredentialsRef.Key,
-		Endpoint:        hv.Endpoint,
-	}
-	if creds.SecretNamespace == "" {
-		creds.SecretNamespace = pc.Namespace
-	}
-	if creds.Key == "" {
-		creds.Key = v1alpha1.DefaultCredentialsKey
 	}
 	return ref, creds, nil
 }
@@ -87,6 +73,9 @@ func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (*
 	if err := validateRequest(mr); err != nil {
 		return nil, creds, err
 	}
+	if err := preflightGate(pc, mr.Spec.Image == ""); err != nil {
+		return nil, creds, err
+	}
 	spec := &harvester.MachineSpec{
 		Owner:               ref.Owner,
 		Namespace:           ref.Namespace,
@@ -106,6 +95,41 @@ func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (*
 		spec.ExtraDisks = append(spec.ExtraDisks, harvester.DiskSpec{SizeGB: int64(d.SizeGB), StorageClass: d.StorageClass})
 	}
 	return spec, creds, nil
+}
+
+// harvesterOf returns the ProviderConfig's harvester block, which a harvester ProviderConfig needs.
+func harvesterOf(pc *v1alpha1.ProviderConfig, pcRef string) (*v1alpha1.HarvesterProviderConfig, error) {
+	if pc.Spec.Harvester == nil {
+		return nil, invalidProviderConfig(pcRef, "has no spec.harvester block: add one with at least harvester.networkName")
+	}
+	return pc.Spec.Harvester, nil
+}
+
+// credentialsOf locates the ProviderConfig's credentials, with the documented defaults.
+func credentialsOf(pc *v1alpha1.ProviderConfig, pcRef string) (harvester.Credentials, error) {
+	ref := pc.Spec.CredentialsRef
+	if ref == nil || ref.Name == "" {
+		return harvester.Credentials{}, invalidProviderConfig(pcRef, "has no spec.credentialsRef: name the Secret holding the Harvester kubeconfig")
+	}
+	creds := harvester.Credentials{SecretNamespace: ref.Namespace, SecretName: ref.Name, Key: ref.Key}
+	if pc.Spec.Harvester != nil {
+		creds.Endpoint = pc.Spec.Harvester.Endpoint
+	}
+	if creds.SecretNamespace == "" {
+		creds.SecretNamespace = pc.Namespace
+	}
+	if creds.Key == "" {
+		creds.Key = v1alpha1.DefaultCredentialsKey
+	}
+	return creds, nil
+}
+
+// namespaceOf is the Harvester namespace machines are created in (default "default").
+func namespaceOf(hv *v1alpha1.HarvesterProviderConfig) string {
+	if hv.Namespace == "" {
+		return "default"
+	}
+	return hv.Namespace
 }
 
 func invalidProviderConfig(pcRef, problem string) error {

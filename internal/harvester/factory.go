@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -29,9 +30,9 @@ type Credentials struct {
 
 func (c Credentials) secret() string { return c.SecretNamespace + "/" + c.SecretName }
 
-// Factory hands out Machines for a Harvester cluster.
+// Factory hands out a client for a Harvester cluster.
 type Factory interface {
-	MachinesFor(ctx context.Context, creds Credentials) (Machines, error)
+	ClusterFor(ctx context.Context, creds Credentials) (Cluster, error)
 }
 
 // credentialsRetry is how soon to look again when the credentials are missing or unusable.
@@ -48,12 +49,12 @@ type CachingFactory struct {
 	Burst int
 
 	mu      sync.Mutex
-	clients map[Credentials]cachedMachines
+	clients map[Credentials]cachedCluster
 }
 
-type cachedMachines struct {
+type cachedCluster struct {
 	resourceVersion string
-	machines        Machines
+	cluster         Cluster
 }
 
 // RemoteScheme knows the kinds the provider reads and writes on Harvester as typed objects.
@@ -70,8 +71,8 @@ func RemoteScheme() *runtime.Scheme {
 
 var remoteScheme = RemoteScheme()
 
-// MachinesFor returns Machines for the cluster the credentials point at.
-func (f *CachingFactory) MachinesFor(ctx context.Context, creds Credentials) (Machines, error) {
+// ClusterFor returns the Harvester cluster the credentials point at.
+func (f *CachingFactory) ClusterFor(ctx context.Context, creds Credentials) (Cluster, error) {
 	secret := &corev1.Secret{}
 	if err := f.SecretReader.Get(ctx, client.ObjectKey{Namespace: creds.SecretNamespace, Name: creds.SecretName}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -84,7 +85,7 @@ func (f *CachingFactory) MachinesFor(ctx context.Context, creds Credentials) (Ma
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if cached, ok := f.clients[creds]; ok && cached.resourceVersion == secret.ResourceVersion {
-		return cached.machines, nil
+		return cached.cluster, nil
 	}
 	kubeconfig, ok := secret.Data[creds.Key]
 	if !ok || len(kubeconfig) == 0 {
@@ -96,19 +97,19 @@ func (f *CachingFactory) MachinesFor(ctx context.Context, creds Credentials) (Ma
 		return nil, Waiting(v1alpha1.ReasonCredentialsUnavailable, credentialsRetry,
 			"credentials Secret %s key %q: %v", creds.secret(), creds.Key, err)
 	}
-	machines, err := f.newMachines(cfg)
+	cluster, err := f.newCluster(cfg)
 	if err != nil {
 		return nil, Waiting(v1alpha1.ReasonCredentialsUnavailable, credentialsRetry,
 			"credentials Secret %s key %q: cannot build a client: %v", creds.secret(), creds.Key, err)
 	}
 	if f.clients == nil {
-		f.clients = map[Credentials]cachedMachines{}
+		f.clients = map[Credentials]cachedCluster{}
 	}
-	f.clients[creds] = cachedMachines{resourceVersion: secret.ResourceVersion, machines: machines}
-	return machines, nil
+	f.clients[creds] = cachedCluster{resourceVersion: secret.ResourceVersion, cluster: cluster}
+	return cluster, nil
 }
 
-func (f *CachingFactory) newMachines(cfg *rest.Config) (Machines, error) {
+func (f *CachingFactory) newCluster(cfg *rest.Config) (Cluster, error) {
 	if f.QPS > 0 {
 		cfg.QPS = f.QPS
 	}
@@ -119,5 +120,9 @@ func (f *CachingFactory) newMachines(cfg *rest.Config) (Machines, error) {
 	if err != nil {
 		return nil, err
 	}
-	return NewMachines(c), nil
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return NewCluster(c, dc), nil
 }

@@ -52,8 +52,20 @@ func getImage(ctx context.Context, c client.Reader, ref ObjectRef) (ImageInfo, e
 	return info, nil
 }
 
-// checkImageUsable turns an image that cannot back a root disk into the right error.
+// checkImageUsable turns an image that cannot back a root disk of diskGB into the right error.
 func checkImageUsable(info ImageInfo, diskGB int64) error {
+	if err := checkImageImported(info); err != nil {
+		return err
+	}
+	if info.VirtualSizeBytes > diskGB<<30 {
+		return Permanent(v1alpha1.ReasonDiskTooSmall,
+			"spec.diskGB is %d but VirtualMachineImage %s needs %d GiB: raise spec.diskGB", diskGB, info.Ref, (info.VirtualSizeBytes+(1<<30)-1)>>30)
+	}
+	return nil
+}
+
+// checkImageImported says whether Harvester has finished importing the image.
+func checkImageImported(info ImageInfo) error {
 	switch {
 	case info.ImportFailure != "" && !info.Imported:
 		return Permanent(v1alpha1.ReasonImageImportFailed,
@@ -61,9 +73,6 @@ func checkImageUsable(info ImageInfo, diskGB int64) error {
 	case !info.Imported:
 		return Waiting(v1alpha1.ReasonImageNotReady, imageNotReadyRetry,
 			"VirtualMachineImage %s is not imported yet; waiting for Harvester to finish the import", info.Ref)
-	case info.VirtualSizeBytes > diskGB<<30:
-		return Permanent(v1alpha1.ReasonDiskTooSmall,
-			"spec.diskGB is %d but VirtualMachineImage %s needs %d GiB: raise spec.diskGB", diskGB, info.Ref, (info.VirtualSizeBytes+(1<<30)-1)>>30)
 	}
 	return nil
 }

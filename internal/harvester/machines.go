@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -56,14 +57,25 @@ const deletionRetry = 5 * time.Second
 // ProviderIDPrefix starts every providerID this provider writes.
 const ProviderIDPrefix = "harvester://"
 
-// remoteMachines implements Machines on a controller-runtime client for the Harvester cluster.
-type remoteMachines struct {
-	c client.Client
+// Cluster is one Harvester cluster: its machines, and the preflight checks of a ProviderConfig.
+type Cluster interface {
+	Machines
+	// Preflight checks what a ProviderConfig needs on Harvester and returns the API server's
+	// version ("" if it did not answer) and one Check per ProviderConfig condition.
+	Preflight(ctx context.Context, spec PreflightSpec) (version string, checks []Check)
 }
 
-// NewMachines returns Machines working through c, a client for the Harvester cluster whose scheme
-// knows core/v1 and kubevirt.io/v1.
-func NewMachines(c client.Client) Machines { return &remoteMachines{c: c} }
+// remoteMachines implements Cluster on a controller-runtime client for the Harvester cluster.
+type remoteMachines struct {
+	c         client.Client
+	discovery discovery.ServerVersionInterface
+}
+
+// NewCluster returns a Cluster working through c, a client for the Harvester cluster whose scheme
+// knows core/v1 and kubevirt.io/v1, and dc, which asks for the server's version.
+func NewCluster(c client.Client, dc discovery.ServerVersionInterface) Cluster {
+	return &remoteMachines{c: c, discovery: dc}
+}
 
 func (m *remoteMachines) Ensure(ctx context.Context, spec *MachineSpec) (Observation, error) {
 	vm, err := m.getOwnedVM(ctx, spec.Ref())

@@ -4,6 +4,11 @@ import (
 	"context"
 	"time"
 
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,8 +62,33 @@ func (r *imageReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 			map[string]any{"type": "Imported", "status": "True"},
 		}
 	}
+	if !r.sim.hasFault(image, FaultImportFailed) {
+		// Harvester creates one storage class per image; volumes cloned from the image use it.
+		if err := r.ensureStorageClass(ctx, image); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	image.Object["status"] = status
 	return ctrl.Result{}, r.sim.c.Status().Patch(ctx, image, patch)
+}
+
+func (r *imageReconciler) ensureStorageClass(ctx context.Context, image *unstructured.Unstructured) error {
+	sc := &storagev1.StorageClass{
+		ObjectMeta:  metav1.ObjectMeta{Name: "longhorn-" + image.GetName()},
+		Provisioner: "driver.longhorn.io",
+		Parameters: map[string]string{
+			"backingImage":               image.GetNamespace() + "-" + image.GetName(),
+			"backingImageDataSourceType": "download",
+			"migratable":                 "true",
+			"numberOfReplicas":           "3",
+		},
+		AllowVolumeExpansion: ptr.To(true),
+		VolumeBindingMode:    ptr.To(storagev1.VolumeBindingImmediate),
+	}
+	if err := r.sim.c.Create(ctx, sc); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
 }
 
 func imageImported(image *unstructured.Unstructured) bool {

@@ -11,7 +11,8 @@
 //     (loopback, link-local and global IPv6 addresses).
 //   - PVCs annotated with harvesterhci.io/imageId bind only when the image exists, is imported and
 //     the storage class is the image's; otherwise they stay Pending with an event.
-//   - VirtualMachineImages import after ImportDelay (or fail to, as a fault).
+//   - VirtualMachineImages import after ImportDelay (or fail to, as a fault), and get their storage
+//     class longhorn-<image>, as Harvester creates it.
 //   - VM deletion removes the VMI and the PVCs listed in harvesterhci.io/removedPersistentVolumeClaims,
 //     and garbage-collects Secrets owned by the VM.
 //   - Faults: unschedulable VMs, no DHCP lease, failed image imports, slow boots (globally through

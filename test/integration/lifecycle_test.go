@@ -10,8 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,9 +59,9 @@ func newWorld(t *testing.T) *world {
 			},
 		},
 	}
-	w.must(mgmt.Create(w.ctx, w.pc))
 	w.network("vlan40", "10.40.0.0/24")
 	w.image(w.imageName, nil)
+	w.must(mgmt.Create(w.ctx, w.pc))
 	return w
 }
 

@@ -97,6 +97,14 @@ func run(m *testing.M) int {
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		panic(err)
 	}
+	pcr := &controller.ProviderConfigReconciler{
+		Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: r.Harvester,
+		Recorder:        mgr.GetEventRecorder("butler-provider-harvester"),
+		CredentialsPoll: 500 * time.Millisecond, NotReadyRetry: 500 * time.Millisecond,
+	}
+	if err := pcr.SetupWithManager(mgr); err != nil {
+		panic(err)
+	}
 	go func() {
 		if err := mgr.Start(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "manager:", err)

@@ -1,0 +1,288 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+)
+
+// Defaults of the ProviderConfig checks.
+const (
+	DefaultRecheckInterval     = 5 * time.Minute
+	DefaultCredentialsPoll     = 30 * time.Second
+	DefaultNotReadyRetryPeriod = 30 * time.Second
+)
+
+// preflightChecks are the ProviderConfig's check conditions, in the order they are reported.
+var preflightChecks = []string{
+	v1alpha1.ConditionCredentialsValid, v1alpha1.ConditionImageReady, v1alpha1.ConditionNetworkReady,
+	v1alpha1.ConditionStorageReady, v1alpha1.ConditionPermissionsReady,
+}
+
+// ProviderConfigReconciler validates harvester ProviderConfigs before and while MachineRequests
+// use them: credentials, default image, network, storage classes and permissions, each a
+// condition, and Ready when all pass. It re-checks every RecheckInterval, and within
+// CredentialsPoll of a change to the credentials Secret (which it reads, but never watches: the
+// manager has no list or watch permission on Secrets).
+type ProviderConfigReconciler struct {
+	client.Client
+	// SecretReader reads credentials Secrets uncached (get only).
+	SecretReader client.Reader
+	Harvester    harvester.Factory
+	Recorder     events.EventRecorder
+
+	RecheckInterval time.Duration
+	CredentialsPoll time.Duration
+	// NotReadyRetry is how often a ProviderConfig that failed a check is checked again.
+	NotReadyRetry time.Duration
+
+	mu   sync.Mutex
+	seen map[types.UID]lastValidation // last full validation per ProviderConfig
+}
+
+type lastValidation struct {
+	generation      int64
+	secretVersion   string
+	at              time.Time
+	ready           bool
+	reportedFailure string
+}
+
+// +kubebuilder:rbac:groups=butler.butlerlabs.dev,resources=providerconfigs/status,verbs=get;update;patch
+
+// Reconcile validates one ProviderConfig, when it is due.
+func (r *ProviderConfigReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	pc := &v1alpha1.ProviderConfig{}
+	if err := r.Get(ctx, req.NamespacedName, pc); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if pc.Spec.Provider != v1alpha1.ProviderTypeHarvester || !pc.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	creds, spec, specErr := preflightTarget(pc)
+	secretVersion := r.secretVersion(ctx, creds)
+	last, due := r.due(pc, secretVersion)
+	if !due {
+		return ctrl.Result{RequeueAfter: r.CredentialsPoll}, nil
+	}
+
+	original := pc.DeepCopy()
+	version, checks := r.validate(ctx, creds, spec, specErr)
+	ready := setPreflightStatus(pc, version, checks)
+	if err := r.Status().Patch(ctx, pc, client.MergeFrom(original)); err != nil {
+		return ctrl.Result{}, err
+	}
+	failure := failedChecks(pc)
+	switch {
+	case ready && !last.ready:
+		r.Recorder.Eventf(pc, nil, corev1.EventTypeNormal, "PreflightPassed", "Validate", "%s", "All checks passed: the Harvester cluster is ready for machines")
+	case !ready && failure != last.reportedFailure:
+		r.Recorder.Eventf(pc, nil, corev1.EventTypeWarning, "PreflightFailed", "Validate", "%s", failure)
+	}
+	r.remember(pc, lastValidation{generation: pc.Generation, secretVersion: secretVersion, at: time.Now(), ready: ready, reportedFailure: failure})
+	if !ready {
+		log.FromContext(ctx).Info("ProviderConfig is not ready", "failed", failure)
+		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, nil
+	}
+	return ctrl.Result{RequeueAfter: r.CredentialsPoll}, nil
+}
+
+// due reports whether a full validation should run now: never done, the spec or the Secret
+// changed, the last one failed and its retry period passed, or the recheck interval passed.
+func (r *ProviderConfigReconciler) due(pc *v1alpha1.ProviderConfig, secretVersion string) (lastValidation, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last, ok := r.seen[pc.UID]
+	if !ok || last.generation != pc.Generation || last.secretVersion != secretVersion {
+		return last, true
+	}
+	period := r.RecheckInterval
+	if !last.ready {
+		period = r.NotReadyRetry
+	}
+	return last, time.Since(last.at) >= period-time.Second
+}
+
+func (r *ProviderConfigReconciler) remember(pc *v1alpha1.ProviderConfig, v lastValidation) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[types.UID]lastValidation{}
+	}
+	r.seen[pc.UID] = v
+}
+
+// secretVersion is the credentials Secret's resourceVersion ("" if it cannot be read).
+func (r *ProviderConfigReconciler) secretVersion(ctx context.Context, creds harvester.Credentials) string {
+	s := &metav1.PartialObjectMetadata{}
+	s.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	if creds.SecretName == "" || r.SecretReader.Get(ctx, client.ObjectKey{Namespace: creds.SecretNamespace, Name: creds.SecretName}, s) != nil {
+		return ""
+	}
+	return s.ResourceVersion
+}
+
+// validate runs the checks; a ProviderConfig that cannot even name its credentials fails them all.
+func (r *ProviderConfigReconciler) validate(ctx context.Context, creds harvester.Credentials, spec harvester.PreflightSpec, specErr error) (string, []harvester.Check) {
+	if specErr == nil {
+		cluster, err := r.Harvester.ClusterFor(ctx, creds)
+		if err == nil {
+			return cluster.Preflight(ctx, spec)
+		}
+		specErr = err
+	}
+	reason := v1alpha1.ReasonHarvesterUnreachable
+	if w, ok := harvester.AsWaiting(specErr); ok {
+		reason = w.Reason
+	}
+	checks := []harvester.Check{{Type: v1alpha1.ConditionCredentialsValid, Reason: reason, Message: specErr.Error()}}
+	for _, t := range preflightChecks[1:] {
+		checks = append(checks, harvester.Check{Type: t, Unknown: true, Reason: v1alpha1.ReasonNotChecked, Message: "not checked: the credentials do not work"})
+	}
+	return "", checks
+}
+
+// preflightTarget derives what to check from the ProviderConfig.
+func preflightTarget(pc *v1alpha1.ProviderConfig) (harvester.Credentials, harvester.PreflightSpec, error) {
+	ref := pc.Namespace + "/" + pc.Name
+	hv, err := harvesterOf(pc, ref)
+	if err != nil {
+		return harvester.Credentials{}, harvester.PreflightSpec{}, err
+	}
+	creds, err := credentialsOf(pc, ref)
+	if err != nil {
+		return creds, harvester.PreflightSpec{}, err
+	}
+	spec := harvester.PreflightSpec{Namespace: namespaceOf(hv), StorageClass: hv.StorageClassName}
+	if spec.Network, err = harvester.ParseObjectRef(hv.NetworkName, ""); err != nil {
+		return creds, spec, invalidProviderConfig(ref, "spec.harvester.networkName: "+err.Error())
+	}
+	if hv.ImageName != "" {
+		image, err := parseImage(hv.ImageName, spec.Namespace)
+		if err != nil {
+			return creds, spec, invalidProviderConfig(ref, "spec.harvester.imageName: "+err.Error())
+		}
+		spec.Image = &image
+	}
+	return creds, spec, nil
+}
+
+// setPreflightStatus writes the checks into the ProviderConfig's status and reports Ready.
+func setPreflightStatus(pc *v1alpha1.ProviderConfig, version string, checks []harvester.Check) bool {
+	now := metav1.Now()
+	ready := true
+	var failed []string
+	for _, c := range checks {
+		status := metav1.ConditionFalse
+		switch {
+		case c.OK:
+			status = metav1.ConditionTrue
+		case c.Unknown:
+			status = metav1.ConditionUnknown
+		}
+		if !c.OK {
+			ready = false
+			if !c.Unknown {
+				failed = append(failed, c.Type)
+			}
+		}
+		meta.SetStatusCondition(&pc.Status.Conditions, metav1.Condition{Type: c.Type, Status: status, Reason: c.Reason, Message: c.Message, ObservedGeneration: pc.Generation})
+	}
+	readyCond := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllChecksPassed,
+		Message: "the Harvester cluster is ready for machines", ObservedGeneration: pc.Generation}
+	if !ready {
+		readyCond.Status, readyCond.Reason = metav1.ConditionFalse, v1alpha1.ReasonChecksFailed
+		readyCond.Message = "failed checks: " + strings.Join(failed, ", ")
+	}
+	meta.SetStatusCondition(&pc.Status.Conditions, readyCond)
+	pc.Status.Ready = ready
+	pc.Status.Validated = true
+	pc.Status.LastValidationTime = &now
+	if version != "" {
+		pc.Status.ProviderVersion = version
+		pc.Status.LastProbeTime = &now
+	}
+	return ready
+}
+
+// failedChecks describes the failed checks, for events and for the MachineRequests that wait.
+func failedChecks(pc *v1alpha1.ProviderConfig) string {
+	var parts []string
+	for _, t := range preflightChecks {
+		if c := meta.FindStatusCondition(pc.Status.Conditions, t); c != nil && c.Status == metav1.ConditionFalse {
+			parts = append(parts, fmt.Sprintf("%s: %s", c.Type, c.Message))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// preflightGate makes a MachineRequest wait while a check it depends on fails. Checks of the
+// default image only matter to requests that use it. A ProviderConfig whose checks are stale
+// (older than its spec) or not run yet does not hold anything up.
+func preflightGate(pc *v1alpha1.ProviderConfig, usesDefaultImage bool) error {
+	for _, t := range preflightChecks {
+		c := meta.FindStatusCondition(pc.Status.Conditions, t)
+		if c == nil || c.Status != metav1.ConditionFalse || c.ObservedGeneration != pc.Generation {
+			continue
+		}
+		if !usesDefaultImage && (t == v1alpha1.ConditionImageReady || t == v1alpha1.ConditionStorageReady) {
+			continue
+		}
+		return harvester.Waiting(v1alpha1.ReasonProviderConfigNotReady, DefaultNotReadyRetryPeriod,
+			"ProviderConfig %s/%s is not ready: %s=False (%s): %s", pc.Namespace, pc.Name, c.Type, c.Reason, c.Message)
+	}
+	return nil
+}
+
+// SetupWithManager registers the reconciler.
+func (r *ProviderConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.RecheckInterval <= 0 {
+		r.RecheckInterval = DefaultRecheckInterval
+	}
+	if r.CredentialsPoll <= 0 {
+		r.CredentialsPoll = DefaultCredentialsPoll
+	}
+	if r.NotReadyRetry <= 0 {
+		r.NotReadyRetry = DefaultNotReadyRetryPeriod
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("providerconfig").
+		For(&v1alpha1.ProviderConfig{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Complete(r)
+}
+
+// conditionsChanged passes ProviderConfig updates that change the spec or a condition, so that
+// MachineRequests wake when checks pass or fail but not when only timestamps move.
+func conditionsChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld.(*v1alpha1.ProviderConfig), e.ObjectNew.(*v1alpha1.ProviderConfig)
+		if o.Generation != n.Generation || len(o.Status.Conditions) != len(n.Status.Conditions) {
+			return true
+		}
+		for _, c := range n.Status.Conditions {
+			old := meta.FindStatusCondition(o.Status.Conditions, c.Type)
+			if old == nil || old.Status != c.Status || old.Reason != c.Reason || old.Message != c.Message {
+				return true
+			}
+		}
+		return !equality.Semantic.DeepEqual(o.Annotations, n.Annotations)
+	}}
+}

@@ -1,0 +1,218 @@
+package harvester
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+)
+
+// NetworkAttachmentDefinitionGVK is the multus network kind VMs attach to.
+var NetworkAttachmentDefinitionGVK = schema.GroupVersionKind{Group: "k8s.cni.cncf.io", Version: "v1", Kind: "NetworkAttachmentDefinition"}
+
+// Permission is one verb on one kind of object that the provider needs on Harvester.
+type Permission struct {
+	Verb, Group, Resource string
+	// Namespace is empty for cluster-scoped resources.
+	Namespace string
+}
+
+func (p Permission) String() string {
+	r := p.Resource
+	if p.Group != "" {
+		r += "." + p.Group
+	}
+	if p.Namespace == "" {
+		return p.Verb + " " + r
+	}
+	return fmt.Sprintf("%s %s in namespace %s", p.Verb, r, p.Namespace)
+}
+
+// RequiredPermissions is everything the provider does on Harvester, for machines in namespace,
+// images in imageNamespace and the network in networkNamespace. The documented Harvester Role is
+// this list.
+func RequiredPermissions(namespace, imageNamespace, networkNamespace string) []Permission {
+	var out []Permission
+	add := func(ns, group, resource string, verbs ...string) {
+		for _, v := range verbs {
+			out = append(out, Permission{Verb: v, Group: group, Resource: resource, Namespace: ns})
+		}
+	}
+	add(namespace, "kubevirt.io", "virtualmachines", "get", "create", "patch", "delete")
+	add(namespace, "kubevirt.io", "virtualmachineinstances", "get")
+	add(namespace, "", "persistentvolumeclaims", "get", "list", "create", "delete")
+	add(namespace, "", "secrets", "get", "create", "patch", "delete")
+	add(namespace, "", "events", "list")
+	if imageNamespace != "" {
+		add(imageNamespace, "harvesterhci.io", "virtualmachineimages", "get")
+	}
+	add(networkNamespace, "k8s.cni.cncf.io", "network-attachment-definitions", "get")
+	add("", "storage.k8s.io", "storageclasses", "get")
+	return out
+}
+
+// PreflightSpec is what a ProviderConfig asks of Harvester.
+type PreflightSpec struct {
+	Namespace string
+	// Image is the default image; nil when the ProviderConfig has none.
+	Image   *ObjectRef
+	Network ObjectRef
+	// StorageClass is the default storage class of extra disks ("" for none).
+	StorageClass string
+}
+
+// Check is the outcome of one preflight check, in the shape of a condition.
+type Check struct {
+	Type    string
+	OK      bool
+	Reason  string
+	Message string
+	// Unknown means the check could not run.
+	Unknown bool
+}
+
+// ServerVersion is the Harvester API server's version, e.g. "v1.30.4+rke2r1".
+func (m *remoteMachines) ServerVersion() (string, error) {
+	if m.discovery == nil {
+		return "", fmt.Errorf("no discovery client")
+	}
+	v, err := m.discovery.ServerVersion()
+	if err != nil {
+		return "", err
+	}
+	return v.GitVersion, nil
+}
+
+// Preflight runs every check against Harvester. CredentialsValid comes first: when the API does not
+// answer, the other checks are reported as not run.
+func (m *remoteMachines) Preflight(ctx context.Context, spec PreflightSpec) (version string, checks []Check) {
+	version, err := m.ServerVersion()
+	if err != nil {
+		checks = append(checks, Check{Type: v1alpha1.ConditionCredentialsValid, Reason: v1alpha1.ReasonHarvesterUnreachable,
+			Message: fmt.Sprintf("the Harvester API did not answer with these credentials: %v", err)})
+		for _, t := range []string{v1alpha1.ConditionImageReady, v1alpha1.ConditionNetworkReady, v1alpha1.ConditionStorageReady, v1alpha1.ConditionPermissionsReady} {
+			checks = append(checks, Check{Type: t, Unknown: true, Reason: v1alpha1.ReasonNotChecked, Message: "not checked: the credentials do not work"})
+		}
+		return "", checks
+	}
+	checks = append(checks, Check{Type: v1alpha1.ConditionCredentialsValid, OK: true, Reason: v1alpha1.ReasonCheckPassed,
+		Message: "the Harvester API answers (Kubernetes " + version + ")"})
+	image, imageCheck := m.checkImage(ctx, spec.Image)
+	checks = append(checks, imageCheck, m.checkNetwork(ctx, spec.Network), m.checkStorage(ctx, image, spec.StorageClass), m.checkPermissions(ctx, spec))
+	return version, checks
+}
+
+func (m *remoteMachines) checkImage(ctx context.Context, ref *ObjectRef) (*ImageInfo, Check) {
+	c := Check{Type: v1alpha1.ConditionImageReady}
+	if ref == nil {
+		c.OK, c.Reason, c.Message = true, v1alpha1.ReasonNoDefaultImage, "no default image (harvester.imageName): every MachineRequest must set spec.image"
+		return nil, c
+	}
+	info, err := getImage(ctx, m.c, *ref)
+	if err == nil {
+		err = checkImageImported(info)
+	}
+	if err != nil {
+		c.Reason, c.Message = reasonOf(err), err.Error()
+		return nil, c
+	}
+	c.OK, c.Reason, c.Message = true, v1alpha1.ReasonCheckPassed, fmt.Sprintf("VirtualMachineImage %s is imported", ref)
+	return &info, c
+}
+
+func (m *remoteMachines) checkNetwork(ctx context.Context, ref ObjectRef) Check {
+	c := Check{Type: v1alpha1.ConditionNetworkReady}
+	nad := &unstructured.Unstructured{}
+	nad.SetGroupVersionKind(NetworkAttachmentDefinitionGVK)
+	err := m.c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, nad)
+	switch {
+	case apierrors.IsNotFound(err):
+		c.Reason, c.Message = v1alpha1.ReasonNetworkNotFound, fmt.Sprintf(
+			"VM network %s (NetworkAttachmentDefinition) does not exist on Harvester: create it (Networks > VM Networks) or correct harvester.networkName", ref)
+	case err != nil:
+		c.Reason, c.Message = reasonOf(classify(err, "get NetworkAttachmentDefinition "+ref.String())), err.Error()
+	default:
+		c.OK, c.Reason, c.Message = true, v1alpha1.ReasonCheckPassed, fmt.Sprintf("VM network %s exists", ref)
+	}
+	return c
+}
+
+func (m *remoteMachines) checkStorage(ctx context.Context, image *ImageInfo, extra string) Check {
+	c := Check{Type: v1alpha1.ConditionStorageReady}
+	var needed []string
+	if image != nil {
+		needed = append(needed, image.StorageClass())
+	}
+	if extra != "" {
+		needed = append(needed, extra)
+	}
+	var missing []string
+	for _, name := range needed {
+		err := m.c.Get(ctx, client.ObjectKey{Name: name}, &storagev1.StorageClass{})
+		switch {
+		case apierrors.IsNotFound(err):
+			missing = append(missing, name)
+		case err != nil:
+			c.Reason, c.Message = reasonOf(classify(err, "get StorageClass "+name)), err.Error()
+			return c
+		}
+	}
+	if len(missing) > 0 {
+		c.Reason, c.Message = v1alpha1.ReasonStorageClassNotFound, fmt.Sprintf(
+			"StorageClass %s does not exist on Harvester: Harvester creates an image's storage class when the image is imported; re-import the image or correct harvester.storageClassName", strings.Join(missing, ", "))
+		return c
+	}
+	c.OK, c.Reason = true, v1alpha1.ReasonCheckPassed
+	c.Message = "storage classes exist: " + strings.Join(needed, ", ")
+	if len(needed) == 0 {
+		c.Message = "no storage class to check"
+	}
+	return c
+}
+
+func (m *remoteMachines) checkPermissions(ctx context.Context, spec PreflightSpec) Check {
+	c := Check{Type: v1alpha1.ConditionPermissionsReady}
+	imageNs := ""
+	if spec.Image != nil {
+		imageNs = spec.Image.Namespace
+	}
+	var missing []string
+	for _, p := range RequiredPermissions(spec.Namespace, imageNs, spec.Network.Namespace) {
+		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: p.Verb, Group: p.Group, Resource: p.Resource, Namespace: p.Namespace},
+		}}
+		if err := m.c.Create(ctx, review); err != nil {
+			c.Reason, c.Message = reasonOf(classify(err, "create a SelfSubjectAccessReview")), err.Error()
+			return c
+		}
+		if !review.Status.Allowed {
+			missing = append(missing, p.String())
+		}
+	}
+	if len(missing) > 0 {
+		c.Reason, c.Message = v1alpha1.ReasonPermissionsMissing,
+			"the credentials may not: "+strings.Join(missing, "; ")+". Grant them in the Role bound to these credentials on Harvester"
+		return c
+	}
+	c.OK, c.Reason, c.Message = true, v1alpha1.ReasonCheckPassed, "the credentials may do everything the provider does on Harvester"
+	return c
+}
+
+// reasonOf returns the reason of a classified error, or HarvesterUnreachable.
+func reasonOf(err error) string {
+	if p, ok := AsPermanent(err); ok {
+		return p.Reason
+	}
+	if w, ok := AsWaiting(err); ok {
+		return w.Reason
+	}
+	return v1alpha1.ReasonHarvesterUnreachable
+}
