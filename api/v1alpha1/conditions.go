@@ -40,6 +40,22 @@ const (
 	// ReasonWaitingForIPAddress: the VM runs and the guest agent has not reported an IPv4
 	// address on the VM's NIC yet.
 	ReasonWaitingForIPAddress = "WaitingForIPAddress"
+	// ReasonVMUnschedulable (diagnosis): Harvester cannot place the VM; the message carries the
+	// scheduler's reason.
+	ReasonVMUnschedulable = "VMUnschedulable"
+	// ReasonVolumeNotBound (diagnosis): a disk of the VM is Pending; the message says why.
+	ReasonVolumeNotBound = "VolumeNotBound"
+	// ReasonVolumeMissing (diagnosis): a disk of the VM was deleted outside the provider.
+	ReasonVolumeMissing = "VolumeMissing"
+	// ReasonVMNotStarting (diagnosis): the VM's instance does not start; the message carries
+	// KubeVirt's phase and condition.
+	ReasonVMNotStarting = "VMNotStarting"
+	// ReasonNoIPAddress (diagnosis): the VM has run for longer than the guest agent needs to report
+	// an address, without an IPv4 address on its NIC: check the guest agent and DHCP.
+	ReasonNoIPAddress = "NoIPAddress"
+	// ReasonProvisioningTimeout (Degraded): the machine has not become Running within the
+	// provisioning timeout; the message carries the diagnosis. The provider keeps waiting.
+	ReasonProvisioningTimeout = "ProvisioningTimeout"
 	// ReasonVMRunning: the VM runs and its IP address is in status.ipAddress.
 	ReasonVMRunning = "VMRunning"
 	// ReasonVMNotReady: a Running machine's VM exists but is not running (stopped, migrating,
@@ -80,6 +96,9 @@ const (
 	// finalizer without deleting anything on Harvester: the escape hatch when Harvester or its
 	// credentials are gone for good. Whatever exists on Harvester is left there.
 	AnnotationSkipHarvesterCleanup = "harvester.butler.butlerlabs.dev/skip-cleanup"
+	// AnnotationRetry, set to "true" on a Failed MachineRequest, retries it without a spec change.
+	// The provider removes the annotation when it starts the retry.
+	AnnotationRetry = "harvester.butler.butlerlabs.dev/retry"
 )
 
 // Condition types of a harvester ProviderConfig, each a preflight check; Ready is True when all

@@ -32,6 +32,8 @@ type options struct {
 	concurrency                  int
 	creatingPoll, healthInterval time.Duration
 	recheckInterval              time.Duration
+	provisioningTimeout          time.Duration
+	ipReportTimeout              time.Duration
 	harvesterQPS                 float64
 	harvesterBurst               int
 	logLevel, logFormat          string
@@ -47,6 +49,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.concurrency, "max-concurrent-reconciles", 4, "How many MachineRequests are reconciled in parallel.")
 	fs.DurationVar(&o.creatingPoll, "creating-poll-interval", controller.DefaultCreatingPollInterval, "How often a Creating machine is looked at again while waiting for its IP address.")
 	fs.DurationVar(&o.healthInterval, "health-check-interval", controller.DefaultHealthCheckInterval, "How often a Running machine's VM is checked on Harvester.")
+	fs.DurationVar(&o.provisioningTimeout, "provisioning-timeout", controller.DefaultProvisioningTimeout, "How long a machine may stay Creating before its Degraded condition reports the diagnosis (it keeps waiting).")
+	fs.DurationVar(&o.ipReportTimeout, "ip-report-timeout", controller.DefaultIPReportTimeout, "How long a running VM may go without reporting an IPv4 address before the diagnosis points at the guest agent and DHCP.")
 	fs.DurationVar(&o.recheckInterval, "providerconfig-recheck-interval", controller.DefaultRecheckInterval, "How often a ProviderConfig's checks (credentials, image, network, storage, permissions) run again; a changed credentials Secret is noticed within 30s.")
 	fs.Float64Var(&o.harvesterQPS, "harvester-qps", 20, "Requests per second to each Harvester cluster.")
 	fs.IntVar(&o.harvesterBurst, "harvester-burst", 40, "Request burst to each Harvester cluster.")
@@ -119,6 +123,8 @@ func run(ctx context.Context, args []string) error {
 		Recorder:                mgr.GetEventRecorder("butler-provider-harvester"),
 		CreatingPollInterval:    o.creatingPoll,
 		HealthCheckInterval:     o.healthInterval,
+		ProvisioningTimeout:     o.provisioningTimeout,
+		IPReportTimeout:         o.ipReportTimeout,
 		MaxConcurrentReconciles: o.concurrency,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {

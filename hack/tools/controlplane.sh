@@ -13,14 +13,16 @@ k8s_version=$(modversion kube-apiserver k8s.io/kubernetes)
 etcd_version=$(modversion etcd go.etcd.io/etcd/server/v3)
 go_version=$(go env GOVERSION)
 cache_root=${BUTLER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/butler-provider-harvester}
-dir="$cache_root/controlplane/k8s-${k8s_version}_etcd-${etcd_version}_${go_version}"
+# Bump build_rev when the way the binaries are built changes, so caches are rebuilt.
+build_rev=2
+dir="$cache_root/controlplane/k8s-${k8s_version}_etcd-${etcd_version}_${go_version}_r${build_rev}"
 
-build() { # name, module dir, package
-  local name=$1 moddir=$2 pkg=$3
+build() { # name, module dir, package, ldflags
+  local name=$1 moddir=$2 pkg=$3 ldflags=${4:-}
   if [ -x "$dir/$name" ]; then return; fi
   echo ">> building $name from Go modules (first run only; cached in $dir)" >&2
   local start=$SECONDS tmp="$dir/.$name.tmp.$$"
-  (cd "$moddir" && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp" "$pkg") >&2 &
+  (cd "$moddir" && CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $ldflags" -o "$tmp" "$pkg") >&2 &
   local pid=$!
   while kill -0 "$pid" 2>/dev/null; do
     sleep 15
@@ -33,5 +35,9 @@ build() { # name, module dir, package
 
 mkdir -p "$dir"
 build etcd "$here/controlplane/etcd" .
-build kube-apiserver "$here/controlplane/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver
+# The version an API server reports (/version) comes from the linker, as in Kubernetes' own build.
+minor=$(echo "$k8s_version" | cut -d. -f2)
+v=k8s.io/component-base/version
+build kube-apiserver "$here/controlplane/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver \
+  "-X $v.gitVersion=$k8s_version -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
 echo "$dir"

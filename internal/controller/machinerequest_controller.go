@@ -27,6 +27,8 @@ const (
 	DefaultCreatingPollInterval = 10 * time.Second
 	DefaultHealthCheckInterval  = 5 * time.Minute
 	DefaultDeletionPollInterval = 5 * time.Second
+	DefaultProvisioningTimeout  = 15 * time.Minute
+	DefaultIPReportTimeout      = 3 * time.Minute
 )
 
 // MachineRequestReconciler provisions a VM on Harvester for each MachineRequest whose
@@ -43,6 +45,11 @@ type MachineRequestReconciler struct {
 	HealthCheckInterval time.Duration
 	// DeletionPollInterval is how often a deletion in progress is looked at again.
 	DeletionPollInterval time.Duration
+	// ProvisioningTimeout is how long a machine may stay Creating before Degraded says so.
+	ProvisioningTimeout time.Duration
+	// IPReportTimeout is how long a running VM may go without reporting an IP before the
+	// diagnosis points at the guest agent and DHCP.
+	IPReportTimeout time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
 	MaxConcurrentReconciles int
 }
@@ -142,6 +149,12 @@ func (r *MachineRequestReconciler) applyDefaults() {
 	}
 	if r.DeletionPollInterval <= 0 {
 		r.DeletionPollInterval = DefaultDeletionPollInterval
+	}
+	if r.ProvisioningTimeout <= 0 {
+		r.ProvisioningTimeout = DefaultProvisioningTimeout
+	}
+	if r.IPReportTimeout <= 0 {
+		r.IPReportTimeout = DefaultIPReportTimeout
 	}
 }
 

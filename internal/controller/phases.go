@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -34,10 +36,17 @@ func (r *MachineRequestReconciler) ensureFinalizer(ctx context.Context, s *machi
 func (r *MachineRequestReconciler) reconcileNormal(ctx context.Context, s *machineScope) (reconcile.Result, error) {
 	switch s.mr.Status.Phase {
 	case v1alpha1.MachinePhaseFailed:
-		if s.mr.Status.ObservedGeneration == s.mr.Generation {
-			return reconcile.Result{}, nil // terminal for this generation; a spec change retries
+		retry := s.mr.Annotations[v1alpha1.AnnotationRetry] == "true"
+		if s.mr.Status.ObservedGeneration == s.mr.Generation && !retry {
+			return reconcile.Result{}, nil // terminal for this generation; a spec change or the retry annotation retries
 		}
-		log.FromContext(ctx).Info("Retrying failed MachineRequest after a spec change", "generation", s.mr.Generation)
+		if retry {
+			if err := r.consumeRetryAnnotation(ctx, s); err != nil {
+				return reconcile.Result{}, err
+			}
+		}
+		log.FromContext(ctx).Info("Retrying failed MachineRequest", "generation", s.mr.Generation, "annotation", retry)
+		s.event(corev1.EventTypeNormal, "Retrying", "Provision", "Retrying after "+s.mr.Status.FailureReason)
 		s.clearFailure()
 		s.setPhase(v1alpha1.MachinePhasePending)
 		return r.reconcileProvisioning(ctx, s)
@@ -74,20 +83,40 @@ func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s 
 	}
 	s.mr.Status.ProviderID = obs.ProviderID
 	s.setPhase(v1alpha1.MachinePhaseCreating)
-	s.healthy()
 	if obs.Running && obs.Addresses.Primary != "" {
 		r.markRunning(ctx, s, vm, obs)
 		return reconcile.Result{RequeueAfter: r.HealthCheckInterval}, nil
 	}
-	s.progressing(creatingReason(obs), creatingMessage(vm, obs))
+	r.reportCreating(s, vm, obs)
 	return reconcile.Result{RequeueAfter: r.CreatingPollInterval}, nil
 }
 
-func creatingReason(obs harvester.Observation) string {
-	if obs.Running {
-		return v1alpha1.ReasonWaitingForIPAddress
+// reportCreating says why a Creating machine is not Running yet: what Harvester reports if
+// something is wrong (with a Warning event when that changes), and Degraded once the provisioning
+// timeout has passed. The machine keeps waiting either way: only permanent errors make it Failed.
+func (r *MachineRequestReconciler) reportCreating(s *machineScope, vm string, obs harvester.Observation) {
+	reason, message := v1alpha1.ReasonVMCreating, creatingMessage(vm, obs)
+	diagnosis := obs.Diagnosis
+	if obs.Running && !obs.RunningSince.IsZero() && time.Since(obs.RunningSince) > r.IPReportTimeout {
+		diagnosis = &harvester.Diagnosis{Reason: v1alpha1.ReasonNoIPAddress, Message: fmt.Sprintf(
+			"%s has run for %s without reporting an IPv4 address on %s: check that the image runs the QEMU guest agent (for Talos, the qemu-guest-agent system extension) and that the VM network has DHCP with free leases",
+			vm, time.Since(obs.RunningSince).Round(time.Second), harvester.NICName)}
+	} else if obs.Running {
+		reason = v1alpha1.ReasonWaitingForIPAddress
 	}
-	return v1alpha1.ReasonVMCreating
+	if diagnosis != nil {
+		reason, message = diagnosis.Reason, diagnosis.Message
+		if c := meta.FindStatusCondition(s.mr.Status.Conditions, v1alpha1.ConditionProgressing); c == nil || c.Reason != reason {
+			s.event(corev1.EventTypeWarning, reason, "Provision", message)
+		}
+	}
+	s.progressing(reason, message)
+	if since := s.creatingSince(); !since.IsZero() && time.Since(since) > r.ProvisioningTimeout {
+		s.degraded(v1alpha1.ReasonProvisioningTimeout, fmt.Sprintf("not Running %s after the VM was created (timeout %s): %s",
+			time.Since(since).Round(time.Second), r.ProvisioningTimeout, message))
+		return
+	}
+	s.healthy()
 }
 
 func creatingMessage(vm string, obs harvester.Observation) string {
@@ -171,7 +200,7 @@ func (r *MachineRequestReconciler) reconcileDelete(ctx context.Context, s *machi
 	}
 	done, remaining, err := machines.Delete(ctx, ref)
 	if err != nil {
-		return reconcile.Result{}, err
+		return reconcile.Result{}, blockedDeletion(s, err)
 	}
 	if !done {
 		s.setCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting, "Deleting on Harvester; waiting for "+remaining)
@@ -212,6 +241,13 @@ func sameCondition(s *machineScope, reason, msg string) bool {
 		}
 	}
 	return false
+}
+
+// consumeRetryAnnotation removes the retry annotation, so that one annotation is one retry.
+func (r *MachineRequestReconciler) consumeRetryAnnotation(ctx context.Context, s *machineScope) error {
+	patch := client.MergeFrom(s.mr.DeepCopy())
+	delete(s.mr.Annotations, v1alpha1.AnnotationRetry)
+	return r.Patch(ctx, s.mr, patch)
 }
 
 func (r *MachineRequestReconciler) removeFinalizer(ctx context.Context, s *machineScope) error {

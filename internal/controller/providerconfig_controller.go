@@ -32,9 +32,11 @@ const (
 )
 
 // preflightChecks are the ProviderConfig's check conditions, in the order they are reported.
+// Permissions come right after credentials: missing permissions make the later checks fail too,
+// and are the cause to report.
 var preflightChecks = []string{
-	v1alpha1.ConditionCredentialsValid, v1alpha1.ConditionImageReady, v1alpha1.ConditionNetworkReady,
-	v1alpha1.ConditionStorageReady, v1alpha1.ConditionPermissionsReady,
+	v1alpha1.ConditionCredentialsValid, v1alpha1.ConditionPermissionsReady, v1alpha1.ConditionNetworkReady,
+	v1alpha1.ConditionImageReady, v1alpha1.ConditionStorageReady,
 }
 
 // ProviderConfigReconciler validates harvester ProviderConfigs before and while MachineRequests
@@ -93,9 +95,9 @@ func (r *ProviderConfigReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	failure := failedChecks(pc)
 	switch {
 	case ready && !last.ready:
-		r.Recorder.Eventf(pc, nil, corev1.EventTypeNormal, "PreflightPassed", "Validate", "%s", "All checks passed: the Harvester cluster is ready for machines")
+		recordEvent(r.Recorder, pc, corev1.EventTypeNormal, "PreflightPassed", "Validate", "All checks passed: the Harvester cluster is ready for machines")
 	case !ready && failure != last.reportedFailure:
-		r.Recorder.Eventf(pc, nil, corev1.EventTypeWarning, "PreflightFailed", "Validate", "%s", failure)
+		recordEvent(r.Recorder, pc, corev1.EventTypeWarning, "PreflightFailed", "Validate", failure)
 	}
 	r.remember(pc, lastValidation{generation: pc.Generation, secretVersion: secretVersion, at: time.Now(), ready: ready, reportedFailure: failure})
 	if !ready {

@@ -3,12 +3,14 @@ package controller
 import (
 	"context"
 	"errors"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -80,6 +82,14 @@ func (s *machineScope) fail(reason, message string) {
 	}
 }
 
+// creatingSince is when the machine entered Creating (zero if unknown or not Creating).
+func (s *machineScope) creatingSince() time.Time {
+	if s.mr.Status.Phase != v1alpha1.MachinePhaseCreating || s.mr.Status.LastUpdated == nil {
+		return time.Time{}
+	}
+	return s.mr.Status.LastUpdated.Time
+}
+
 // clearFailure forgets a previous failure before a retry.
 func (s *machineScope) clearFailure() {
 	s.mr.Status.FailureReason = ""
@@ -87,8 +97,19 @@ func (s *machineScope) clearFailure() {
 }
 
 func (s *machineScope) event(eventType, reason, action, message string) {
-	// The message is passed as an argument, never as a format: it may contain '%'.
-	s.recorder.Eventf(s.mr, nil, eventType, reason, action, "%s", message)
+	recordEvent(s.recorder, s.mr, eventType, reason, action, message)
+}
+
+// maxEventNote is the longest note the API server accepts in an event.
+const maxEventNote = 1024
+
+// recordEvent records an event whose note is message, shortened to what the API server accepts.
+// The message is passed as an argument, never as a format: it may contain '%'.
+func recordEvent(recorder events.EventRecorder, obj runtime.Object, eventType, reason, action, message string) {
+	if len(message) > maxEventNote {
+		message = message[:maxEventNote-len(" [...]")] + " [...]"
+	}
+	recorder.Eventf(obj, nil, eventType, reason, action, "%s", message)
 }
 
 // outcome is the one place where the kinds of error become status and a result:

@@ -47,8 +47,12 @@ type Observation struct {
 	// VMIPhase is the VirtualMachineInstance's phase; empty when there is no VMI.
 	VMIPhase string
 	// Running is true when the VMI is in phase Running.
-	Running   bool
-	Addresses Addresses
+	Running bool
+	// RunningSince is when the VMI entered phase Running, if KubeVirt reported it.
+	RunningSince time.Time
+	Addresses    Addresses
+	// Diagnosis explains, when the machine is not up, what Harvester reports as the cause.
+	Diagnosis *Diagnosis
 }
 
 // deletionRetry is how soon to look again at objects that are being deleted.
@@ -288,14 +292,20 @@ func (m *remoteMachines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMa
 	}
 	vmi := &kubevirtv1.VirtualMachineInstance{}
 	if err := m.c.Get(ctx, client.ObjectKeyFromObject(vm), vmi); err != nil {
-		if apierrors.IsNotFound(err) {
-			return obs, nil
+		if !apierrors.IsNotFound(err) {
+			return obs, classify(err, "get "+describe("VirtualMachineInstance", vm.Namespace, vm.Name))
 		}
-		return obs, classify(err, "get "+describe("VirtualMachineInstance", vm.Namespace, vm.Name))
+		vmi = nil
 	}
-	obs.VMIPhase = string(vmi.Status.Phase)
-	obs.Running = vmi.Status.Phase == kubevirtv1.Running
-	obs.Addresses = SelectAddresses(vmi.Status.Interfaces)
+	if vmi != nil {
+		obs.VMIPhase = string(vmi.Status.Phase)
+		obs.Running = vmi.Status.Phase == kubevirtv1.Running
+		obs.RunningSince = runningSince(vmi)
+		obs.Addresses = SelectAddresses(vmi.Status.Interfaces)
+	}
+	if !obs.Running {
+		obs.Diagnosis = m.diagnose(ctx, vm, vmi)
+	}
 	return obs, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -25,8 +26,8 @@ var VirtualMachineImageGVK = schema.GroupVersionKind{Group: "harvesterhci.io", V
 const (
 	annotationImageID      = "harvesterhci.io/imageId"
 	pvcProtectionFinalizer = "kubernetes.io/pvc-protection"
-	// reasonWaitingForImage is the event reason of a PVC whose image cannot back it (yet).
-	reasonWaitingForImage = "WaitingForImage"
+	// reasonWaitingForImage is the event reason of a PVC that cannot be provisioned (yet).
+	reasonWaitingForImage = "ProvisioningFailed"
 )
 
 // pvcReconciler binds PVCs the way Harvester's storage does, and releases deleted ones once no
@@ -45,6 +46,8 @@ func (r *pvcReconciler) setup(mgr ctrl.Manager) error {
 		For(&corev1.PersistentVolumeClaim{}).
 		// A PVC waiting for its image binds as soon as the image is imported.
 		Watches(image, handler.EnqueueRequestsFromMapFunc(r.claimsOfImage)).
+		// ... or its storage class appears.
+		Watches(&storagev1.StorageClass{}, handler.EnqueueRequestsFromMapFunc(r.claimsOfStorageClass)).
 		// A deleted PVC is released once the VMI that used it is gone.
 		Watches(&kubevirtv1.VirtualMachineInstance{}, handler.EnqueueRequestsFromMapFunc(claimsOfVMI)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
@@ -76,8 +79,14 @@ func (r *pvcReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	return ctrl.Result{}, r.setPhase(ctx, pvc, corev1.ClaimBound)
 }
 
-// whyNotBindable says why an image-backed PVC cannot be provisioned yet ("" if it can).
+// whyNotBindable says why a PVC cannot be provisioned yet ("" if it can): its storage class is
+// missing, or, for an image-backed PVC, its image is missing, not imported or of another class.
 func (r *pvcReconciler) whyNotBindable(ctx context.Context, pvc *corev1.PersistentVolumeClaim) string {
+	if sc := pvc.Spec.StorageClassName; sc != nil && *sc != "" {
+		if err := r.sim.c.Get(ctx, client.ObjectKey{Name: *sc}, &storagev1.StorageClass{}); apierrors.IsNotFound(err) {
+			return fmt.Sprintf("storageclass.storage.k8s.io %q not found", *sc)
+		}
+	}
 	imageID := pvc.Annotations[annotationImageID]
 	if imageID == "" {
 		return ""
@@ -140,6 +149,20 @@ func (r *pvcReconciler) claimsOfImage(ctx context.Context, image client.Object) 
 	var reqs []ctrl.Request
 	for _, pvc := range pvcs.Items {
 		if pvc.Annotations[annotationImageID] == image.GetNamespace()+"/"+image.GetName() {
+			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&pvc)})
+		}
+	}
+	return reqs
+}
+
+func (r *pvcReconciler) claimsOfStorageClass(ctx context.Context, sc client.Object) []ctrl.Request {
+	pvcs := &corev1.PersistentVolumeClaimList{}
+	if err := r.sim.c.List(ctx, pvcs); err != nil {
+		return nil
+	}
+	var reqs []ctrl.Request
+	for _, pvc := range pvcs.Items {
+		if pvc.Spec.StorageClassName != nil && *pvc.Spec.StorageClassName == sc.GetName() {
 			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&pvc)})
 		}
 	}

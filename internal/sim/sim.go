@@ -42,8 +42,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
-// AnnotationFault, on a VirtualMachine or VirtualMachineImage, injects a fault for that object
-// alone: "unschedulable", "no-dhcp" or "slow-boot" on VMs, "import-failed" on images.
+// AnnotationFault, as an annotation or a label on a VirtualMachine or VirtualMachineImage, injects a
+// fault for that object alone: "unschedulable", "no-dhcp" or "slow-boot" on VMs, "import-failed" on
+// images. (As a label it can be set through a MachineRequest's spec.labels.)
 const AnnotationFault = "sim.butler.butlerlabs.dev/fault"
 
 // Fault names accepted by AnnotationFault.
@@ -132,7 +133,7 @@ func (s *Simulator) currentFaults() Faults {
 
 // hasFault reports whether a fault applies to an object, globally or through its annotation.
 func (s *Simulator) hasFault(obj client.Object, name string) bool {
-	if obj.GetAnnotations()[AnnotationFault] == name {
+	if obj.GetAnnotations()[AnnotationFault] == name || obj.GetLabels()[AnnotationFault] == name {
 		return true
 	}
 	f := s.currentFaults()

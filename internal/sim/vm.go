@@ -173,6 +173,9 @@ func (r *vmReconciler) timeline(ctx context.Context, vm *kubevirtv1.VirtualMachi
 	}
 	st.Phase = kubevirtv1.Running
 	st.NodeName = "harvester-node-1"
+	st.PhaseTransitionTimestamps = []kubevirtv1.VirtualMachineInstancePhaseTransitionTimestamp{
+		{Phase: kubevirtv1.Running, PhaseTransitionTimestamp: metav1.NewTime(startedAt(vmi).Add(boot).Truncate(time.Second))},
+	}
 	st.Conditions = []kubevirtv1.VirtualMachineInstanceCondition{condition(kubevirtv1.VirtualMachineInstanceReady, corev1.ConditionTrue, "", "")}
 	mac := macFor(vm.UID)
 	// Before the guest agent connects, KubeVirt knows the NIC from the domain only.

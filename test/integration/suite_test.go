@@ -92,6 +92,8 @@ func run(m *testing.M) int {
 		CreatingPollInterval:    200 * time.Millisecond,
 		HealthCheckInterval:     500 * time.Millisecond,
 		DeletionPollInterval:    200 * time.Millisecond,
+		ProvisioningTimeout:     3 * time.Second,
+		IPReportTimeout:         time.Second,
 		MaxConcurrentReconciles: 4,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
