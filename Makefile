@@ -51,6 +51,10 @@ lint: vet ## Check formatting and run go vet.
 controlplane: ## Build kube-apiserver and etcd from Go modules (once; cached) and print their directory.
 	@bash hack/tools/controlplane.sh
 
+.PHONY: kubectl
+kubectl: ## Build kubectl from Go modules (once; cached) and print its path.
+	@echo "$$(bash hack/tools/controlplane.sh kubectl)/kubectl"
+
 .PHONY: test
 test: ## Run all tests: unit tests and integration tests on real API servers.
 	@assets=$$(bash hack/tools/controlplane.sh) && \

@@ -93,7 +93,6 @@ func (d *demo) startManager(context.Context) error {
 	bin := d.path("manager")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
 	build.Dir, build.Stdout, build.Stderr = d.o.repoRoot, d.out, d.out
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if err := build.Run(); err != nil {
 		return fmt.Errorf("go build ./cmd/manager: %w", err)
 	}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the test control plane (kube-apiserver and etcd) from Go modules, once, and prints the
-# directory that holds both binaries (use it as KUBEBUILDER_ASSETS).
+# directory that holds both binaries (use it as KUBEBUILDER_ASSETS). With the argument "kubectl" it
+# builds kubectl too (from the same Kubernetes release), for exploring the demo's clusters.
 #
 # The binaries are cached outside the work tree, keyed by the pinned versions and the Go version,
 # so fresh clones, CI runs and `make demo` share one build. Nothing is downloaded but Go modules.
@@ -40,4 +41,8 @@ minor=$(echo "$k8s_version" | cut -d. -f2)
 v=k8s.io/component-base/version
 build kube-apiserver "$here/controlplane/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver \
   "-X $v.gitVersion=$k8s_version -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
+if [ "${1:-}" = kubectl ]; then
+  build kubectl "$here/controlplane/kube-apiserver" k8s.io/kubernetes/cmd/kubectl \
+    "-X $v.gitVersion=$k8s_version -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
+fi
 echo "$dir"
