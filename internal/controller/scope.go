@@ -145,9 +145,16 @@ var degradingReasons = map[string]bool{
 	v1alpha1.ReasonCredentialsUnavailable: true,
 	v1alpha1.ReasonPermissionDenied:       true,
 	v1alpha1.ReasonDeletionBlocked:        true,
+	v1alpha1.ReasonProviderConfigNotReady: true,
 }
 
 func (s *machineScope) waiting(w *harvester.WaitingError) {
+	// A wait that needs the user is worth an event when it starts (or its reason changes); the
+	// deletion path records its own.
+	if c := meta.FindStatusCondition(s.mr.Status.Conditions, v1alpha1.ConditionProgressing); degradingReasons[w.Reason] &&
+		!s.deleting() && (c == nil || c.Reason != w.Reason) {
+		s.event(corev1.EventTypeWarning, w.Reason, "Provision", w.Message)
+	}
 	if s.deleting() {
 		s.setCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, w.Reason, w.Message)
 		s.setCondition(v1alpha1.ConditionProgressing, metav1.ConditionTrue, w.Reason, w.Message)
