@@ -99,8 +99,8 @@ func (r *MachineRequestReconciler) reportCreating(s *machineScope, vm string, ob
 	diagnosis := obs.Diagnosis
 	if obs.Running && !obs.RunningSince.IsZero() && time.Since(obs.RunningSince) > r.IPReportTimeout {
 		diagnosis = &harvester.Diagnosis{Reason: v1alpha1.ReasonNoIPAddress, Message: fmt.Sprintf(
-			"%s has run for %s without reporting an IPv4 address on %s: check that the image runs the QEMU guest agent (for Talos, the qemu-guest-agent system extension) and that the VM network has DHCP with free leases",
-			vm, time.Since(obs.RunningSince).Round(time.Second), harvester.NICName)}
+			"%s has run for more than %s without reporting an IPv4 address on %s: check that the image runs the QEMU guest agent (for Talos, the qemu-guest-agent system extension) and that the VM network has DHCP with free leases",
+			vm, r.IPReportTimeout, harvester.NICName)}
 	} else if obs.Running {
 		reason = v1alpha1.ReasonWaitingForIPAddress
 	}
@@ -112,8 +112,10 @@ func (r *MachineRequestReconciler) reportCreating(s *machineScope, vm string, ob
 	}
 	s.progressing(reason, message)
 	if since := s.creatingSince(); !since.IsZero() && time.Since(since) > r.ProvisioningTimeout {
-		s.degraded(v1alpha1.ReasonProvisioningTimeout, fmt.Sprintf("not Running %s after the VM was created (timeout %s): %s",
-			time.Since(since).Round(time.Second), r.ProvisioningTimeout, message))
+		// The message names the timeout, not the time elapsed: a status that changes on every
+		// poll would be written on every poll.
+		s.degraded(v1alpha1.ReasonProvisioningTimeout, fmt.Sprintf("not Running within the provisioning timeout (%s) after the VM was created: %s",
+			r.ProvisioningTimeout, message))
 		return
 	}
 	s.healthy()
