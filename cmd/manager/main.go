@@ -17,6 +17,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -52,8 +53,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.provisioningTimeout, "provisioning-timeout", controller.DefaultProvisioningTimeout, "How long a machine may stay Creating before its Degraded condition reports the diagnosis (it keeps waiting).")
 	fs.DurationVar(&o.ipReportTimeout, "ip-report-timeout", controller.DefaultIPReportTimeout, "How long a running VM may go without reporting an IPv4 address before the diagnosis points at the guest agent and DHCP.")
 	fs.DurationVar(&o.recheckInterval, "providerconfig-recheck-interval", controller.DefaultRecheckInterval, "How often a ProviderConfig's checks (credentials, image, network, storage, permissions) run again; a changed credentials Secret is noticed within 30s.")
-	fs.Float64Var(&o.harvesterQPS, "harvester-qps", 20, "Requests per second to each Harvester cluster.")
-	fs.IntVar(&o.harvesterBurst, "harvester-burst", 40, "Request burst to each Harvester cluster.")
+	fs.Float64Var(&o.harvesterQPS, "harvester-qps", harvester.DefaultQPS, "Requests per second to each Harvester cluster.")
+	fs.IntVar(&o.harvesterBurst, "harvester-burst", harvester.DefaultBurst, "Request burst to each Harvester cluster.")
 	fs.StringVar(&o.logLevel, "log-level", "info", "Log level: debug, info, warn or error.")
 	fs.StringVar(&o.logFormat, "log-format", "json", "Log format: json or text.")
 	if err := fs.Parse(args); err != nil {
@@ -116,10 +117,16 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 	// Credentials Secrets are read directly, not through a cache: no cluster-wide Secret watch.
-	factory := &harvester.CachingFactory{SecretReader: mgr.GetAPIReader(), QPS: float32(o.harvesterQPS), Burst: o.harvesterBurst}
+	// Harvester's informers report changes of our objects there through this channel.
+	harvesterEvents := make(chan event.GenericEvent, 1024)
+	factory := &harvester.CachingFactory{
+		SecretReader: mgr.GetAPIReader(), QPS: float32(o.harvesterQPS), Burst: o.harvesterBurst,
+		Notify: harvesterEvents, Context: ctx,
+	}
 	r := &controller.MachineRequestReconciler{
 		Client:                  mgr.GetClient(),
 		Harvester:               factory,
+		HarvesterEvents:         harvesterEvents,
 		Recorder:                mgr.GetEventRecorder("butler-provider-harvester"),
 		CreatingPollInterval:    o.creatingPoll,
 		HealthCheckInterval:     o.healthInterval,

@@ -15,8 +15,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
@@ -37,7 +39,10 @@ type MachineRequestReconciler struct {
 	client.Client
 	// Harvester hands out the client for the Harvester cluster of a ProviderConfig.
 	Harvester harvester.Factory
-	Recorder  events.EventRecorder
+	// HarvesterEvents, if set, names MachineRequests whose objects on Harvester changed (see
+	// harvester.CachingFactory.Notify): the IP reaches the status as soon as the VMI reports it.
+	HarvesterEvents <-chan event.GenericEvent
+	Recorder        events.EventRecorder
 
 	// CreatingPollInterval is how often a Creating machine is looked at again.
 	CreatingPollInterval time.Duration
@@ -125,8 +130,12 @@ func (r *MachineRequestReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	}); err != nil {
 		return err
 	}
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("machinerequest").
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("machinerequest")
+	if r.HarvesterEvents != nil {
+		b = b.WatchesRawSource(source.Channel(r.HarvesterEvents, &handler.EnqueueRequestForObject{}))
+	}
+	return b.
 		For(&v1alpha1.MachineRequest{}, builder.WithPredicates(ignoreStatusOnlyUpdates())).
 		Watches(&v1alpha1.ProviderConfig{}, handler.EnqueueRequestsFromMapFunc(r.requestsForProviderConfig), builder.WithPredicates(conditionsChanged())).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).

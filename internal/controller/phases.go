@@ -87,14 +87,21 @@ func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s 
 		r.markRunning(ctx, s, vm, obs)
 		return reconcile.Result{RequeueAfter: r.HealthCheckInterval}, nil
 	}
-	r.reportCreating(s, vm, obs)
-	return reconcile.Result{RequeueAfter: r.CreatingPollInterval}, nil
+	return reconcile.Result{RequeueAfter: r.reportCreating(s, vm, obs)}, nil
 }
 
 // reportCreating says why a Creating machine is not Running yet: what Harvester reports if
 // something is wrong (with a Warning event when that changes), and Degraded once the provisioning
 // timeout has passed. The machine keeps waiting either way: only permanent errors make it Failed.
-func (r *MachineRequestReconciler) reportCreating(s *machineScope, vm string, obs harvester.Observation) {
+// It returns when to look again: at the next poll, or when a timeout runs out if that is sooner
+// (no event from Harvester marks the passing of time).
+func (r *MachineRequestReconciler) reportCreating(s *machineScope, vm string, obs harvester.Observation) time.Duration {
+	next := r.CreatingPollInterval
+	until := func(deadline time.Time) {
+		if d := time.Until(deadline); d > 0 && d < next {
+			next = d + 10*time.Millisecond
+		}
+	}
 	reason, message := v1alpha1.ReasonVMCreating, creatingMessage(vm, obs)
 	diagnosis := obs.Diagnosis
 	if obs.Running && !obs.RunningSince.IsZero() && time.Since(obs.RunningSince) > r.IPReportTimeout {
@@ -103,6 +110,9 @@ func (r *MachineRequestReconciler) reportCreating(s *machineScope, vm string, ob
 			vm, r.IPReportTimeout, harvester.NICName)}
 	} else if obs.Running {
 		reason = v1alpha1.ReasonWaitingForIPAddress
+		if !obs.RunningSince.IsZero() {
+			until(obs.RunningSince.Add(r.IPReportTimeout))
+		}
 	}
 	if diagnosis != nil {
 		reason, message = diagnosis.Reason, diagnosis.Message
@@ -111,14 +121,19 @@ func (r *MachineRequestReconciler) reportCreating(s *machineScope, vm string, ob
 		}
 	}
 	s.progressing(reason, message)
-	if since := s.creatingSince(); !since.IsZero() && time.Since(since) > r.ProvisioningTimeout {
+	since := s.creatingSince()
+	if !since.IsZero() && time.Since(since) > r.ProvisioningTimeout {
 		// The message names the timeout, not the time elapsed: a status that changes on every
 		// poll would be written on every poll.
 		s.degraded(v1alpha1.ReasonProvisioningTimeout, fmt.Sprintf("not Running within the provisioning timeout (%s) after the VM was created: %s",
 			r.ProvisioningTimeout, message))
-		return
+		return next
+	}
+	if !since.IsZero() {
+		until(since.Add(r.ProvisioningTimeout))
 	}
 	s.healthy()
+	return next
 }
 
 func creatingMessage(vm string, obs harvester.Observation) string {

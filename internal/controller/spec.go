@@ -111,9 +111,10 @@ func credentialsOf(pc *v1alpha1.ProviderConfig, pcRef string) (harvester.Credent
 	if ref == nil || ref.Name == "" {
 		return harvester.Credentials{}, invalidProviderConfig(pcRef, "has no spec.credentialsRef: name the Secret holding the Harvester kubeconfig")
 	}
-	creds := harvester.Credentials{SecretNamespace: ref.Namespace, SecretName: ref.Name, Key: ref.Key}
+	creds := harvester.Credentials{SecretNamespace: ref.Namespace, SecretName: ref.Name, Key: ref.Key, Namespace: "default"}
 	if pc.Spec.Harvester != nil {
 		creds.Endpoint = pc.Spec.Harvester.Endpoint
+		creds.Namespace = namespaceOf(pc.Spec.Harvester)
 	}
 	if creds.SecretNamespace == "" {
 		creds.SecretNamespace = pc.Namespace

@@ -143,7 +143,8 @@ func BuildVirtualMachine(s *MachineSpec) *kubevirtv1.VirtualMachine {
 		Spec: kubevirtv1.VirtualMachineSpec{
 			RunStrategy: ptr.To(kubevirtv1.RunStrategyAlways),
 			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: templateLabels},
+				// The annotation reaches the VMI, whose events are mapped back to the MachineRequest.
+				ObjectMeta: metav1.ObjectMeta{Labels: templateLabels, Annotations: ownerAnnotations(s.Owner)},
 				Spec: kubevirtv1.VirtualMachineInstanceSpec{
 					Domain: kubevirtv1.DomainSpec{
 						CPU: &kubevirtv1.CPU{Cores: s.CPU, Sockets: 1, Threads: 1},

@@ -63,7 +63,7 @@ func (m *remoteMachines) diagnoseDisks(ctx context.Context, vm *kubevirtv1.Virtu
 		}
 		name := v.PersistentVolumeClaim.ClaimName
 		pvc := &corev1.PersistentVolumeClaim{}
-		err := m.c.Get(ctx, client.ObjectKey{Namespace: vm.Namespace, Name: name}, pvc)
+		err := m.read(ctx, client.ObjectKey{Namespace: vm.Namespace, Name: name}, pvc)
 		switch {
 		case apierrors.IsNotFound(err):
 			return &Diagnosis{v1alpha1.ReasonVolumeMissing, fmt.Sprintf(

@@ -18,7 +18,7 @@ import (
 var VirtualMachineImageGVK = schema.GroupVersionKind{Group: "harvesterhci.io", Version: "v1beta1", Kind: "VirtualMachineImage"}
 
 // imageNotReadyRetry is how often to look again at an image that is still importing.
-const imageNotReadyRetry = 15 * time.Second
+const imageNotReadyRetry = 5 * time.Second
 
 // getImage reads the image's readiness, storage class and size.
 func getImage(ctx context.Context, c client.Reader, ref ObjectRef) (ImageInfo, error) {

@@ -71,14 +71,33 @@ type Cluster interface {
 
 // remoteMachines implements Cluster on a controller-runtime client for the Harvester cluster.
 type remoteMachines struct {
-	c         client.Client
+	// c writes, and reads what is not cached.
+	c client.Client
+	// cached reads the objects we own from the informers of the Harvester cluster (c if there are
+	// none). A cache can lag behind: absence is always confirmed with c (see read).
+	cached    client.Reader
 	discovery discovery.ServerVersionInterface
 }
 
 // NewCluster returns a Cluster working through c, a client for the Harvester cluster whose scheme
-// knows core/v1 and kubevirt.io/v1, and dc, which asks for the server's version.
-func NewCluster(c client.Client, dc discovery.ServerVersionInterface) Cluster {
-	return &remoteMachines{c: c, discovery: dc}
+// knows core/v1 and kubevirt.io/v1, and dc, which asks for the server's version. cached, if not
+// nil, serves reads of the objects the provider owns.
+func NewCluster(c client.Client, cached client.Reader, dc discovery.ServerVersionInterface) Cluster {
+	if cached == nil {
+		cached = c
+	}
+	return &remoteMachines{c: c, cached: cached, discovery: dc}
+}
+
+// read gets an object the provider may own from the cache, and confirms with a live read that
+// an object the cache does not have really is absent: a cache that has not yet seen a creation
+// must never make us create twice, report a VM deleted, or declare a deletion complete.
+func (m *remoteMachines) read(ctx context.Context, key client.ObjectKey, obj client.Object) error {
+	err := m.cached.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) && m.cached != client.Reader(m.c) {
+		err = m.c.Get(ctx, key, obj)
+	}
+	return err
 }
 
 func (m *remoteMachines) Ensure(ctx context.Context, spec *MachineSpec) (Observation, error) {
@@ -135,7 +154,7 @@ func (m *remoteMachines) Observe(ctx context.Context, ref MachineRef) (Observati
 func (m *remoteMachines) getOwnedVM(ctx context.Context, ref MachineRef) (*kubevirtv1.VirtualMachine, error) {
 	vm := &kubevirtv1.VirtualMachine{}
 	key := client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}
-	if err := m.c.Get(ctx, key, vm); err != nil {
+	if err := m.read(ctx, key, vm); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
@@ -179,7 +198,7 @@ func (m *remoteMachines) ensureCloudInitSecret(ctx context.Context, spec *Machin
 	want := BuildCloudInitSecret(spec)
 	what := describe("Secret", want.Namespace, want.Name)
 	have := &corev1.Secret{}
-	err := m.c.Get(ctx, client.ObjectKeyFromObject(want), have)
+	err := m.read(ctx, client.ObjectKeyFromObject(want), have)
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := m.c.Create(ctx, want); err != nil {
@@ -250,7 +269,7 @@ func (m *remoteMachines) ensureDisks(ctx context.Context, spec *MachineSpec, ima
 func (m *remoteMachines) ensureClaim(ctx context.Context, want *corev1.PersistentVolumeClaim, o Owner) error {
 	what := describe("PersistentVolumeClaim", want.Namespace, want.Name)
 	have := &corev1.PersistentVolumeClaim{}
-	err := m.c.Get(ctx, client.ObjectKeyFromObject(want), have)
+	err := m.read(ctx, client.ObjectKeyFromObject(want), have)
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := m.c.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -291,7 +310,7 @@ func (m *remoteMachines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMa
 		PrintableStatus: string(vm.Status.PrintableStatus),
 	}
 	vmi := &kubevirtv1.VirtualMachineInstance{}
-	if err := m.c.Get(ctx, client.ObjectKeyFromObject(vm), vmi); err != nil {
+	if err := m.read(ctx, client.ObjectKeyFromObject(vm), vmi); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return obs, classify(err, "get "+describe("VirtualMachineInstance", vm.Namespace, vm.Name))
 		}
@@ -394,7 +413,7 @@ func (m *remoteMachines) deleteVM(ctx context.Context, vm *kubevirtv1.VirtualMac
 // is left under that name. Objects mounted by an adopted VM count as ours.
 func (m *remoteMachines) deleteIfOurs(ctx context.Context, kind string, obj client.Object, o Owner, adopted *kubevirtv1.VirtualMachine) (bool, error) {
 	what := describe(kind, obj.GetNamespace(), obj.GetName())
-	if err := m.c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+	if err := m.read(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		if apierrors.IsNotFound(err) {
 			return true, nil
 		}

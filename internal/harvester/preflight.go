@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -46,10 +47,11 @@ func RequiredPermissions(namespace, imageNamespace, networkNamespace string) []P
 			out = append(out, Permission{Verb: v, Group: group, Resource: resource, Namespace: ns})
 		}
 	}
-	add(namespace, "kubevirt.io", "virtualmachines", "get", "create", "patch", "delete")
-	add(namespace, "kubevirt.io", "virtualmachineinstances", "get")
-	add(namespace, "", "persistentvolumeclaims", "get", "list", "create", "delete")
-	add(namespace, "", "secrets", "get", "create", "patch", "delete")
+	// list and watch feed the provider's label-selected informers in this namespace.
+	add(namespace, "kubevirt.io", "virtualmachines", "get", "list", "watch", "create", "patch", "delete")
+	add(namespace, "kubevirt.io", "virtualmachineinstances", "get", "list", "watch")
+	add(namespace, "", "persistentvolumeclaims", "get", "list", "watch", "create", "delete")
+	add(namespace, "", "secrets", "get", "list", "watch", "create", "patch", "delete")
 	add(namespace, "", "events", "list")
 	if imageNamespace != "" {
 		add(imageNamespace, "harvesterhci.io", "virtualmachineimages", "get")
@@ -184,16 +186,28 @@ func (m *remoteMachines) checkPermissions(ctx context.Context, spec PreflightSpe
 	if spec.Image != nil {
 		imageNs = spec.Image.Namespace
 	}
+	// One review per permission, asked concurrently: a review is cheap, a slow round trip is not.
+	perms := RequiredPermissions(spec.Namespace, imageNs, spec.Network.Namespace)
+	allowed := make([]bool, len(perms))
+	errs := make([]error, len(perms))
+	var wg sync.WaitGroup
+	for i, p := range perms {
+		wg.Go(func() {
+			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: p.Verb, Group: p.Group, Resource: p.Resource, Namespace: p.Namespace},
+			}}
+			errs[i] = m.c.Create(ctx, review)
+			allowed[i] = review.Status.Allowed
+		})
+	}
+	wg.Wait()
 	var missing []string
-	for _, p := range RequiredPermissions(spec.Namespace, imageNs, spec.Network.Namespace) {
-		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: p.Verb, Group: p.Group, Resource: p.Resource, Namespace: p.Namespace},
-		}}
-		if err := m.c.Create(ctx, review); err != nil {
-			c.Reason, c.Message = reasonOf(classify(err, "create a SelfSubjectAccessReview")), err.Error()
+	for i, p := range perms {
+		if errs[i] != nil {
+			c.Reason, c.Message = reasonOf(classify(errs[i], "create a SelfSubjectAccessReview")), errs[i].Error()
 			return c
 		}
-		if !review.Status.Allowed {
+		if !allowed[i] {
 			missing = append(missing, p.String())
 		}
 	}

@@ -122,8 +122,11 @@ func (r *vmReconciler) createVMI(ctx context.Context, vm *kubevirtv1.VirtualMach
 			Annotations: map[string]string{annotationStarted: time.Now().UTC().Format(time.RFC3339Nano)},
 		},
 	}
-	if vm.Spec.Template != nil {
+	if vm.Spec.Template != nil { // KubeVirt copies the template's labels and annotations
 		vmi.Labels = vm.Spec.Template.ObjectMeta.Labels
+		for k, v := range vm.Spec.Template.ObjectMeta.Annotations {
+			vmi.Annotations[k] = v
+		}
 		vmi.Spec = vm.Spec.Template.Spec
 	}
 	if err := controllerutil.SetControllerReference(vm, vmi, r.sim.c.Scheme()); err != nil {

@@ -23,6 +23,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
@@ -54,8 +55,10 @@ func TestMain(m *testing.M) {
 func run(m *testing.M) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// Warnings and errors only: the test output stays readable, failures stay visible.
-	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	// Warnings and errors only, so the test output stays readable; BUTLER_TEST_LOG=debug|info for more.
+	level := slog.LevelWarn
+	_ = level.UnmarshalText([]byte(os.Getenv("BUTLER_TEST_LOG")))
+	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 
 	root := repoRoot()
 	mgmtEnv := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
@@ -85,13 +88,16 @@ func run(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
+	harvesterEvents := make(chan event.GenericEvent, 1024)
 	r := &controller.MachineRequestReconciler{
 		Client:                  mgr.GetClient(),
-		Harvester:               &harvester.CachingFactory{SecretReader: mgr.GetAPIReader()},
+		Harvester:               &harvester.CachingFactory{SecretReader: mgr.GetAPIReader(), Notify: harvesterEvents, Context: ctx},
+		HarvesterEvents:         harvesterEvents,
 		Recorder:                mgr.GetEventRecorder("butler-provider-harvester"),
-		CreatingPollInterval:    200 * time.Millisecond,
-		HealthCheckInterval:     500 * time.Millisecond,
-		DeletionPollInterval:    200 * time.Millisecond,
+		// Long safety-net polls: the tests pass only if Harvester's events drive the reconciles.
+		CreatingPollInterval:    time.Minute,
+		HealthCheckInterval:     time.Minute,
+		DeletionPollInterval:    time.Minute,
 		ProvisioningTimeout:     3 * time.Second,
 		IPReportTimeout:         time.Second,
 		MaxConcurrentReconciles: 4,
