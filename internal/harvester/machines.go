@@ -328,8 +328,11 @@ func (m *remoteMachines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMa
 	return obs, nil
 }
 
+// Delete removes the machine in Harvester's own way: it annotates the VM with the PVCs to remove
+// and deletes it, and Harvester removes those PVCs and collects the Secret the VM owns. Only once
+// the VM is gone does it delete what is left of ours itself. done is true when nothing of ours is
+// left (checked live).
 func (m *remoteMachines) Delete(ctx context.Context, ref MachineRef) (bool, string, error) {
-	var remaining []string
 	vm, err := m.getOwnedVM(ctx, ref)
 	if _, conflict := AsPermanent(err); conflict {
 		vm, err = nil, nil // not ours: never touched
@@ -337,19 +340,24 @@ func (m *remoteMachines) Delete(ctx context.Context, ref MachineRef) (bool, stri
 	if err != nil {
 		return false, "", err
 	}
-	claimNames, err := m.ownedClaimNames(ctx, ref, vm)
-	if err != nil {
-		return false, "", err
-	}
 	if vm != nil {
-		remaining = append(remaining, describe("VirtualMachine", vm.Namespace, vm.Name))
+		claimNames, err := m.ownedClaimNames(ctx, ref, vm)
+		if err != nil {
+			return false, "", err
+		}
 		if err := m.deleteVM(ctx, vm, claimNames); err != nil {
 			return false, "", err
 		}
+		return false, describe("VirtualMachine", vm.Namespace, vm.Name), nil
+	}
+	var remaining []string
+	claimNames, err := m.ownedClaimNames(ctx, ref, nil)
+	if err != nil {
+		return false, "", err
 	}
 	for _, name := range claimNames {
 		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: name}}
-		gone, err := m.deleteIfOurs(ctx, "PersistentVolumeClaim", pvc, ref.Owner, vm)
+		gone, err := m.deleteIfOurs(ctx, "PersistentVolumeClaim", pvc, ref.Owner)
 		if err != nil {
 			return false, "", err
 		}
@@ -358,7 +366,7 @@ func (m *remoteMachines) Delete(ctx context.Context, ref MachineRef) (bool, stri
 		}
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: cloudInitSecretName(ref.Name)}}
-	gone, err := m.deleteIfOurs(ctx, "Secret", secret, ref.Owner, vm)
+	gone, err := m.deleteIfOurs(ctx, "Secret", secret, ref.Owner)
 	if err != nil {
 		return false, "", err
 	}
@@ -368,8 +376,9 @@ func (m *remoteMachines) Delete(ctx context.Context, ref MachineRef) (bool, stri
 	return len(remaining) == 0, strings.Join(remaining, ", "), nil
 }
 
-// ownedClaimNames lists our PVCs: those labelled for this MachineRequest, plus those an adopted
-// VM of the published provider mounts (they carry no labels of ours).
+// ownedClaimNames lists our PVCs: those labelled for this MachineRequest, plus, given a VM, those
+// it mounts (an adopted VM of the published provider has disks without our labels; Harvester
+// removes them with the VM when they are listed in the annotation).
 func (m *remoteMachines) ownedClaimNames(ctx context.Context, ref MachineRef, vm *kubevirtv1.VirtualMachine) ([]string, error) {
 	list := &corev1.PersistentVolumeClaimList{}
 	if err := m.c.List(ctx, list, client.InNamespace(ref.Namespace),
@@ -410,8 +419,8 @@ func (m *remoteMachines) deleteVM(ctx context.Context, vm *kubevirtv1.VirtualMac
 }
 
 // deleteIfOurs deletes obj if it exists and is ours; it reports gone=true when nothing of ours
-// is left under that name. Objects mounted by an adopted VM count as ours.
-func (m *remoteMachines) deleteIfOurs(ctx context.Context, kind string, obj client.Object, o Owner, adopted *kubevirtv1.VirtualMachine) (bool, error) {
+// is left under that name.
+func (m *remoteMachines) deleteIfOurs(ctx context.Context, kind string, obj client.Object, o Owner) (bool, error) {
 	what := describe(kind, obj.GetNamespace(), obj.GetName())
 	if err := m.read(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -419,7 +428,7 @@ func (m *remoteMachines) deleteIfOurs(ctx context.Context, kind string, obj clie
 		}
 		return false, classify(err, "get "+what)
 	}
-	if !isOwnedBy(obj.GetLabels(), o) && !mountedBy(obj, adopted) {
+	if !isOwnedBy(obj.GetLabels(), o) {
 		return true, nil
 	}
 	if obj.GetDeletionTimestamp() != nil {
@@ -433,18 +442,6 @@ func (m *remoteMachines) deleteIfOurs(ctx context.Context, kind string, obj clie
 		return false, classify(err, "delete "+what)
 	}
 	return false, nil
-}
-
-func mountedBy(obj client.Object, vm *kubevirtv1.VirtualMachine) bool {
-	if _, isClaim := obj.(*corev1.PersistentVolumeClaim); !isClaim || vm == nil || vm.Spec.Template == nil {
-		return false
-	}
-	for _, v := range vm.Spec.Template.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == obj.GetName() {
-			return true
-		}
-	}
-	return false
 }
 
 func ignoreNotFound(err error) error {
