@@ -20,16 +20,18 @@ import (
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
 )
 
 type options struct {
-	keep        bool
-	timeout     time.Duration
-	bootDelay   time.Duration
-	ipDelay     time.Duration
-	workDir     string
-	repoRoot    string
-	managerArgs string
+	keep      bool
+	timeout   time.Duration
+	bootDelay time.Duration
+	ipDelay   time.Duration
+	workDir   string
+	repoRoot  string
 }
 
 func main() {
@@ -64,23 +66,24 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		return err
 	}
-	d := &demo{o: o, out: out, work: work, start: start}
-	defer d.stopAll()
-	steps := []struct {
-		name string
-		fn   func(context.Context) error
-	}{
-		{"Starting the management API server (kube-apiserver + etcd)", d.startManagement},
-		{"Starting the simulated Harvester (kube-apiserver + etcd + simulator)", d.startHarvester},
-		{"Building and starting the manager", d.startManager},
-		{"Creating the Harvester side: VM network default/vlan40-workloads (10.40.0.0/24) and image default/talos-1-9", d.prepareHarvester},
-		{"Creating the credentials Secret from the simulated Harvester's kubeconfig, the ProviderConfig and the samples", d.createSamples},
+	d := &demo{o: o, out: out, start: start}
+	d.tb, err = testbed.Start(ctx, testbed.Options{
+		RepoRoot: o.repoRoot, WorkDir: work,
+		Sim:         sim.Config{BootDelay: o.bootDelay, IPDelay: o.ipDelay, ImportDelay: time.Second},
+		ManagerArgs: []string{"--metrics-bind-address=0"},
+		Progress:    d.say,
+	})
+	defer d.tb.Stop()
+	if err != nil {
+		return err
 	}
-	for _, s := range steps {
-		d.say("%s ...", s.name)
-		if err := s.fn(ctx); err != nil {
-			return fmt.Errorf("%s: %w", s.name, err)
-		}
+	d.say("Creating the Harvester side (network, image) and the credentials Secret from the simulated Harvester's kubeconfig ...")
+	if err := d.tb.Seed(ctx); err != nil {
+		return err
+	}
+	d.say("Creating the samples (config/samples) ...")
+	if err := d.createSamples(ctx); err != nil {
+		return err
 	}
 	d.say("Waiting for the machines to be Running")
 	if err := d.waitRunning(ctx); err != nil {

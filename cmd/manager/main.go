@@ -37,6 +37,8 @@ type options struct {
 	ipReportTimeout              time.Duration
 	harvesterQPS                 float64
 	harvesterBurst               int
+	kubeQPS                      float64
+	kubeBurst                    int
 	logLevel, logFormat          string
 }
 
@@ -55,6 +57,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.recheckInterval, "providerconfig-recheck-interval", controller.DefaultRecheckInterval, "How often a ProviderConfig's checks (credentials, image, network, storage, permissions) run again; a changed credentials Secret is noticed within 30s.")
 	fs.Float64Var(&o.harvesterQPS, "harvester-qps", harvester.DefaultQPS, "Requests per second to each Harvester cluster.")
 	fs.IntVar(&o.harvesterBurst, "harvester-burst", harvester.DefaultBurst, "Request burst to each Harvester cluster.")
+	fs.Float64Var(&o.kubeQPS, "kube-api-qps", 50, "Requests per second to the management cluster's API server.")
+	fs.IntVar(&o.kubeBurst, "kube-api-burst", 100, "Request burst to the management cluster's API server.")
 	fs.StringVar(&o.logLevel, "log-level", "info", "Log level: debug, info, warn or error.")
 	fs.StringVar(&o.logFormat, "log-format", "json", "Log format: json or text.")
 	if err := fs.Parse(args); err != nil {
@@ -105,7 +109,12 @@ func run(ctx context.Context, args []string) error {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+	restConfig, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("find the management cluster (in-cluster config, or KUBECONFIG): %w", err)
+	}
+	restConfig.QPS, restConfig.Burst = float32(o.kubeQPS), o.kubeBurst
+	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
 		HealthProbeBindAddress:        o.probeAddr,

@@ -87,6 +87,18 @@ type Simulator struct {
 
 	mu     sync.RWMutex
 	faults Faults
+
+	// ipReported records when each VMI ("namespace/name") first reported its IPv4 address.
+	ipReported sync.Map
+}
+
+// IPReportedAt returns when the VMI namespace/name first reported its IPv4 address (zero if it
+// has not): benchmarks measure from it how soon the provider shows the IP.
+func (s *Simulator) IPReportedAt(namespace, name string) time.Time {
+	if t, ok := s.ipReported.Load(namespace + "/" + name); ok {
+		return t.(time.Time)
+	}
+	return time.Time{}
 }
 
 // Scheme knows the typed kinds the simulator reads and writes.

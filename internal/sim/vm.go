@@ -86,6 +86,9 @@ func (r *vmReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 		if err := c.Status().Patch(ctx, vmi, patch); err != nil {
 			return ctrl.Result{}, err
 		}
+		if hasIPv4(st.Interfaces) {
+			r.sim.ipReported.LoadOrStore(vmi.Namespace+"/"+vmi.Name, time.Now())
+		}
 	}
 	if err := r.setVMStatus(ctx, vm, printable, st.Phase == kubevirtv1.Running); err != nil {
 		return ctrl.Result{}, err
@@ -207,6 +210,15 @@ func (r *vmReconciler) timeline(ctx context.Context, vm *kubevirtv1.VirtualMachi
 	return st, kubevirtv1.VirtualMachineStatusRunning, 0
 }
 
+func hasIPv4(ifaces []kubevirtv1.VirtualMachineInstanceNetworkInterface) bool {
+	for _, i := range ifaces {
+		if a, err := netip.ParseAddr(i.IP); err == nil && a.Is4() && !a.IsLoopback() {
+			return true
+		}
+	}
+	return false
+}
+
 func condition(t kubevirtv1.VirtualMachineInstanceConditionType, status corev1.ConditionStatus, reason, message string) kubevirtv1.VirtualMachineInstanceCondition {
 	return kubevirtv1.VirtualMachineInstanceCondition{Type: t, Status: status, Reason: reason, Message: message}
 }
@@ -284,6 +296,7 @@ func (r *vmReconciler) remove(ctx context.Context, vm *kubevirtv1.VirtualMachine
 		return nil
 	}
 	r.sim.pools.release(vm.UID)
+	r.sim.ipReported.Delete(vm.Namespace + "/" + vm.Name)
 	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, Name: vm.Name}}
 	if err := client.IgnoreNotFound(c.Delete(ctx, vmi)); err != nil {
 		return err

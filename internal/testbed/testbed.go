@@ -1,0 +1,290 @@
+// Package testbed runs the provider end to end without a cluster: a management API server with the
+// CRDs, a simulated Harvester (internal/sim), and the manager binary as a separate process, as a
+// user would run it. The demo and the benchmarks are built on it.
+package testbed
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
+)
+
+// The world the samples in config/samples expect.
+const (
+	Namespace          = "butler-system"
+	HarvesterNamespace = "default"
+	NetworkName        = "vlan40-workloads"
+	NetworkCIDR        = "10.40.0.0/24"
+	ImageName          = "talos-1-9"
+	CredentialsSecret  = "harvester-kubeconfig"
+)
+
+// Options configure Start.
+type Options struct {
+	// RepoRoot holds config/crd/bases and cmd/manager.
+	RepoRoot string
+	// WorkDir receives the kubeconfigs, the manager binary and its log.
+	WorkDir string
+	Sim     sim.Config
+	// ManagerArgs are passed to the manager.
+	ManagerArgs []string
+	// Progress, if set, is told what happens.
+	Progress func(format string, args ...any)
+}
+
+// Testbed is a running management cluster, simulated Harvester and manager.
+type Testbed struct {
+	opts       Options
+	mgmtEnv    *envtest.Environment
+	MgmtConfig *rest.Config
+	Mgmt       client.Client
+	Harvester  *sim.Harvester
+	manager    *exec.Cmd
+	exited     chan error
+	cancelSim  context.CancelFunc
+}
+
+// Path returns a file of the work directory.
+func (t *Testbed) Path(name string) string { return filepath.Join(t.opts.WorkDir, name) }
+
+func (t *Testbed) say(format string, args ...any) {
+	if t.opts.Progress != nil {
+		t.opts.Progress(format, args...)
+	}
+}
+
+// Start starts both API servers and the simulator, writes their kubeconfigs to the work directory,
+// and builds and starts the manager. Stop it with Stop, also after an error.
+func Start(ctx context.Context, opts Options) (*Testbed, error) {
+	t := &Testbed{opts: opts}
+	if err := os.MkdirAll(opts.WorkDir, 0o755); err != nil {
+		return t, err
+	}
+	steps := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"Starting the management API server (kube-apiserver + etcd)", t.startManagement},
+		{"Starting the simulated Harvester (kube-apiserver + etcd + simulator)", t.startHarvester},
+		{"Building and starting the manager", t.startManager},
+	}
+	for _, s := range steps {
+		t.say("%s ...", s.name)
+		if err := s.fn(ctx); err != nil {
+			return t, fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	return t, nil
+}
+
+func (t *Testbed) startManagement(context.Context) error {
+	t.mgmtEnv = &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(t.opts.RepoRoot, "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}
+	var err error
+	if t.MgmtConfig, err = t.mgmtEnv.Start(); err != nil {
+		return err
+	}
+	t.MgmtConfig.QPS, t.MgmtConfig.Burst = 200, 400 // the testbed's own client creates objects in bulk
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	if t.Mgmt, err = client.New(t.MgmtConfig, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	return os.WriteFile(t.Path("management.kubeconfig"), sim.KubeconfigFor(t.MgmtConfig), 0o600)
+}
+
+func (t *Testbed) startHarvester(ctx context.Context) error {
+	simCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	t.cancelSim = cancel
+	var err error
+	if t.Harvester, err = sim.StartHarvester(simCtx, sim.Options{Sim: t.opts.Sim}); err != nil {
+		return err
+	}
+	return os.WriteFile(t.Path("harvester.kubeconfig"), t.Harvester.Kubeconfig, 0o600)
+}
+
+func (t *Testbed) startManager(context.Context) error {
+	bin := t.Path("manager")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
+	var out bytes.Buffer
+	build.Dir, build.Stdout, build.Stderr = t.opts.RepoRoot, &out, &out
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("go build ./cmd/manager: %w\n%s", err, out.String())
+	}
+	logFile, err := os.Create(t.Path("manager.log"))
+	if err != nil {
+		return err
+	}
+	t.manager = exec.Command(bin, append([]string{"--log-format=text", "--health-probe-bind-address=0"}, t.opts.ManagerArgs...)...)
+	t.manager.Env = append(os.Environ(), "KUBECONFIG="+t.Path("management.kubeconfig"))
+	t.manager.Stdout, t.manager.Stderr = logFile, logFile
+	if err := t.manager.Start(); err != nil {
+		return err
+	}
+	t.exited = make(chan error, 1)
+	go func() { t.exited <- t.manager.Wait() }()
+	t.say("  manager running (pid %d), logging to %s", t.manager.Process.Pid, t.Path("manager.log"))
+	return nil
+}
+
+// ManagerPID is the manager's process ID.
+func (t *Testbed) ManagerPID() int { return t.manager.Process.Pid }
+
+// ManagerExited returns an error if the manager has exited.
+func (t *Testbed) ManagerExited() error {
+	select {
+	case err := <-t.exited:
+		t.exited = nil
+		return fmt.Errorf("the manager exited (%v):\n%s", err, t.ManagerLogTail())
+	default:
+		return nil
+	}
+}
+
+// ManagerLogTail returns the last lines of the manager's log.
+func (t *Testbed) ManagerLogTail() string {
+	data, _ := os.ReadFile(t.Path("manager.log"))
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) > 20 {
+		lines = lines[len(lines)-20:]
+	}
+	return "last lines of the manager log:\n  " + strings.Join(lines, "\n  ") + "\n"
+}
+
+// Seed creates what the samples expect: on Harvester a VLAN network and an imported image, on the
+// management cluster the namespace and the credentials Secret holding the simulated Harvester's
+// kubeconfig.
+func (t *Testbed) Seed(ctx context.Context) error {
+	hv := t.Harvester.Client
+	nad := &unstructured.Unstructured{}
+	nad.SetGroupVersionKind(sim.NetworkAttachmentDefinitionGVK)
+	nad.SetNamespace(HarvesterNamespace)
+	nad.SetName(NetworkName)
+	nad.SetAnnotations(map[string]string{sim.AnnotationRoute: `{"mode":"auto","cidr":"` + NetworkCIDR + `","gateway":"10.40.0.1"}`})
+	_ = unstructured.SetNestedField(nad.Object, `{"cniVersion":"0.3.1","name":"`+NetworkName+`","type":"bridge","bridge":"mgmt-br","promiscMode":true,"vlan":40,"ipam":{}}`, "spec", "config")
+	if err := hv.Create(ctx, nad); err != nil {
+		return err
+	}
+	img := &unstructured.Unstructured{}
+	img.SetGroupVersionKind(sim.VirtualMachineImageGVK)
+	img.SetNamespace(HarvesterNamespace)
+	img.SetName(ImageName)
+	_ = unstructured.SetNestedField(img.Object, "talos-1.9-metal-amd64.raw", "spec", "displayName")
+	_ = unstructured.SetNestedField(img.Object, "download", "spec", "sourceType")
+	_ = unstructured.SetNestedField(img.Object, "https://factory.talos.dev/image/metal-amd64.raw.xz", "spec", "url")
+	if err := hv.Create(ctx, img); err != nil {
+		return err
+	}
+	if err := waitImported(ctx, hv, img); err != nil {
+		return err
+	}
+	t.say("  image %s/%s imported, network %s/%s (%s) created", HarvesterNamespace, ImageName, HarvesterNamespace, NetworkName, NetworkCIDR)
+	if err := t.Mgmt.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil {
+		return err
+	}
+	return t.Mgmt.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: CredentialsSecret, Namespace: Namespace},
+		Data:       map[string][]byte{"kubeconfig": t.Harvester.Kubeconfig},
+	})
+}
+
+// waitImported waits, like an operator would, for an uploaded image to finish importing.
+func waitImported(ctx context.Context, c client.Client, img *unstructured.Unstructured) error {
+	for deadline := time.Now().Add(time.Minute); ; {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(img), img); err != nil {
+			return err
+		}
+		conditions, _, _ := unstructured.NestedSlice(img.Object, "status", "conditions")
+		for _, c := range conditions {
+			if m, ok := c.(map[string]any); ok && m["type"] == "Imported" && m["status"] == "True" {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("image %s was not imported within a minute: %v", img.GetName(), conditions)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// ApplyFile creates every object of a YAML file on the management cluster.
+func (t *Testbed) ApplyFile(ctx context.Context, path string) ([]*unstructured.Unstructured, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []*unstructured.Unstructured
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err == io.EOF {
+			return out, nil
+		} else if err != nil {
+			return out, fmt.Errorf("%s: %w", path, err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := t.Mgmt.Create(ctx, u); err != nil {
+			return out, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, u)
+	}
+}
+
+// HarvesterLeft counts what is left in the Harvester namespace.
+func (t *Testbed) HarvesterLeft(ctx context.Context) (vms, vmis, pvcs, secrets int, err error) {
+	c := t.Harvester.Client
+	in := client.InNamespace(HarvesterNamespace)
+	vmList, vmiList, pvcList, secretList := &kubevirtv1.VirtualMachineList{}, &kubevirtv1.VirtualMachineInstanceList{}, &corev1.PersistentVolumeClaimList{}, &corev1.SecretList{}
+	for _, l := range []client.ObjectList{vmList, vmiList, pvcList, secretList} {
+		if err := c.List(ctx, l, in); err != nil {
+			return 0, 0, 0, 0, err
+		}
+	}
+	return len(vmList.Items), len(vmiList.Items), len(pvcList.Items), len(secretList.Items), nil
+}
+
+// Stop stops the manager (gracefully), the simulator and both API servers.
+func (t *Testbed) Stop() {
+	if t.exited != nil {
+		_ = t.manager.Process.Signal(os.Interrupt)
+		select {
+		case <-t.exited:
+		case <-time.After(10 * time.Second):
+			_ = t.manager.Process.Kill()
+		}
+	}
+	if t.cancelSim != nil {
+		t.cancelSim()
+	}
+	if t.Harvester != nil {
+		_ = t.Harvester.Stop()
+	}
+	if t.mgmtEnv != nil {
+		_ = t.mgmtEnv.Stop()
+	}
+}
