@@ -65,6 +65,14 @@ demo: ## Run the provider end to end on a simulated Harvester (no cluster needed
 	@assets=$$(bash hack/tools/controlplane.sh) && \
 		KUBEBUILDER_ASSETS=$$assets $(GO) run ./cmd/demo $(DEMO_FLAGS)
 
+N ?= 100
+.PHONY: bench
+bench: ## Benchmark N MachineRequests end to end (default 100; N=1000 documented) and add the table to docs/benchmarks.md.
+	@assets=$$(bash hack/tools/controlplane.sh) && \
+		KUBEBUILDER_ASSETS=$$assets $(GO) run ./cmd/bench -n $(N) $(BENCH_FLAGS)
+	@echo "Go benchmarks of the object builders and IP selection:"
+	$(GO) test -run '^$$' -bench . -benchmem ./internal/harvester/
+
 ##@ Build
 
 .PHONY: build

@@ -140,14 +140,13 @@ func creatingMessage(vm string, obs harvester.Observation) string {
 	if obs.Running {
 		return vm + " is running; waiting for the guest agent to report an IPv4 address on " + harvester.NICName
 	}
-	status, phase := obs.PrintableStatus, obs.VMIPhase
+	// KubeVirt's one-word status only: a message that followed every VMI phase would cost a status
+	// write per phase (the diagnosis reports the VMI when something is wrong).
+	status := obs.PrintableStatus
 	if status == "" {
-		status = "unknown"
+		status = "Provisioning"
 	}
-	if phase == "" {
-		phase = "not created yet"
-	}
-	return fmt.Sprintf("%s is starting (VM status %s, VMI %s)", vm, status, phase)
+	return fmt.Sprintf("%s is starting (status %s)", vm, status)
 }
 
 func (r *MachineRequestReconciler) markRunning(ctx context.Context, s *machineScope, vm string, obs harvester.Observation) {
@@ -270,5 +269,9 @@ func (r *MachineRequestReconciler) consumeRetryAnnotation(ctx context.Context, s
 func (r *MachineRequestReconciler) removeFinalizer(ctx context.Context, s *machineScope) error {
 	patch := client.MergeFrom(s.mr.DeepCopy())
 	controllerutil.RemoveFinalizer(s.mr, v1alpha1.MachineRequestFinalizer)
-	return client.IgnoreNotFound(r.Patch(ctx, s.mr, patch))
+	if err := r.Patch(ctx, s.mr, patch); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	s.released = true // the object is gone with its last finalizer: no status left to write
+	return nil
 }

@@ -27,6 +27,8 @@ type machineScope struct {
 	original *v1alpha1.MachineRequest
 	pc       *v1alpha1.ProviderConfig // nil when it does not exist
 	recorder events.EventRecorder
+	// released is set once the finalizer is removed from a MachineRequest being deleted.
+	released bool
 }
 
 func newMachineScope(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig, recorder events.EventRecorder) *machineScope {
@@ -176,7 +178,7 @@ func (s *machineScope) observed() { s.mr.Status.ObservedGeneration = s.mr.Genera
 // patchStatus writes the status once, if it changed. A MachineRequest that is gone (its
 // finalizer was just removed) has no status left to write.
 func (s *machineScope) patchStatus(ctx context.Context, c client.Client) error {
-	if equality.Semantic.DeepEqual(s.original.Status, s.mr.Status) {
+	if s.released || equality.Semantic.DeepEqual(s.original.Status, s.mr.Status) {
 		return nil
 	}
 	err := c.Status().Patch(ctx, s.mr, client.MergeFrom(s.original))

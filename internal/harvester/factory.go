@@ -44,8 +44,8 @@ type Factory interface {
 // Default client rate limits per Harvester cluster (client-go's own, 5 and 10, would throttle a
 // bootstrap of a few dozen machines).
 const (
-	DefaultQPS   = 50
-	DefaultBurst = 100
+	DefaultQPS   = 100
+	DefaultBurst = 200
 )
 
 // credentialsRetry is how soon to look again when the credentials are missing or unusable.

@@ -35,9 +35,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
@@ -170,6 +172,8 @@ func (s *Simulator) Start(ctx context.Context, restConfig *rest.Config) error {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Logger:                 ctrl.Log.WithName("sim"),
+		// One process may run several simulated Harvesters (benchmarks run one per scenario).
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		return err

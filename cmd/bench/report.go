@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
+)
+
+// requestCounts are client-go requests by cluster, split into reads and writes.
+type requestCounts struct {
+	mgmtReads, mgmtWrites, hvReads, hvWrites float64
+}
+
+// scrapeRequests sums rest_client_requests_total from the manager's metrics by host and method.
+// GET (including lists and watches) is a read; POST, PUT, PATCH and DELETE are writes.
+func scrapeRequests(metricsURL string, tb *testbed.Testbed) (requestCounts, error) {
+	var rc requestCounts
+	resp, err := http.Get(metricsURL)
+	if err != nil {
+		return rc, err
+	}
+	defer resp.Body.Close()
+	mgmtHost := hostOf(tb.MgmtConfig.Host)
+	hvHost := hostOf(tb.Harvester.Config.Host)
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	found := false
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "rest_client_requests_total{") {
+			continue
+		}
+		found = true
+		labels, value, _ := strings.Cut(line[len("rest_client_requests_total{"):], "} ")
+		var v float64
+		fmt.Sscanf(value, "%g", &v)
+		write := !strings.Contains(labels, `method="GET"`)
+		switch {
+		case strings.Contains(labels, `host="`+mgmtHost+`"`) && write:
+			rc.mgmtWrites += v
+		case strings.Contains(labels, `host="`+mgmtHost+`"`):
+			rc.mgmtReads += v
+		case strings.Contains(labels, `host="`+hvHost+`"`) && write:
+			rc.hvWrites += v
+		case strings.Contains(labels, `host="`+hvHost+`"`):
+			rc.hvReads += v
+		}
+	}
+	if !found {
+		return rc, fmt.Errorf("no rest_client_requests_total in %s", metricsURL)
+	}
+	return rc, sc.Err()
+}
+
+func hostOf(h string) string {
+	if u, err := url.Parse(h); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return h
+}
+
+func (r result) summary() string {
+	n := float64(r.n)
+	return fmt.Sprintf("   all Running in %s; IP->Running p50 %s p99 %s; deleted in %s, %d objects left; per machine: management %.1f reads %.1f writes, Harvester %.1f reads %.1f writes; manager peak RSS %.0f MB, CPU %.1f s",
+		r.toRunning.Round(10*time.Millisecond), percentile(r.ipDelays, 0.5).Round(time.Millisecond), percentile(r.ipDelays, 0.99).Round(time.Millisecond),
+		r.toDeleted.Round(10*time.Millisecond), r.left, r.requests.mgmtReads/n, r.requests.mgmtWrites/n, r.requests.hvReads/n, r.requests.hvWrites/n, r.peakRSSMB, r.cpuSeconds)
+}
+
+func renderTable(o options, results []result) string {
+	var b strings.Builder
+	host, _ := os.Hostname()
+	fmt.Fprintf(&b, "### N=%d on %s (%s, %d CPUs, %s), %s\n\n", o.n, host, cpuModel(), runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	fmt.Fprintln(&b, "| run | all Running | IP to Running p50 / p99 | delete all | left on Harvester | mgmt reads / writes per machine | Harvester reads / writes per machine | writes per machine | manager peak RSS | manager CPU |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range results {
+		n := float64(r.n)
+		fmt.Fprintf(&b, "| %s | %s | %s / %s | %s | %d | %.1f / %.1f | %.1f / %.1f | %.1f | %.0f MB | %.1f s |\n",
+			r.scenario.name, r.toRunning.Round(10*time.Millisecond),
+			percentile(r.ipDelays, 0.5).Round(time.Millisecond), percentile(r.ipDelays, 0.99).Round(time.Millisecond),
+			r.toDeleted.Round(10*time.Millisecond), r.left,
+			r.requests.mgmtReads/n, r.requests.mgmtWrites/n, r.requests.hvReads/n, r.requests.hvWrites/n,
+			(r.requests.mgmtWrites+r.requests.hvWrites)/n, r.peakRSSMB, r.cpuSeconds)
+	}
+	return b.String()
+}
+
+func cpuModel() string {
+	data, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown CPU"
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "model name") {
+			if _, v, ok := strings.Cut(line, ":"); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+	}
+	return "unknown CPU"
+}
+
+// appendReport adds the table to the report file, creating it with an introduction if needed.
+func appendReport(path, table string) error {
+	if _, err := os.Stat(path); os.IsNotExist(err) {
+		intro := "# Benchmarks\n\n`make bench` (N=100) or `make bench N=1000` writes a table here per run: N MachineRequests\n" +
+			"created at once on the testbed (management API server, simulated Harvester, manager process), first with zero\n" +
+			"boot delay, then with a realistic one. Columns: wall time from the first create to all Running; delay from the\n" +
+			"simulated VMI reporting its IP to the MachineRequest showing it; wall time to delete all; objects left in the\n" +
+			"Harvester namespace; client-go requests per machine to each cluster over the whole lifecycle (create, run,\n" +
+			"delete; reads are GETs including lists and watches, writes are POST/PUT/PATCH/DELETE, events included); the\n" +
+			"manager's peak RSS and CPU time. Everything runs on the one machine named, so the API servers and the simulator\n" +
+			"compete with the manager for its CPUs.\n\n"
+		if err := os.WriteFile(path, []byte(intro), 0o644); err != nil {
+			return err
+		}
+	}
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = f.WriteString("\n" + table)
+	return err
+}

@@ -1,0 +1,289 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
+)
+
+type scenario struct {
+	name     string
+	boot, ip time.Duration
+}
+
+type result struct {
+	scenario   scenario
+	n          int
+	toRunning  time.Duration
+	ipDelays   []time.Duration // VMI reported its IP -> MachineRequest shows it
+	toDeleted  time.Duration
+	left       int
+	requests   requestCounts
+	peakRSSMB  float64
+	cpuSeconds float64
+}
+
+func runScenario(ctx context.Context, o options, sc scenario, work string) (result, error) {
+	res := result{scenario: sc, n: o.n}
+	port, err := freePort()
+	if err != nil {
+		return res, err
+	}
+	args := []string{fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port), "--log-level=warn"}
+	if o.concurrency > 0 {
+		args = append(args, fmt.Sprintf("--max-concurrent-reconciles=%d", o.concurrency))
+	}
+	if o.harvesterQPS > 0 {
+		args = append(args, fmt.Sprintf("--harvester-qps=%d", o.harvesterQPS), fmt.Sprintf("--harvester-burst=%d", 2*o.harvesterQPS))
+	}
+	if o.kubeQPS > 0 {
+		args = append(args, fmt.Sprintf("--kube-api-qps=%d", o.kubeQPS), fmt.Sprintf("--kube-api-burst=%d", 2*o.kubeQPS))
+	}
+	tb, err := testbed.Start(ctx, testbed.Options{
+		RepoRoot: o.repoRoot, WorkDir: work, ManagerArgs: args,
+		Sim: sim.Config{BootDelay: sc.boot, IPDelay: sc.ip},
+	})
+	defer tb.Stop()
+	if err != nil {
+		return res, err
+	}
+	if err := tb.Seed(ctx); err != nil {
+		return res, err
+	}
+	if _, err := tb.ApplyFile(ctx, o.repoRoot+"/config/samples/providerconfig.yaml"); err != nil {
+		return res, err
+	}
+	if err := waitProviderConfigReady(ctx, tb); err != nil {
+		return res, err
+	}
+
+	seen, stopWatch, err := watchIPs(ctx, tb)
+	if err != nil {
+		return res, err
+	}
+	defer stopWatch()
+	start := time.Now()
+	if err := createAll(ctx, tb, o.n); err != nil {
+		return res, err
+	}
+	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) { return seen.count() == o.n, nil }); err != nil {
+		return res, fmt.Errorf("waiting for Running (%d of %d): %w", seen.count(), o.n, err)
+	}
+	res.toRunning = time.Since(start)
+	for name, at := range seen.snapshot() {
+		if reported := tb.Harvester.Sim.IPReportedAt(testbed.HarvesterNamespace, name); !reported.IsZero() {
+			res.ipDelays = append(res.ipDelays, at.Sub(reported))
+		}
+	}
+
+	start = time.Now()
+	if err := tb.Mgmt.DeleteAllOf(ctx, &v1alpha1.MachineRequest{}, client.InNamespace(testbed.Namespace)); err != nil {
+		return res, err
+	}
+	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) {
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("MachineRequestList"))
+		err := tb.Mgmt.List(ctx, list, client.InNamespace(testbed.Namespace))
+		return err == nil && len(list.Items) == 0, err
+	}); err != nil {
+		return res, fmt.Errorf("waiting for deletion: %w", err)
+	}
+	res.toDeleted = time.Since(start)
+	vms, vmis, pvcs, secrets, err := tb.HarvesterLeft(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.left = vms + vmis + pvcs + secrets
+
+	if res.requests, err = scrapeRequests(fmt.Sprintf("http://127.0.0.1:%d/metrics", port), tb); err != nil {
+		return res, err
+	}
+	res.peakRSSMB, res.cpuSeconds, err = processUsage(tb.ManagerPID())
+	return res, err
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func waitProviderConfigReady(ctx context.Context, tb *testbed.Testbed) error {
+	return waitFor(ctx, time.Minute, tb, func() (bool, error) {
+		pc := &v1alpha1.ProviderConfig{}
+		err := tb.Mgmt.Get(ctx, client.ObjectKey{Namespace: testbed.Namespace, Name: "harvester-config"}, pc)
+		return err == nil && pc.Status.Ready, client.IgnoreNotFound(err)
+	})
+}
+
+// createAll creates n MachineRequests from 8 goroutines, as a bootstrap controller would.
+func createAll(ctx context.Context, tb *testbed.Testbed, n int) error {
+	errs := make(chan error, n)
+	next := make(chan int, n)
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := range next {
+				role := v1alpha1.MachineRoleWorker
+				if i < 3 {
+					role = v1alpha1.MachineRoleControlPlane
+				}
+				name := fmt.Sprintf("bench-%04d", i)
+				errs <- tb.Mgmt.Create(ctx, &v1alpha1.MachineRequest{
+					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testbed.Namespace},
+					Spec: v1alpha1.MachineRequestSpec{
+						ProviderRef: v1alpha1.ProviderReference{Name: "harvester-config"},
+						MachineName: name, Role: role, CPU: 4, MemoryMB: 8192, DiskGB: 50,
+						UserData: "#cloud-config\nhostname: " + name + "\n",
+					},
+				})
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func waitFor(ctx context.Context, timeout time.Duration, tb *testbed.Testbed, done func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		if err := tb.ManagerExited(); err != nil {
+			return err
+		}
+		ok, err := done()
+		if err != nil || ok {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("timed out after %s", timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// ipSeen records when each MachineRequest first showed an IP, as an informer sees it.
+type ipSeen struct {
+	mu sync.Mutex
+	at map[string]time.Time // machine name -> time
+}
+
+func (s *ipSeen) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.at)
+}
+
+func (s *ipSeen) snapshot() map[string]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string]time.Time, len(s.at))
+	for k, v := range s.at {
+		out[k] = v
+	}
+	return out
+}
+
+func watchIPs(ctx context.Context, tb *testbed.Testbed) (*ipSeen, func(), error) {
+	seen := &ipSeen{at: map[string]time.Time{}}
+	c, err := ctrlcache.New(tb.MgmtConfig, ctrlcache.Options{Scheme: tb.Mgmt.Scheme(), DefaultNamespaces: map[string]ctrlcache.Config{testbed.Namespace: {}}})
+	if err != nil {
+		return nil, nil, err
+	}
+	inf, err := c.GetInformer(ctx, &v1alpha1.MachineRequest{})
+	if err != nil {
+		return nil, nil, err
+	}
+	record := func(obj any) {
+		mr, ok := obj.(*v1alpha1.MachineRequest)
+		if !ok || mr.Status.Phase != v1alpha1.MachinePhaseRunning || mr.Status.IPAddress == "" {
+			return
+		}
+		seen.mu.Lock()
+		if _, done := seen.at[mr.Spec.MachineName]; !done {
+			seen.at[mr.Spec.MachineName] = time.Now()
+		}
+		seen.mu.Unlock()
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, n any) { record(n) }}); err != nil {
+		return nil, nil, err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { _ = c.Start(cctx) }()
+	if !c.WaitForCacheSync(cctx) {
+		cancel()
+		return nil, nil, fmt.Errorf("MachineRequest informer did not sync")
+	}
+	return seen, cancel, nil
+}
+
+// processUsage reads the manager's peak RSS and CPU time from /proc.
+func processUsage(pid int) (rssMB, cpuSeconds float64, err error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "VmHWM:") {
+			var kb float64
+			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, "VmHWM:")), "%f", &kb)
+			rssMB = kb / 1024
+		}
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	// Fields after the command name (which may contain spaces) start after the last ')'.
+	fields := strings.Fields(string(stat)[strings.LastIndexByte(string(stat), ')')+2:])
+	var utime, stime float64
+	fmt.Sscanf(fields[11], "%f", &utime)
+	fmt.Sscanf(fields[12], "%f", &stime)
+	return rssMB, (utime + stime) / 100, nil // USER_HZ is 100 on Linux
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(p*float64(len(s))+0.5) - 1
+	if i < 0 {
+		i = 0
+	}
+	if i >= len(s) {
+		i = len(s) - 1
+	}
+	return s[i]
+}
