@@ -55,7 +55,8 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 	}
 	tb, err := testbed.Start(ctx, testbed.Options{
 		RepoRoot: o.repoRoot, WorkDir: work, ManagerArgs: args,
-		Sim: sim.Config{BootDelay: sc.boot, IPDelay: sc.ip},
+		NetworkCIDR: "10.40.0.0/20", // 4000 leases: a /24 runs out of addresses at N=245
+		Sim:         sim.Config{BootDelay: sc.boot, IPDelay: sc.ip},
 	})
 	defer tb.Stop()
 	if err != nil {

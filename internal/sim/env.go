@@ -122,6 +122,7 @@ func StartHarvester(ctx context.Context, opts Options) (*Harvester, error) {
 	if h.Config, err = h.Env.Start(); err != nil {
 		return nil, fmt.Errorf("start the Harvester API server: %w", err)
 	}
+	h.Config.QPS, h.Config.Burst = 1000, 2000 // an administrator's client, for tests and the testbed
 	ok := false
 	defer func() {
 		if !ok {

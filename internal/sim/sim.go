@@ -167,6 +167,10 @@ func (s *Simulator) hasFault(obj client.Object, name string) bool {
 // Start runs the simulator against the API server until ctx ends. It returns once its caches
 // have synced, so that callers can rely on it from then on.
 func (s *Simulator) Start(ctx context.Context, restConfig *rest.Config) error {
+	// Harvester's controllers are not throttled by the 5 requests per second client-go would
+	// default to; a simulator that were would be the bottleneck of every benchmark.
+	restConfig = rest.CopyConfig(restConfig)
+	restConfig.QPS, restConfig.Burst = 2000, 4000
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                 Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},

@@ -34,7 +34,7 @@ const (
 	Namespace          = "butler-system"
 	HarvesterNamespace = "default"
 	NetworkName        = "vlan40-workloads"
-	NetworkCIDR        = "10.40.0.0/24"
+	NetworkCIDR        = "10.40.0.0/24" // the samples' VLAN: 244 leases, plenty for a demo
 	ImageName          = "talos-1-9"
 	CredentialsSecret  = "harvester-kubeconfig"
 )
@@ -46,6 +46,8 @@ type Options struct {
 	// WorkDir receives the kubeconfigs, the manager binary and its log.
 	WorkDir string
 	Sim     sim.Config
+	// NetworkCIDR is the VM network's range (default NetworkCIDR, 244 leases).
+	NetworkCIDR string
 	// ManagerArgs are passed to the manager.
 	ManagerArgs []string
 	// Progress, if set, is told what happens.
@@ -76,6 +78,9 @@ func (t *Testbed) say(format string, args ...any) {
 // Start starts both API servers and the simulator, writes their kubeconfigs to the work directory,
 // and builds and starts the manager. Stop it with Stop, also after an error.
 func Start(ctx context.Context, opts Options) (*Testbed, error) {
+	if opts.NetworkCIDR == "" {
+		opts.NetworkCIDR = NetworkCIDR
+	}
 	t := &Testbed{opts: opts}
 	if err := os.MkdirAll(opts.WorkDir, 0o755); err != nil {
 		return t, err
@@ -183,7 +188,7 @@ func (t *Testbed) Seed(ctx context.Context) error {
 	nad.SetGroupVersionKind(sim.NetworkAttachmentDefinitionGVK)
 	nad.SetNamespace(HarvesterNamespace)
 	nad.SetName(NetworkName)
-	nad.SetAnnotations(map[string]string{sim.AnnotationRoute: `{"mode":"auto","cidr":"` + NetworkCIDR + `","gateway":"10.40.0.1"}`})
+	nad.SetAnnotations(map[string]string{sim.AnnotationRoute: `{"mode":"auto","cidr":"` + t.opts.NetworkCIDR + `","gateway":"10.40.0.1"}`})
 	_ = unstructured.SetNestedField(nad.Object, `{"cniVersion":"0.3.1","name":"`+NetworkName+`","type":"bridge","bridge":"mgmt-br","promiscMode":true,"vlan":40,"ipam":{}}`, "spec", "config")
 	if err := hv.Create(ctx, nad); err != nil {
 		return err
@@ -201,7 +206,7 @@ func (t *Testbed) Seed(ctx context.Context) error {
 	if err := waitImported(ctx, hv, img); err != nil {
 		return err
 	}
-	t.say("  image %s/%s imported, network %s/%s (%s) created", HarvesterNamespace, ImageName, HarvesterNamespace, NetworkName, NetworkCIDR)
+	t.say("  image %s/%s imported, network %s/%s (%s) created", HarvesterNamespace, ImageName, HarvesterNamespace, NetworkName, t.opts.NetworkCIDR)
 	if err := t.Mgmt.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil {
 		return err
 	}
