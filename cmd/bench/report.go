@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -108,6 +109,9 @@ func cpuModel() string {
 
 // appendReport adds the table to the report file, creating it with an introduction if needed.
 func appendReport(path, table string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
 	if _, err := os.Stat(path); os.IsNotExist(err) {
 		intro := "# Benchmarks\n\n`make bench` (N=100) or `make bench N=1000` writes a table here per run: N MachineRequests\n" +
 			"created at once on the testbed (management API server, simulated Harvester, manager process), first with zero\n" +
