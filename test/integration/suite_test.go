@@ -90,10 +90,10 @@ func run(m *testing.M) int {
 	}
 	harvesterEvents := make(chan event.GenericEvent, 1024)
 	r := &controller.MachineRequestReconciler{
-		Client:                  mgr.GetClient(),
-		Harvester:               &harvester.CachingFactory{SecretReader: mgr.GetAPIReader(), Notify: harvesterEvents, Context: ctx},
-		HarvesterEvents:         harvesterEvents,
-		Recorder:                mgr.GetEventRecorder("butler-provider-harvester"),
+		Client:          mgr.GetClient(),
+		Harvester:       &harvester.CachingFactory{SecretReader: mgr.GetAPIReader(), Notify: harvesterEvents, Context: ctx},
+		HarvesterEvents: harvesterEvents,
+		Recorder:        mgr.GetEventRecorder("butler-provider-harvester"),
 		// Long safety-net polls: the tests pass only if Harvester's events drive the reconciles.
 		CreatingPollInterval:    time.Minute,
 		HealthCheckInterval:     time.Minute,
