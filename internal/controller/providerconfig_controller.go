@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -57,10 +58,11 @@ type ProviderConfigReconciler struct {
 	NotReadyRetry time.Duration
 
 	mu   sync.Mutex
-	seen map[types.UID]lastValidation // last full validation per ProviderConfig
+	seen map[types.NamespacedName]lastValidation // last full validation per ProviderConfig
 }
 
 type lastValidation struct {
+	uid             types.UID // a recreated ProviderConfig of the same name is validated afresh
 	generation      int64
 	secretVersion   string
 	at              time.Time
@@ -74,9 +76,13 @@ type lastValidation struct {
 func (r *ProviderConfigReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	pc := &v1alpha1.ProviderConfig{}
 	if err := r.Get(ctx, req.NamespacedName, pc); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forget(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if pc.Spec.Provider != v1alpha1.ProviderTypeHarvester || !pc.DeletionTimestamp.IsZero() {
+		r.forget(req.NamespacedName)
 		return ctrl.Result{}, nil
 	}
 	creds, spec, specErr := preflightTarget(pc)
@@ -112,8 +118,8 @@ func (r *ProviderConfigReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 func (r *ProviderConfigReconciler) due(pc *v1alpha1.ProviderConfig, secretVersion string) (lastValidation, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	last, ok := r.seen[pc.UID]
-	if !ok || last.generation != pc.Generation || last.secretVersion != secretVersion {
+	last, ok := r.seen[client.ObjectKeyFromObject(pc)]
+	if !ok || last.uid != pc.UID || last.generation != pc.Generation || last.secretVersion != secretVersion {
 		return last, true
 	}
 	period := r.RecheckInterval
@@ -127,9 +133,17 @@ func (r *ProviderConfigReconciler) remember(pc *v1alpha1.ProviderConfig, v lastV
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.seen == nil {
-		r.seen = map[types.UID]lastValidation{}
+		r.seen = map[types.NamespacedName]lastValidation{}
 	}
-	r.seen[pc.UID] = v
+	v.uid = pc.UID
+	r.seen[client.ObjectKeyFromObject(pc)] = v
+}
+
+// forget drops what is remembered of a ProviderConfig that is gone or no longer harvester's.
+func (r *ProviderConfigReconciler) forget(key types.NamespacedName) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.seen, key)
 }
 
 // secretVersion is the credentials Secret's resourceVersion ("" if it cannot be read).
