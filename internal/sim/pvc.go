@@ -142,28 +142,26 @@ func (r *pvcReconciler) release(ctx context.Context, pvc *corev1.PersistentVolum
 }
 
 func (r *pvcReconciler) claimsOfImage(ctx context.Context, image client.Object) []ctrl.Request {
-	pvcs := &corev1.PersistentVolumeClaimList{}
-	if err := r.sim.c.List(ctx, pvcs); err != nil {
-		return nil
-	}
-	var reqs []ctrl.Request
-	for _, pvc := range pvcs.Items {
-		if pvc.Annotations[annotationImageID] == image.GetNamespace()+"/"+image.GetName() {
-			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&pvc)})
-		}
-	}
-	return reqs
+	id := image.GetNamespace() + "/" + image.GetName()
+	return r.claimsWhere(ctx, func(pvc *corev1.PersistentVolumeClaim) bool { return pvc.Annotations[annotationImageID] == id })
 }
 
 func (r *pvcReconciler) claimsOfStorageClass(ctx context.Context, sc client.Object) []ctrl.Request {
+	return r.claimsWhere(ctx, func(pvc *corev1.PersistentVolumeClaim) bool {
+		return pvc.Spec.StorageClassName != nil && *pvc.Spec.StorageClassName == sc.GetName()
+	})
+}
+
+// claimsWhere lists the PVCs that match, as reconcile requests.
+func (r *pvcReconciler) claimsWhere(ctx context.Context, match func(*corev1.PersistentVolumeClaim) bool) []ctrl.Request {
 	pvcs := &corev1.PersistentVolumeClaimList{}
 	if err := r.sim.c.List(ctx, pvcs); err != nil {
 		return nil
 	}
 	var reqs []ctrl.Request
-	for _, pvc := range pvcs.Items {
-		if pvc.Spec.StorageClassName != nil && *pvc.Spec.StorageClassName == sc.GetName() {
-			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&pvc)})
+	for i := range pvcs.Items {
+		if match(&pvcs.Items[i]) {
+			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&pvcs.Items[i])})
 		}
 	}
 	return reqs

@@ -33,15 +33,15 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
 // AnnotationFault, as an annotation or a label on a VirtualMachine or VirtualMachineImage, injects a
@@ -103,17 +103,9 @@ func (s *Simulator) IPReportedAt(namespace, name string) time.Time {
 	return time.Time{}
 }
 
-// Scheme knows the typed kinds the simulator reads and writes.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := kubevirtv1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
-}
+// Scheme knows the typed kinds the simulator reads and writes: those of Harvester's API that the
+// provider uses too.
+func Scheme() *runtime.Scheme { return harvester.RemoteScheme() }
 
 // New returns a simulator for the API server at restConfig, with defaults filled in.
 func New(cfg Config) (*Simulator, error) {
