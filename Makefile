@@ -44,7 +44,8 @@ vet: ## Run go vet.
 	$(GO) vet ./...
 
 .PHONY: lint
-lint: vet ## Check formatting and run go vet.
+lint: vet ## Check formatting and run go vet (also on the chaos test, which has a build tag).
+	$(GO) vet -tags chaos ./test/chaos/
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "Not gofmt'ed:"; echo "$$out"; exit 1; fi
 
 .PHONY: controlplane
@@ -72,6 +73,11 @@ bench: ## Benchmark N MachineRequests end to end (default 100; N=1000 documented
 		KUBEBUILDER_ASSETS=$$assets $(GO) run ./cmd/bench -n $(N) $(BENCH_FLAGS)
 	@echo "Go benchmarks of the object builders and IP selection:"
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/harvester/
+
+.PHONY: test-chaos
+test-chaos: ## 200 machines with 10 SIGKILLs of the manager and 10% Harvester API faults; nothing lost, duplicated, orphaned or leaked.
+	@assets=$$(bash hack/tools/controlplane.sh) && \
+		KUBEBUILDER_ASSETS=$$assets $(GO) test -tags chaos -count=1 -timeout=20m -v ./test/chaos/
 
 ##@ Build
 

@@ -50,6 +50,9 @@ type Options struct {
 	NetworkCIDR string
 	// ManagerArgs are passed to the manager.
 	ManagerArgs []string
+	// WithProxy puts the simulator's FaultProxy between the manager and Harvester: the
+	// credentials Secret then holds the proxy's kubeconfig.
+	WithProxy bool
 	// Progress, if set, is told what happens.
 	Progress func(format string, args ...any)
 }
@@ -125,7 +128,7 @@ func (t *Testbed) startHarvester(ctx context.Context) error {
 	simCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	t.cancelSim = cancel
 	var err error
-	if t.Harvester, err = sim.StartHarvester(simCtx, sim.Options{Sim: t.opts.Sim}); err != nil {
+	if t.Harvester, err = sim.StartHarvester(simCtx, sim.Options{Sim: t.opts.Sim, WithProxy: t.opts.WithProxy}); err != nil {
 		return err
 	}
 	return os.WriteFile(t.Path("harvester.kubeconfig"), t.Harvester.Kubeconfig, 0o600)
@@ -139,11 +142,17 @@ func (t *Testbed) startManager(context.Context) error {
 	if err := build.Run(); err != nil {
 		return fmt.Errorf("go build ./cmd/manager: %w\n%s", err, out.String())
 	}
-	logFile, err := os.Create(t.Path("manager.log"))
+	_ = os.Remove(t.Path("manager.log")) // one log per testbed; restarts append to it
+	return t.runManager()
+}
+
+// runManager starts the manager binary, appending to its log.
+func (t *Testbed) runManager() error {
+	logFile, err := os.OpenFile(t.Path("manager.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
 	}
-	t.manager = exec.Command(bin, append([]string{"--log-format=text", "--health-probe-bind-address=0"}, t.opts.ManagerArgs...)...)
+	t.manager = exec.Command(t.Path("manager"), append([]string{"--log-format=text", "--health-probe-bind-address=0"}, t.opts.ManagerArgs...)...)
 	t.manager.Env = append(os.Environ(), "KUBECONFIG="+t.Path("management.kubeconfig"))
 	t.manager.Stdout, t.manager.Stderr = logFile, logFile
 	if err := t.manager.Start(); err != nil {
@@ -153,6 +162,20 @@ func (t *Testbed) startManager(context.Context) error {
 	go func() { t.exited <- t.manager.Wait() }()
 	t.say("  manager running (pid %d), logging to %s", t.manager.Process.Pid, t.Path("manager.log"))
 	return nil
+}
+
+// KillManager kills the manager with SIGKILL, as a node failure or an OOM kill would, and starts
+// it again.
+func (t *Testbed) KillManager() error {
+	if t.exited == nil {
+		return fmt.Errorf("the manager is not running")
+	}
+	if err := t.manager.Process.Kill(); err != nil {
+		return err
+	}
+	<-t.exited
+	t.exited = nil
+	return t.runManager()
 }
 
 // ManagerPID is the manager's process ID.
