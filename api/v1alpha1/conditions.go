@@ -140,6 +140,9 @@ const (
 	ReasonStorageClassNotFound = "StorageClassNotFound"
 	// ReasonPermissionsMissing: the credentials lack permissions; the message lists them.
 	ReasonPermissionsMissing = "PermissionsMissing"
+	// ReasonProviderConfigNotShared (MachineRequest, waiting): spec.providerRef names a
+	// ProviderConfig of another namespace whose spec.scope.type is not "platform".
+	ReasonProviderConfigNotShared = "ProviderConfigNotShared"
 	// ReasonProviderConfigNotReady (MachineRequest, waiting): a preflight check of the
 	// ProviderConfig that this request depends on failed; the message names it and its fix.
 	ReasonProviderConfigNotReady = "ProviderConfigNotReady"

@@ -142,12 +142,13 @@ func (s *machineScope) outcome(res ctrl.Result, err error) (ctrl.Result, error) 
 
 // degradingReasons are waits that need the user to act, so they also set Degraded.
 var degradingReasons = map[string]bool{
-	v1alpha1.ReasonProviderConfigNotFound: true,
-	v1alpha1.ReasonInvalidProviderConfig:  true,
-	v1alpha1.ReasonCredentialsUnavailable: true,
-	v1alpha1.ReasonPermissionDenied:       true,
-	v1alpha1.ReasonDeletionBlocked:        true,
-	v1alpha1.ReasonProviderConfigNotReady: true,
+	v1alpha1.ReasonProviderConfigNotFound:  true,
+	v1alpha1.ReasonInvalidProviderConfig:   true,
+	v1alpha1.ReasonCredentialsUnavailable:  true,
+	v1alpha1.ReasonPermissionDenied:        true,
+	v1alpha1.ReasonDeletionBlocked:         true,
+	v1alpha1.ReasonProviderConfigNotReady:  true,
+	v1alpha1.ReasonProviderConfigNotShared: true,
 }
 
 func (s *machineScope) waiting(w *harvester.WaitingError) {

@@ -73,6 +73,9 @@ func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (*
 	if err := validateRequest(mr); err != nil {
 		return nil, creds, err
 	}
+	if err := sharedWith(pc, mr); err != nil {
+		return nil, creds, err
+	}
 	if err := preflightGate(pc, mr.Spec.Image == ""); err != nil {
 		return nil, creds, err
 	}
@@ -97,6 +100,19 @@ func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (*
 	return spec, creds, nil
 }
 
+// sharedWith enforces who may use a ProviderConfig: MachineRequests of its own namespace, and of
+// any namespace when its spec.scope.type is "platform". A request in another namespace could
+// otherwise use credentials its author cannot read. The policy gates creation only: machines that
+// exist are still observed and deleted.
+func sharedWith(pc *v1alpha1.ProviderConfig, mr *v1alpha1.MachineRequest) error {
+	if pc.Namespace == mr.Namespace || (pc.Spec.Scope != nil && pc.Spec.Scope.Type == v1alpha1.ProviderConfigScopePlatform) {
+		return nil
+	}
+	return harvester.Waiting(v1alpha1.ReasonProviderConfigNotShared, providerConfigRetry,
+		"ProviderConfig %s/%s (spec.providerRef) is in another namespace and not shared: set its spec.scope.type to \"platform\" to let MachineRequests of other namespaces use it, or use a ProviderConfig in namespace %s",
+		pc.Namespace, pc.Name, mr.Namespace)
+}
+
 // harvesterOf returns the ProviderConfig's harvester block, which a harvester ProviderConfig needs.
 func harvesterOf(pc *v1alpha1.ProviderConfig, pcRef string) (*v1alpha1.HarvesterProviderConfig, error) {
 	if pc.Spec.Harvester == nil {
@@ -110,6 +126,11 @@ func credentialsOf(pc *v1alpha1.ProviderConfig, pcRef string) (harvester.Credent
 	ref := pc.Spec.CredentialsRef
 	if ref == nil || ref.Name == "" {
 		return harvester.Credentials{}, invalidProviderConfig(pcRef, "has no spec.credentialsRef: name the Secret holding the Harvester kubeconfig")
+	}
+	if ref.Namespace != "" && ref.Namespace != pc.Namespace {
+		// Whoever may write a ProviderConfig must not be able to use a Secret they could not read.
+		return harvester.Credentials{}, invalidProviderConfig(pcRef, fmt.Sprintf(
+			"spec.credentialsRef.namespace is %q: the credentials Secret must be in the ProviderConfig's own namespace %q; copy the Secret there", ref.Namespace, pc.Namespace))
 	}
 	creds := harvester.Credentials{SecretNamespace: ref.Namespace, SecretName: ref.Name, Key: ref.Key, Namespace: "default"}
 	if pc.Spec.Harvester != nil {
