@@ -6,6 +6,7 @@ import (
 
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -17,6 +18,10 @@ import (
 // AnnotationImportDelay, on a VirtualMachineImage, overrides Config.ImportDelay for that image
 // (a Go duration, such as "1h").
 const AnnotationImportDelay = "sim.butler.butlerlabs.dev/import-delay"
+
+// AnnotationVirtualSize, on a VirtualMachineImage, sets the virtual size it reports once imported
+// (a quantity, such as "30Gi"), overriding Config.ImageVirtualSize.
+const AnnotationVirtualSize = "sim.butler.butlerlabs.dev/virtual-size"
 
 // imageReconciler imports VirtualMachineImages: after ImportDelay an image reports Imported=True,
 // its storage class (longhorn-<name>, as Harvester names it) and its virtual size; with the
@@ -55,8 +60,12 @@ func (r *imageReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		}}
 	} else {
 		status["progress"] = int64(100)
-		status["size"] = r.sim.cfg.ImageVirtualSize / 3
-		status["virtualSize"] = r.sim.cfg.ImageVirtualSize
+		size := r.sim.cfg.ImageVirtualSize
+		if q, err := resource.ParseQuantity(image.GetAnnotations()[AnnotationVirtualSize]); err == nil {
+			size = q.Value()
+		}
+		status["size"] = size / 3
+		status["virtualSize"] = size
 		status["conditions"] = []any{
 			map[string]any{"type": "Initialized", "status": "True"},
 			map[string]any{"type": "Imported", "status": "True"},

@@ -15,6 +15,8 @@
 //     class longhorn-<image>, as Harvester creates it.
 //   - VM deletion removes the VMI and the PVCs listed in harvesterhci.io/removedPersistentVolumeClaims,
 //     and garbage-collects Secrets owned by the VM.
+//   - Namespace deletion empties the namespace of these kinds and finalizes it (the namespace
+//     controller's part).
 //   - Faults: unschedulable VMs, no DHCP lease, failed image imports, slow boots (globally through
 //     SetFaults, or per object through AnnotationFault); API errors, latency and timeouts through
 //     FaultProxy.
@@ -199,6 +201,9 @@ func (s *Simulator) setup(mgr manager.Manager) error {
 		return err
 	}
 	if err := (&pvcReconciler{sim: s, recorder: recorder}).setup(mgr); err != nil {
+		return err
+	}
+	if err := (&namespaceReconciler{sim: s}).setup(mgr); err != nil {
 		return err
 	}
 	return (&imageReconciler{sim: s}).setup(mgr)
