@@ -168,10 +168,18 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 	for _, e := range events.Items {
 		notes.WriteString(e.Note + "\n")
 	}
+	// The credentials kubeconfig, raw and as the CA data it carries.
+	kubeconfig := string(tb.Harvester.Kubeconfig)
+	_, caData, _ := strings.Cut(kubeconfig, "certificate-authority-data: ")
+	caData, _, _ = strings.Cut(caData, "\n")
+	if len(caData) < 40 {
+		t.Fatalf("no CA data in the credentials kubeconfig")
+	}
 	for what, needle := range map[string]string{
-		"userData":               secretMarker,
-		"kubeconfig":             "certificate-authority-data",
-		"kubeconfig credentials": "client-key-data",
+		"userData":                  secretMarker,
+		"the kubeconfig":            "certificate-authority-data",
+		"the kubeconfig's CA data":  caData[:40],
+		"the kubeconfig's key data": "client-key-data",
 	} {
 		if strings.Contains(string(logs), needle) || strings.Contains(notes.String(), needle) {
 			t.Errorf("%s found in the manager's log or events", what)
