@@ -128,6 +128,9 @@ const (
 	ReasonAllChecksPassed = "AllChecksPassed"
 	// ReasonChecksFailed: at least one check failed (Ready=False); the message names them.
 	ReasonChecksFailed = "ChecksFailed"
+	// ReasonChecksIncomplete: no check failed, but some could not complete because Harvester's API
+	// failed transiently (Ready=Unknown); they are retried, and MachineRequests are not held up.
+	ReasonChecksIncomplete = "ChecksIncomplete"
 	// ReasonNotChecked: the check could not run because the credentials do not work.
 	ReasonNotChecked = "NotChecked"
 	// ReasonNoDefaultImage: no harvester.imageName is set; every MachineRequest must set spec.image.

@@ -201,34 +201,37 @@ func preflightTarget(pc *v1alpha1.ProviderConfig) (harvester.Credentials, harves
 	return creds, spec, nil
 }
 
-// setPreflightStatus writes the checks into the ProviderConfig's status and reports Ready.
+// setPreflightStatus writes the checks into the ProviderConfig's status and reports Ready. A check
+// that could not complete because Harvester's API failed transiently is Unknown, never False:
+// MachineRequests wait only for checks that really failed, and retry their own requests otherwise.
 func setPreflightStatus(pc *v1alpha1.ProviderConfig, version string, checks []harvester.Check) bool {
 	now := metav1.Now()
-	ready := true
-	var failed []string
+	var failed, incomplete []string
 	for _, c := range checks {
-		status := metav1.ConditionFalse
+		status := metav1.ConditionTrue
 		switch {
 		case c.OK:
-			status = metav1.ConditionTrue
-		case c.Unknown:
+		case c.Unknown || c.Reason == v1alpha1.ReasonHarvesterUnreachable:
 			status = metav1.ConditionUnknown
-		}
-		if !c.OK {
-			ready = false
-			if !c.Unknown {
-				failed = append(failed, c.Type)
-			}
+			incomplete = append(incomplete, c.Type)
+		default:
+			status = metav1.ConditionFalse
+			failed = append(failed, c.Type)
 		}
 		meta.SetStatusCondition(&pc.Status.Conditions, metav1.Condition{Type: c.Type, Status: status, Reason: c.Reason, Message: c.Message, ObservedGeneration: pc.Generation})
 	}
 	readyCond := metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonAllChecksPassed,
 		Message: "the Harvester cluster is ready for machines", ObservedGeneration: pc.Generation}
-	if !ready {
+	switch {
+	case len(failed) > 0:
 		readyCond.Status, readyCond.Reason = metav1.ConditionFalse, v1alpha1.ReasonChecksFailed
 		readyCond.Message = "failed checks: " + strings.Join(failed, ", ")
+	case len(incomplete) > 0:
+		readyCond.Status, readyCond.Reason = metav1.ConditionUnknown, v1alpha1.ReasonChecksIncomplete
+		readyCond.Message = "checks not completed (Harvester's API failed; retrying): " + strings.Join(incomplete, ", ")
 	}
 	meta.SetStatusCondition(&pc.Status.Conditions, readyCond)
+	ready := readyCond.Status == metav1.ConditionTrue
 	pc.Status.Ready = ready
 	pc.Status.Validated = true
 	pc.Status.LastValidationTime = &now

@@ -65,11 +65,12 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 	if err := tb.Seed(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// 10% of the Harvester API requests fail (500, 503, 429) and 1% hang until the client gives up,
+	// from before the ProviderConfig's first checks on.
+	tb.Harvester.Proxy.SetFaults(sim.ProxyFaults{ErrorRate: 0.10, TimeoutRate: 0.01, Seed: seed})
 	if _, err := tb.ApplyFile(ctx, filepath.Join(repoRoot(), "config", "samples", "providerconfig.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	// 10% of the Harvester API requests fail (500, 503, 429) and 1% hang until the client gives up.
-	tb.Harvester.Proxy.SetFaults(sim.ProxyFaults{ErrorRate: 0.10, TimeoutRate: 0.01, Seed: seed})
 
 	secretMarker := fmt.Sprintf("userdata-secret-%d", seed)
 	for i := range machines {
@@ -96,7 +97,7 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 	t.Logf("%d SIGKILLs survived", kills)
 
 	// Everything converges: all Running, none Failed, exactly one VM, root PVC and Secret each.
-	waitFor(t, tb, 5*time.Minute, func() error {
+	waitFor(t, tb, 10*time.Minute, func() error {
 		list := &v1alpha1.MachineRequestList{}
 		if err := tb.Mgmt.List(ctx, list, client.InNamespace(testbed.Namespace)); err != nil {
 			return err
@@ -136,7 +137,7 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 	if err := tb.KillManager(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, tb, 5*time.Minute, func() error {
+	waitFor(t, tb, 10*time.Minute, func() error {
 		list := &v1alpha1.MachineRequestList{}
 		if err := tb.Mgmt.List(ctx, list, client.InNamespace(testbed.Namespace)); err != nil {
 			return err
