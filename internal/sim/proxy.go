@@ -124,5 +124,9 @@ func (p *FaultProxy) Kubeconfig() []byte {
 	return kubeconfig(p.server.URL, ca, &clientcmdapi.AuthInfo{})
 }
 
-// Close stops the proxy.
-func (p *FaultProxy) Close() { p.server.Close() }
+// Close stops the proxy. Open connections (hanging faults, watches) are cut rather than waited
+// for, as a failing load balancer would.
+func (p *FaultProxy) Close() {
+	p.server.CloseClientConnections()
+	p.server.Close()
+}
