@@ -8,15 +8,15 @@ import (
 	"net/netip"
 	"sync"
 
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // NetworkAttachmentDefinitionGVK is the multus network kind VMs attach to.
-var NetworkAttachmentDefinitionGVK = schema.GroupVersionKind{Group: "k8s.cni.cncf.io", Version: "v1", Kind: "NetworkAttachmentDefinition"}
+var NetworkAttachmentDefinitionGVK = harvester.NetworkAttachmentDefinitionGVK
 
 // AnnotationRoute is where Harvester keeps a VM network's CIDR and gateway.
 const AnnotationRoute = "network.harvesterhci.io/route"

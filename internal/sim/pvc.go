@@ -6,11 +6,11 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/record"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -21,10 +21,9 @@ import (
 )
 
 // VirtualMachineImageGVK is Harvester's image kind.
-var VirtualMachineImageGVK = schema.GroupVersionKind{Group: "harvesterhci.io", Version: "v1beta1", Kind: "VirtualMachineImage"}
+var VirtualMachineImageGVK = harvester.VirtualMachineImageGVK
 
 const (
-	annotationImageID      = "harvesterhci.io/imageId"
 	pvcProtectionFinalizer = "kubernetes.io/pvc-protection"
 	// reasonWaitingForImage is the event reason of a PVC that cannot be provisioned (yet).
 	reasonWaitingForImage = "ProvisioningFailed"
@@ -87,7 +86,7 @@ func (r *pvcReconciler) whyNotBindable(ctx context.Context, pvc *corev1.Persiste
 			return fmt.Sprintf("storageclass.storage.k8s.io %q not found", *sc)
 		}
 	}
-	imageID := pvc.Annotations[annotationImageID]
+	imageID := pvc.Annotations[harvester.AnnotationImageID]
 	if imageID == "" {
 		return ""
 	}
@@ -143,7 +142,9 @@ func (r *pvcReconciler) release(ctx context.Context, pvc *corev1.PersistentVolum
 
 func (r *pvcReconciler) claimsOfImage(ctx context.Context, image client.Object) []ctrl.Request {
 	id := image.GetNamespace() + "/" + image.GetName()
-	return r.claimsWhere(ctx, func(pvc *corev1.PersistentVolumeClaim) bool { return pvc.Annotations[annotationImageID] == id })
+	return r.claimsWhere(ctx, func(pvc *corev1.PersistentVolumeClaim) bool {
+		return pvc.Annotations[harvester.AnnotationImageID] == id
+	})
 }
 
 func (r *pvcReconciler) claimsOfStorageClass(ctx context.Context, sc client.Object) []ctrl.Request {

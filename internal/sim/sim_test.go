@@ -109,7 +109,7 @@ func (f *fixture) image(name string, annotations map[string]string) *unstructure
 
 func (f *fixture) rootDisk(name, image, storageClass string) *corev1.PersistentVolumeClaim {
 	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Annotations: map[string]string{annotationImageID: f.ns + "/" + image}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Annotations: map[string]string{harvester.AnnotationImageID: f.ns + "/" + image}},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
 			VolumeMode:       ptr.To(corev1.PersistentVolumeBlock),
@@ -335,7 +335,7 @@ func TestVMDeletionRemovesVMIListedPVCsAndOwnedSecrets(t *testing.T) {
 		f.must(h.Client.Create(f.ctx, o))
 	}
 	patch := client.MergeFrom(vm.DeepCopy())
-	vm.Annotations = map[string]string{annotationRemovedPVCs: "cp-0-disk-0"}
+	vm.Annotations = map[string]string{harvester.AnnotationRemovedPVCs: "cp-0-disk-0"}
 	f.must(h.Client.Patch(f.ctx, vm, patch))
 	f.must(h.Client.Delete(f.ctx, vm))
 

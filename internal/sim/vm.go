@@ -19,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
 const (
@@ -26,8 +28,6 @@ const (
 	vmFinalizer = "harvesterhci.io/VMController.UnsetOwnerOfPVCs"
 	// annotationStarted records when a VMI started, to the nanosecond, for the boot timeline.
 	annotationStarted = "sim.butler.butlerlabs.dev/started-at"
-	// annotationRemovedPVCs lists the PVCs Harvester deletes with a VM.
-	annotationRemovedPVCs = "harvesterhci.io/removedPersistentVolumeClaims"
 	// recheck is how often a VM that waits on something outside the simulator is looked at.
 	recheck = 500 * time.Millisecond
 )
@@ -301,7 +301,7 @@ func (r *vmReconciler) remove(ctx context.Context, vm *kubevirtv1.VirtualMachine
 	if err := client.IgnoreNotFound(c.Delete(ctx, vmi)); err != nil {
 		return err
 	}
-	for _, name := range strings.Split(vm.Annotations[annotationRemovedPVCs], ",") {
+	for _, name := range strings.Split(vm.Annotations[harvester.AnnotationRemovedPVCs], ",") {
 		if name = strings.TrimSpace(name); name == "" {
 			continue
 		}

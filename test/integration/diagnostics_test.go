@@ -96,9 +96,7 @@ func TestPreflightNetworkMissing(t *testing.T) {
 	w.must(mgmt.Create(w.ctx, mr))
 	c = w.waitMRCondition(mr, v1alpha1.ConditionProgressing, v1alpha1.ReasonProviderConfigNotReady)
 	requireMentions(t, "MachineRequest message", c.Message, "ProviderConfig "+w.ns+"/no-network", "NetworkReady=False", w.hvNs+"/vlan99")
-	if vms, pvcs, secrets := w.harvesterObjects(); vms+pvcs+secrets != 0 {
-		t.Fatalf("created on Harvester while the network is missing: %d VMs, %d PVCs, %d Secrets", vms, pvcs, secrets)
-	}
+	w.requireHarvesterEmpty("created on Harvester while the network is missing")
 
 	w.network("vlan99", "10.99.0.0/24") // the fix
 	got := w.waitPhase(mr, v1alpha1.MachinePhaseRunning)
@@ -207,9 +205,7 @@ func TestPreflightPermissions(t *testing.T) {
 	w.must(mgmt.Delete(w.ctx, mr))
 	c = w.waitMRCondition(mr, v1alpha1.ConditionDegraded, v1alpha1.ReasonDeletionBlocked)
 	requireMentions(t, "Degraded message", c.Message, "lack permission", v1alpha1.AnnotationSkipHarvesterCleanup)
-	patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.AnnotationSkipHarvesterCleanup + `":"true"}}}`)
-	w.must(mgmt.Patch(w.ctx, w.get(mr), client.RawPatch("application/merge-patch+json", patch)))
-	w.waitGone(&v1alpha1.MachineRequest{ObjectMeta: mr.ObjectMeta}, mgmt)
+	w.releaseWithoutCleanup(mr)
 }
 
 // Credentials that are missing or not self-contained fail CredentialsValid, saying why.

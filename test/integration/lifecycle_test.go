@@ -171,6 +171,22 @@ func (w *world) waitEvent(mr *v1alpha1.MachineRequest, eventType, reason string)
 	return found
 }
 
+// releaseWithoutCleanup sets the escape-hatch annotation and waits until the MachineRequest is gone.
+func (w *world) releaseWithoutCleanup(mr *v1alpha1.MachineRequest) {
+	w.t.Helper()
+	patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.AnnotationSkipHarvesterCleanup + `":"true"}}}`)
+	w.must(mgmt.Patch(w.ctx, w.get(mr), client.RawPatch("application/merge-patch+json", patch)))
+	w.waitGone(&v1alpha1.MachineRequest{ObjectMeta: mr.ObjectMeta}, mgmt)
+}
+
+// requireHarvesterEmpty fails if anything is left in the test's Harvester namespace.
+func (w *world) requireHarvesterEmpty(when string) {
+	w.t.Helper()
+	if vms, pvcs, secrets := w.harvesterObjects(); vms+pvcs+secrets != 0 {
+		w.t.Fatalf("%s: %d VMs, %d PVCs, %d Secrets on Harvester", when, vms, pvcs, secrets)
+	}
+}
+
 func (w *world) deleteAndWait(mr *v1alpha1.MachineRequest) {
 	w.t.Helper()
 	w.must(client.IgnoreNotFound(mgmt.Delete(w.ctx, mr)))
@@ -214,9 +230,7 @@ func TestLifecycle(t *testing.T) {
 	w.waitEvent(mr, corev1.EventTypeNormal, "Running")
 
 	w.deleteAndWait(mr)
-	if vms, pvcs, secrets := w.harvesterObjects(); vms+pvcs+secrets != 0 {
-		t.Fatalf("left on Harvester: %d VMs, %d PVCs, %d Secrets", vms, pvcs, secrets)
-	}
+	w.requireHarvesterEmpty("left on Harvester")
 }
 
 func controllerutilContains(list []string, s string) bool {
@@ -321,9 +335,7 @@ func TestVMDeletedOutOfBand(t *testing.T) {
 	}
 	w.waitEvent(mr, corev1.EventTypeWarning, v1alpha1.ReasonVMDeleted)
 	w.deleteAndWait(mr)
-	if vms, pvcs, secrets := w.harvesterObjects(); vms+pvcs+secrets != 0 {
-		t.Fatalf("left on Harvester: %d VMs, %d PVCs, %d Secrets", vms, pvcs, secrets)
-	}
+	w.requireHarvesterEmpty("left on Harvester")
 }
 
 // A PVC left over from an earlier attempt of the same MachineRequest is reused: no
@@ -400,9 +412,7 @@ func TestDeletionBlockedSaysWhy(t *testing.T) {
 			})
 			w.waitEvent(mr, corev1.EventTypeWarning, v1alpha1.ReasonDeletionBlocked)
 
-			patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.AnnotationSkipHarvesterCleanup + `":"true"}}}`)
-			w.must(mgmt.Patch(w.ctx, w.get(mr), client.RawPatch("application/merge-patch+json", patch)))
-			w.waitGone(&v1alpha1.MachineRequest{ObjectMeta: mr.ObjectMeta}, mgmt)
+			w.releaseWithoutCleanup(mr)
 			w.waitEvent(mr, corev1.EventTypeWarning, "CleanupSkipped")
 			if vms, _, _ := w.harvesterObjects(); vms != 1 {
 				t.Fatalf("%d VMs on Harvester; the escape hatch must leave the VM alone", vms)
@@ -454,8 +464,6 @@ func TestImageNotFoundCreatesNothing(t *testing.T) {
 	if got.Status.FailureReason != v1alpha1.ReasonImageNotFound || !strings.Contains(got.Status.FailureMessage, w.hvNs+"/does-not-exist") {
 		t.Fatalf("failure %s: %s", got.Status.FailureReason, got.Status.FailureMessage)
 	}
-	if vms, pvcs, secrets := w.harvesterObjects(); vms+pvcs+secrets != 0 {
-		t.Fatalf("created on Harvester for a request that cannot work: %d VMs, %d PVCs, %d Secrets", vms, pvcs, secrets)
-	}
+	w.requireHarvesterEmpty("created on Harvester for a request that cannot work")
 	w.deleteAndWait(mr)
 }

@@ -46,9 +46,7 @@ func TestDeletedWhileCreating(t *testing.T) {
 	w.must(mgmt.Create(w.ctx, mr))
 	w.waitPhase(mr, v1alpha1.MachinePhaseCreating)
 	w.deleteAndWait(mr)
-	if vms, pvcs, secrets := w.harvesterObjects(); vms+pvcs+secrets != 0 {
-		t.Fatalf("left on Harvester: %d VMs, %d PVCs, %d Secrets", vms, pvcs, secrets)
-	}
+	w.requireHarvesterEmpty("left on Harvester")
 }
 
 // The cloud-init Secret deleted out of band while Creating is recreated (the VM reads it when it

@@ -98,7 +98,5 @@ func TestProviderConfigDeletedWhileRunning(t *testing.T) {
 	pc.ObjectMeta = metav1.ObjectMeta{Name: w.pc.Name, Namespace: w.ns}
 	w.must(mgmt.Create(w.ctx, pc))
 	w.deleteAndWait(mr)
-	if vms, pvcs, secrets := w.harvesterObjects(); vms+pvcs+secrets != 0 {
-		t.Fatalf("left on Harvester: %d VMs, %d PVCs, %d Secrets", vms, pvcs, secrets)
-	}
+	w.requireHarvesterEmpty("left on Harvester")
 }

@@ -51,7 +51,5 @@ func TestSchemaRejectsBadInput(t *testing.T) {
 			}
 		})
 	}
-	if vms, pvcs, secrets := w.harvesterObjects(); vms+pvcs+secrets != 0 {
-		t.Fatalf("created on Harvester: %d VMs, %d PVCs, %d Secrets", vms, pvcs, secrets)
-	}
+	w.requireHarvesterEmpty("created on Harvester")
 }

@@ -46,9 +46,7 @@ func TestSemanticErrorsFailBeforeCreating(t *testing.T) {
 			w.deleteAndWait(mr)
 		})
 	}
-	if vms, pvcs, secrets := w.harvesterObjects(); vms+pvcs+secrets != 0 {
-		t.Fatalf("created on Harvester: %d VMs, %d PVCs, %d Secrets", vms, pvcs, secrets)
-	}
+	w.requireHarvesterEmpty("created on Harvester")
 }
 
 // The root disk deleted out of band while the machine runs: the PVC stays Terminating while the VM
@@ -71,9 +69,7 @@ func TestRootDiskDeletedWhileRunning(t *testing.T) {
 		return nil
 	})
 	w.deleteAndWait(mr)
-	if vms, pvcs, secrets := w.harvesterObjects(); vms+pvcs+secrets != 0 {
-		t.Fatalf("left on Harvester: %d VMs, %d PVCs, %d Secrets", vms, pvcs, secrets)
-	}
+	w.requireHarvesterEmpty("left on Harvester")
 }
 
 // The whole Harvester namespace deleted: the machines' VMs are gone, so they become Failed
@@ -115,9 +111,7 @@ func TestExecPluginNeverRuns(t *testing.T) {
 	w.must(mgmt.Delete(w.ctx, mr))
 	c := w.waitMRCondition(mr, v1alpha1.ConditionDegraded, v1alpha1.ReasonDeletionBlocked)
 	requireMentions(t, "Degraded message", c.Message, "exec plugin", v1alpha1.AnnotationSkipHarvesterCleanup)
-	patch := []byte(`{"metadata":{"annotations":{"` + v1alpha1.AnnotationSkipHarvesterCleanup + `":"true"}}}`)
-	w.must(mgmt.Patch(w.ctx, w.get(mr), client.RawPatch("application/merge-patch+json", patch)))
-	w.waitGone(&v1alpha1.MachineRequest{ObjectMeta: mr.ObjectMeta}, mgmt)
+	w.releaseWithoutCleanup(mr)
 	if _, err := os.Stat(marker); !os.IsNotExist(err) {
 		t.Fatalf("the exec plugin ran (%v)", err)
 	}
