@@ -43,7 +43,7 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 	if err != nil {
 		return res, err
 	}
-	args := []string{fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port), "--log-level=warn"}
+	args := []string{fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port), "--metrics-secure=false", "--log-level=warn"}
 	if o.concurrency > 0 {
 		args = append(args, fmt.Sprintf("--max-concurrent-reconciles=%d", o.concurrency))
 	}

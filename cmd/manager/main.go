@@ -1,5 +1,6 @@
 // Command manager runs the butler-provider-harvester controller: it provisions a VM on Harvester
-// for every MachineRequest whose ProviderConfig says provider "harvester".
+// for every MachineRequest whose ProviderConfig says provider "harvester". Its flags are defined in
+// internal/options; `manager --help` lists them.
 package main
 
 import (
@@ -7,95 +8,47 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net/http"
 	"os"
-	"time"
 
-	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
 )
 
-type options struct {
-	metricsAddr, probeAddr       string
-	leaderElect                  bool
-	leaderElectionID             string
-	concurrency                  int
-	creatingPoll, healthInterval time.Duration
-	recheckInterval              time.Duration
-	provisioningTimeout          time.Duration
-	ipReportTimeout              time.Duration
-	harvesterQPS                 float64
-	harvesterBurst               int
-	kubeQPS                      float64
-	kubeBurst                    int
-	logLevel, logFormat          string
-}
-
-func parseFlags(args []string) (*options, error) {
-	o := &options{}
-	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
-	fs.StringVar(&o.metricsAddr, "metrics-bind-address", ":8080", "Address the metrics endpoint binds to; \"0\" disables it.")
-	fs.StringVar(&o.probeAddr, "health-probe-bind-address", ":8081", "Address the /healthz and /readyz probes bind to.")
-	fs.BoolVar(&o.leaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time.")
-	fs.StringVar(&o.leaderElectionID, "leader-election-id", "butler-provider-harvester.butler.butlerlabs.dev", "Name of the Lease used for leader election.")
-	fs.IntVar(&o.concurrency, "max-concurrent-reconciles", 16, "How many MachineRequests are reconciled in parallel.")
-	fs.DurationVar(&o.creatingPoll, "creating-poll-interval", controller.DefaultCreatingPollInterval, "How often a Creating machine is looked at again while waiting for its IP address.")
-	fs.DurationVar(&o.healthInterval, "health-check-interval", controller.DefaultHealthCheckInterval, "How often a Running machine's VM is checked on Harvester.")
-	fs.DurationVar(&o.provisioningTimeout, "provisioning-timeout", controller.DefaultProvisioningTimeout, "How long a machine may stay Creating before its Degraded condition reports the diagnosis (it keeps waiting).")
-	fs.DurationVar(&o.ipReportTimeout, "ip-report-timeout", controller.DefaultIPReportTimeout, "How long a running VM may go without reporting an IPv4 address before the diagnosis points at the guest agent and DHCP.")
-	fs.DurationVar(&o.recheckInterval, "providerconfig-recheck-interval", controller.DefaultRecheckInterval, "How often a ProviderConfig's checks (credentials, image, network, storage, permissions) run again; a changed credentials Secret is noticed within 30s.")
-	fs.Float64Var(&o.harvesterQPS, "harvester-qps", harvester.DefaultQPS, "Requests per second to each Harvester cluster.")
-	fs.IntVar(&o.harvesterBurst, "harvester-burst", harvester.DefaultBurst, "Request burst to each Harvester cluster.")
-	fs.Float64Var(&o.kubeQPS, "kube-api-qps", 100, "Requests per second to the management cluster's API server.")
-	fs.IntVar(&o.kubeBurst, "kube-api-burst", 200, "Request burst to the management cluster's API server.")
-	fs.StringVar(&o.logLevel, "log-level", "info", "Log level: debug, info, warn or error.")
-	fs.StringVar(&o.logFormat, "log-format", "json", "Log format: json or text.")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	return o, nil
-}
-
-func newLogger(level, format string) (logr.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return logr.Logger{}, fmt.Errorf("--log-level: %w", err)
-	}
-	opts := &slog.HandlerOptions{Level: l}
-	switch format {
-	case "json":
-		return logr.FromSlogHandler(slog.NewJSONHandler(os.Stderr, opts)), nil
-	case "text":
-		return logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, opts)), nil
-	default:
-		return logr.Logger{}, fmt.Errorf("--log-format: %q is neither json nor text", format)
-	}
-}
+// The secure metrics endpoint checks each scraper's token and permission with the API server.
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 func main() {
-	if err := run(ctrl.SetupSignalHandler(), os.Args[1:]); err != nil {
+	err := run(ctrl.SetupSignalHandler(), os.Args[1:])
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "error:", err)
 		os.Exit(1)
 	}
 }
 
 func run(ctx context.Context, args []string) error {
-	o, err := parseFlags(args)
+	o, err := options.Parse(args, os.Stderr)
 	if err != nil {
 		return err
 	}
-	logger, err := newLogger(o.logLevel, o.logFormat)
+	logger, err := options.NewLogger(o.LogLevel, o.LogFormat, os.Stderr)
 	if err != nil {
 		return err
 	}
@@ -113,14 +66,16 @@ func run(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("find the management cluster (in-cluster config, or KUBECONFIG): %w", err)
 	}
-	restConfig.QPS, restConfig.Burst = float32(o.kubeQPS), o.kubeBurst
+	restConfig.QPS, restConfig.Burst = float32(o.KubeQPS), o.KubeBurst
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:                        scheme,
-		Metrics:                       metricsserver.Options{BindAddress: o.metricsAddr},
-		HealthProbeBindAddress:        o.probeAddr,
-		LeaderElection:                o.leaderElect,
-		LeaderElectionID:              o.leaderElectionID,
+		Metrics:                       metricsOptions(o),
+		HealthProbeBindAddress:        o.ProbeAddr,
+		LeaderElection:                o.LeaderElect,
+		LeaderElectionID:              o.LeaderElectionID,
+		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cacheOptions(o),
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -129,7 +84,7 @@ func run(ctx context.Context, args []string) error {
 	// Harvester's informers report changes of our objects there through this channel.
 	harvesterEvents := make(chan event.GenericEvent, 1024)
 	factory := &harvester.CachingFactory{
-		SecretReader: mgr.GetAPIReader(), QPS: float32(o.harvesterQPS), Burst: o.harvesterBurst,
+		SecretReader: mgr.GetAPIReader(), QPS: float32(o.HarvesterQPS), Burst: o.HarvesterBurst,
 		Notify: harvesterEvents, Context: ctx,
 	}
 	r := &controller.MachineRequestReconciler{
@@ -137,11 +92,11 @@ func run(ctx context.Context, args []string) error {
 		Harvester:               factory,
 		HarvesterEvents:         harvesterEvents,
 		Recorder:                mgr.GetEventRecorder("butler-provider-harvester"),
-		CreatingPollInterval:    o.creatingPoll,
-		HealthCheckInterval:     o.healthInterval,
-		ProvisioningTimeout:     o.provisioningTimeout,
-		IPReportTimeout:         o.ipReportTimeout,
-		MaxConcurrentReconciles: o.concurrency,
+		CreatingPollInterval:    o.CreatingPoll,
+		HealthCheckInterval:     o.HealthInterval,
+		ProvisioningTimeout:     o.ProvisioningTimeout,
+		IPReportTimeout:         o.IPReportTimeout,
+		MaxConcurrentReconciles: o.Concurrency,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		return fmt.Errorf("set up controller: %w", err)
@@ -151,10 +106,13 @@ func run(ctx context.Context, args []string) error {
 		SecretReader:    mgr.GetAPIReader(),
 		Harvester:       factory,
 		Recorder:        mgr.GetEventRecorder("butler-provider-harvester"),
-		RecheckInterval: o.recheckInterval,
+		RecheckInterval: o.RecheckInterval,
 	}
 	if err := pcr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up ProviderConfig controller: %w", err)
+	}
+	if err := metrics.RegisterPhaseCollector(ctrlmetrics.Registry, mgr.GetCache(), mgr.Elected()); err != nil {
+		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return err
@@ -167,6 +125,25 @@ func run(ctx context.Context, args []string) error {
 	}); err != nil {
 		return err
 	}
-	logger.Info("Starting manager")
+	logger.Info("Starting manager", "watchNamespaces", o.WatchNamespaces, "leaderElect", o.LeaderElect)
 	return mgr.Start(ctx)
+}
+
+func metricsOptions(o *options.Options) metricsserver.Options {
+	m := metricsserver.Options{BindAddress: o.MetricsAddr, SecureServing: o.MetricsSecure, CertDir: o.MetricsCertDir}
+	if o.MetricsSecure {
+		m.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	return m
+}
+
+func cacheOptions(o *options.Options) cache.Options {
+	c := cache.Options{SyncPeriod: &o.SyncPeriod}
+	if len(o.WatchNamespaces) > 0 {
+		c.DefaultNamespaces = make(map[string]cache.Config, len(o.WatchNamespaces))
+		for _, ns := range o.WatchNamespaces {
+			c.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return c
 }

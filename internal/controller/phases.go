@@ -16,6 +16,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
 )
 
 func hasFinalizer(mr *v1alpha1.MachineRequest) bool {
@@ -273,5 +274,6 @@ func (r *MachineRequestReconciler) removeFinalizer(ctx context.Context, s *machi
 		return client.IgnoreNotFound(err)
 	}
 	s.released = true // the object is gone with its last finalizer: no status left to write
+	metrics.ObserveDeleted(s.mr.DeletionTimestamp.Time, time.Now())
 	return nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
 )
 
 // machineScope is one reconcile of one MachineRequest: the objects it works on, the status it
@@ -189,6 +190,11 @@ func (s *machineScope) patchStatus(ctx context.Context, c client.Client) error {
 	if err != nil {
 		log.FromContext(ctx).Error(err, "Patching MachineRequest status")
 		return errors.Join(errors.New("patch MachineRequest status"), err)
+	}
+	// Observed only once the status that says Running is stored, so that a failed patch (and
+	// its retry) does not count the machine twice.
+	if s.original.Status.Phase != v1alpha1.MachinePhaseRunning && s.mr.Status.Phase == v1alpha1.MachinePhaseRunning {
+		metrics.ObserveProvisioned(s.mr.CreationTimestamp.Time, time.Now())
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
 )
 
 // Credentials locates the kubeconfig of a Harvester cluster in the management cluster, and the
@@ -201,6 +202,7 @@ func (f *CachingFactory) newCluster(cfg *rest.Config, namespace string) (*cached
 	if f.Burst > 0 {
 		cfg.Burst = f.Burst
 	}
+	cfg.Wrap(metrics.InstrumentHarvester)
 	c, err := client.New(cfg, client.Options{Scheme: remoteScheme})
 	if err != nil {
 		return nil, err

@@ -1,0 +1,166 @@
+// Package options defines the manager's command-line flags: their names, defaults, help and
+// validation. It is a package of its own so that the tests of the Helm chart and the kustomize
+// manifests can parse the container args they render with the very flag set the binary uses.
+package options
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+)
+
+// Defaults that are not the controller's own.
+const (
+	DefaultMetricsAddr      = ":8443"
+	DefaultProbeAddr        = ":8081"
+	DefaultLeaderElectionID = "butler-provider-harvester.butler.butlerlabs.dev"
+	DefaultConcurrency      = 16
+	DefaultKubeQPS          = 100
+	DefaultKubeBurst        = 200
+	DefaultSyncPeriod       = 10 * time.Hour
+)
+
+// Options are the manager's settings.
+type Options struct {
+	MetricsAddr             string
+	MetricsSecure           bool
+	MetricsCertDir          string
+	ProbeAddr               string
+	LeaderElect             bool
+	LeaderElectionID        string
+	LeaderElectionNamespace string
+	WatchNamespaces         []string
+	SyncPeriod              time.Duration
+	Concurrency             int
+	CreatingPoll            time.Duration
+	HealthInterval          time.Duration
+	RecheckInterval         time.Duration
+	ProvisioningTimeout     time.Duration
+	IPReportTimeout         time.Duration
+	HarvesterQPS            float64
+	HarvesterBurst          int
+	KubeQPS                 float64
+	KubeBurst               int
+	LogLevel, LogFormat     string
+}
+
+// NewFlagSet returns the manager's flag set, bound to a new Options holding the defaults.
+func NewFlagSet(output io.Writer) (*flag.FlagSet, *Options) {
+	o := &Options{}
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	fs.SetOutput(output)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: manager [flags]\n\n"+
+			"Provisions a VM on Harvester for every MachineRequest whose ProviderConfig has provider \"harvester\".\n"+
+			"Finds the management cluster through the in-cluster config or KUBECONFIG.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", DefaultMetricsAddr, "Address the metrics endpoint binds to; \"0\" disables it.")
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", true, "Serve metrics over HTTPS, to clients whose token passes a TokenReview and that may \"get\" the non-resource URL /metrics (SubjectAccessReview). false serves plain HTTP to anyone.")
+	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics endpoint; empty: a self-signed certificate made at start-up.")
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", DefaultProbeAddr, "Address the /healthz and /readyz probes bind to; \"0\" disables them. /readyz passes once the caches have synced.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time (needed with more than one replica).")
+	fs.StringVar(&o.LeaderElectionID, "leader-election-id", DefaultLeaderElectionID, "Name of the Lease used for leader election.")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty: the Pod's own namespace (required when running outside a cluster with --leader-elect).")
+	fs.Func("watch-namespaces", "Comma-separated namespaces whose MachineRequests and ProviderConfigs are reconciled; empty: all namespaces. A MachineRequest's ProviderConfig must be in a watched namespace too.", func(v string) error {
+		ns, err := parseNamespaces(v)
+		o.WatchNamespaces = ns
+		return err
+	})
+	fs.DurationVar(&o.SyncPeriod, "sync-period", DefaultSyncPeriod, "How often every watched object is reconciled again even if nothing changed (a safety net; the provider's own rechecks are shorter).")
+	fs.IntVar(&o.Concurrency, "max-concurrent-reconciles", DefaultConcurrency, "How many MachineRequests are reconciled in parallel.")
+	fs.DurationVar(&o.CreatingPoll, "creating-poll-interval", controller.DefaultCreatingPollInterval, "How often a Creating machine is looked at again while waiting for its IP address (Harvester's events usually come first).")
+	fs.DurationVar(&o.HealthInterval, "health-check-interval", controller.DefaultHealthCheckInterval, "How often a Running machine's VM is checked on Harvester.")
+	fs.DurationVar(&o.ProvisioningTimeout, "provisioning-timeout", controller.DefaultProvisioningTimeout, "How long a machine may stay Creating before its Degraded condition reports the diagnosis (it keeps waiting).")
+	fs.DurationVar(&o.IPReportTimeout, "ip-report-timeout", controller.DefaultIPReportTimeout, "How long a running VM may go without reporting an IPv4 address before the diagnosis points at the guest agent and DHCP.")
+	fs.DurationVar(&o.RecheckInterval, "providerconfig-recheck-interval", controller.DefaultRecheckInterval, "How often a ProviderConfig's checks (credentials, image, network, storage, permissions) run again; a changed credentials Secret is noticed within 30s.")
+	fs.Float64Var(&o.HarvesterQPS, "harvester-qps", harvester.DefaultQPS, "Requests per second to each Harvester cluster.")
+	fs.IntVar(&o.HarvesterBurst, "harvester-burst", harvester.DefaultBurst, "Request burst to each Harvester cluster.")
+	fs.Float64Var(&o.KubeQPS, "kube-api-qps", DefaultKubeQPS, "Requests per second to the management cluster's API server.")
+	fs.IntVar(&o.KubeBurst, "kube-api-burst", DefaultKubeBurst, "Request burst to the management cluster's API server.")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "Log level: debug, info, warn or error.")
+	fs.StringVar(&o.LogFormat, "log-format", "json", "Log format: json or text.")
+	return fs, o
+}
+
+// Parse parses and validates args. Asking for --help returns flag.ErrHelp after printing the help
+// to output.
+func Parse(args []string, output io.Writer) (*Options, error) {
+	fs, o := NewFlagSet(output)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q: the manager takes flags only (see --help)", fs.Args())
+	}
+	return o, o.Validate()
+}
+
+// Validate reports every flag whose value cannot work, naming the flag and what it accepts.
+func (o *Options) Validate() error {
+	var errs []error
+	positive := func(name string, ok bool, what string) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("--%s must be %s", name, what))
+		}
+	}
+	positive("max-concurrent-reconciles", o.Concurrency > 0, "at least 1")
+	positive("sync-period", o.SyncPeriod > 0, "a positive duration")
+	positive("creating-poll-interval", o.CreatingPoll > 0, "a positive duration")
+	positive("health-check-interval", o.HealthInterval > 0, "a positive duration")
+	positive("provisioning-timeout", o.ProvisioningTimeout > 0, "a positive duration")
+	positive("ip-report-timeout", o.IPReportTimeout > 0, "a positive duration")
+	positive("providerconfig-recheck-interval", o.RecheckInterval > 0, "a positive duration")
+	positive("harvester-qps", o.HarvesterQPS > 0, "positive")
+	positive("harvester-burst", o.HarvesterBurst > 0, "at least 1")
+	positive("kube-api-qps", o.KubeQPS > 0, "positive")
+	positive("kube-api-burst", o.KubeBurst > 0, "at least 1")
+	positive("leader-election-id", o.LeaderElectionID != "", "set")
+	if _, err := NewLogger(o.LogLevel, o.LogFormat, io.Discard); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// NewLogger returns a log/slog logger behind logr, as controller-runtime and klog expect.
+func NewLogger(level, format string, w io.Writer) (logr.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return logr.Logger{}, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "json":
+		return logr.FromSlogHandler(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return logr.FromSlogHandler(slog.NewTextHandler(w, opts)), nil
+	default:
+		return logr.Logger{}, fmt.Errorf("--log-format %q: use json or text", format)
+	}
+}
+
+// parseNamespaces splits a comma-separated list of namespaces, refusing names Kubernetes would.
+func parseNamespaces(v string) ([]string, error) {
+	var out []string
+	for _, ns := range strings.Split(v, ",") {
+		ns = strings.TrimSpace(ns)
+		if ns == "" {
+			continue
+		}
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			return nil, fmt.Errorf("%q is not a namespace name: %s", ns, strings.Join(msgs, "; "))
+		}
+		out = append(out, ns)
+	}
+	return out, nil
+}
