@@ -5,6 +5,10 @@ IMG ?= ghcr.io/butlerdotdev/butler-provider-harvester:dev
 GO ?= go
 TOOLS := $(GO) tool -modfile=hack/tools/go.mod
 CONTROLLER_GEN := $(TOOLS) controller-gen
+HELM := $(GO) tool -modfile=hack/tools/helm/go.mod helm
+KUSTOMIZE := $(GO) tool -modfile=hack/tools/kustomize/go.mod kustomize
+GOLANGCI_LINT := $(GO) tool -modfile=hack/tools/golangci-lint/go.mod golangci-lint
+CHART := charts/butler-provider-harvester
 # Packages under test; the integration tests start two real API servers each.
 TEST_PKGS ?= ./...
 TEST_FLAGS ?= -count=1 -timeout=20m
@@ -24,15 +28,19 @@ generate: ## Generate deepcopy code from the API types.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
-manifests: ## Generate CRDs and RBAC from the markers in the code.
+manifests: ## Generate CRDs and RBAC from the markers in the code, and copy them into the Helm chart.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
-	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=manager-role paths="./internal/controller/...;./cmd/manager/..." output:rbac:artifacts:config=config/rbac
+	cp config/crd/bases/*.yaml $(CHART)/crds/
+	cp config/rbac/role.yaml $(CHART)/files/manager-role.yaml
+	cp config/rbac/leader_election_role.yaml $(CHART)/files/leader-election-role.yaml
+	cp config/rbac/metrics_reader_role.yaml $(CHART)/files/metrics-reader-role.yaml
 
 .PHONY: verify-generated
 verify-generated: generate manifests ## Fail if generated files (CRDs, RBAC, deepcopy) are stale.
-	@if [ -n "$$(git status --porcelain -- api config)" ]; then \
+	@if [ -n "$$(git status --porcelain -- api config $(CHART))" ]; then \
 		echo "Generated files are stale; run 'make generate manifests' and commit:"; \
-		git status --porcelain -- api config; git --no-pager diff -- api config | head -50; exit 1; fi
+		git status --porcelain -- api config $(CHART); git --no-pager diff -- api config $(CHART) | head -50; exit 1; fi
 	@echo "Generated files are up to date."
 
 .PHONY: fmt
