@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -118,8 +119,11 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	if err := mgr.AddReadyzCheck("readyz", func(req *http.Request) error {
-		if !mgr.GetCache().WaitForCacheSync(req.Context()) {
-			return errors.New("caches have not synced")
+		// Answer within the probe's timeout (kubelet's default is 1s) rather than hang until it.
+		ctx, cancel := context.WithTimeout(req.Context(), 500*time.Millisecond)
+		defer cancel()
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return errors.New("caches have not synced (can the manager list MachineRequests and ProviderConfigs?)")
 		}
 		return nil
 	}); err != nil {

@@ -170,6 +170,7 @@ func (h *Harvester) Stop() error {
 func KubeconfigFor(cfg *rest.Config) []byte {
 	return kubeconfig(serverURL(cfg.Host), cfg.CAData, &clientcmdapi.AuthInfo{
 		ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken,
+		Impersonate: cfg.Impersonate.UserName, ImpersonateGroups: cfg.Impersonate.Groups,
 	})
 }
 

@@ -50,6 +50,11 @@ type Options struct {
 	NetworkCIDR string
 	// ManagerArgs are passed to the manager.
 	ManagerArgs []string
+	// ManagerImpersonate, if set, is who the manager acts as on the management cluster: its
+	// kubeconfig impersonates that user (a ServiceAccount, to test the RBAC it is bound by).
+	ManagerImpersonate *rest.ImpersonationConfig
+	// BeforeManager, if set, runs once both clusters are up, before the manager starts.
+	BeforeManager func(context.Context, *Testbed) error
 	// WithProxy puts the simulator's FaultProxy between the manager and Harvester: the
 	// credentials Secret then holds the proxy's kubeconfig.
 	WithProxy bool
@@ -94,9 +99,13 @@ func Start(ctx context.Context, opts Options) (*Testbed, error) {
 	}{
 		{"Starting the management API server (kube-apiserver + etcd)", t.startManagement},
 		{"Starting the simulated Harvester (kube-apiserver + etcd + simulator)", t.startHarvester},
+		{"Preparing the clusters for the manager", t.beforeManager},
 		{"Building and starting the manager", t.startManager},
 	}
 	for _, s := range steps {
+		if s.name == "Preparing the clusters for the manager" && opts.BeforeManager == nil {
+			continue
+		}
 		t.say("%s ...", s.name)
 		if err := s.fn(ctx); err != nil {
 			return t, fmt.Errorf("%s: %w", s.name, err)
@@ -121,8 +130,17 @@ func (t *Testbed) startManagement(context.Context) error {
 	if t.Mgmt, err = client.New(t.MgmtConfig, client.Options{Scheme: scheme}); err != nil {
 		return err
 	}
-	return os.WriteFile(t.Path("management.kubeconfig"), sim.KubeconfigFor(t.MgmtConfig), 0o600)
+	if err := os.WriteFile(t.Path("management.kubeconfig"), sim.KubeconfigFor(t.MgmtConfig), 0o600); err != nil {
+		return err
+	}
+	managerConfig := rest.CopyConfig(t.MgmtConfig)
+	if t.opts.ManagerImpersonate != nil {
+		managerConfig.Impersonate = *t.opts.ManagerImpersonate
+	}
+	return os.WriteFile(t.Path("manager.kubeconfig"), sim.KubeconfigFor(managerConfig), 0o600)
 }
+
+func (t *Testbed) beforeManager(ctx context.Context) error { return t.opts.BeforeManager(ctx, t) }
 
 func (t *Testbed) startHarvester(ctx context.Context) error {
 	simCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -153,7 +171,7 @@ func (t *Testbed) runManager() error {
 		return err
 	}
 	t.manager = exec.Command(t.Path("manager"), append([]string{"--log-format=text", "--health-probe-bind-address=0"}, t.opts.ManagerArgs...)...)
-	t.manager.Env = append(os.Environ(), "KUBECONFIG="+t.Path("management.kubeconfig"))
+	t.manager.Env = append(os.Environ(), "KUBECONFIG="+t.Path("manager.kubeconfig"))
 	t.manager.Stdout, t.manager.Stderr = logFile, logFile
 	if err := t.manager.Start(); err != nil {
 		return err
