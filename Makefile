@@ -91,7 +91,7 @@ test-chaos: ## 200 machines with 10 SIGKILLs of the manager and 10% Harvester AP
 
 .PHONY: build
 build: ## Build the manager binary (static).
-	CGO_ENABLED=0 $(GO) build -trimpath -o bin/manager ./cmd/manager
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o bin/manager ./cmd/manager
 
 .PHONY: run
 run: ## Run the manager against the cluster of the current kubeconfig.
