@@ -93,19 +93,19 @@ func Start(ctx context.Context, opts Options) (*Testbed, error) {
 	if err := os.MkdirAll(opts.WorkDir, 0o755); err != nil {
 		return t, err
 	}
-	steps := []struct {
+	type step struct {
 		name string
 		fn   func(context.Context) error
-	}{
+	}
+	steps := []step{
 		{"Starting the management API server (kube-apiserver + etcd)", t.startManagement},
 		{"Starting the simulated Harvester (kube-apiserver + etcd + simulator)", t.startHarvester},
-		{"Preparing the clusters for the manager", t.beforeManager},
-		{"Building and starting the manager", t.startManager},
 	}
+	if opts.BeforeManager != nil {
+		steps = append(steps, step{"Preparing the clusters for the manager", func(ctx context.Context) error { return opts.BeforeManager(ctx, t) }})
+	}
+	steps = append(steps, step{"Building and starting the manager", t.startManager})
 	for _, s := range steps {
-		if s.name == "Preparing the clusters for the manager" && opts.BeforeManager == nil {
-			continue
-		}
 		t.say("%s ...", s.name)
 		if err := s.fn(ctx); err != nil {
 			return t, fmt.Errorf("%s: %w", s.name, err)
@@ -139,8 +139,6 @@ func (t *Testbed) startManagement(context.Context) error {
 	}
 	return os.WriteFile(t.Path("manager.kubeconfig"), sim.KubeconfigFor(managerConfig), 0o600)
 }
-
-func (t *Testbed) beforeManager(ctx context.Context) error { return t.opts.BeforeManager(ctx, t) }
 
 func (t *Testbed) startHarvester(ctx context.Context) error {
 	simCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -7,8 +7,8 @@ package deploy
 
 import (
 	"bytes"
+	"log/slog"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,10 +16,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/yaml"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
 )
@@ -70,19 +71,11 @@ func kustomizeBuild(t *testing.T) []*unstructured.Unstructured {
 
 func decodeAll(t *testing.T, manifests string) []*unstructured.Unstructured {
 	t.Helper()
-	var objs []*unstructured.Unstructured
-	dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(manifests), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err == io.EOF {
-			return objs
-		} else if err != nil {
-			t.Fatalf("rendered manifests do not parse: %v", err)
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
+	objs, err := decodeYAML(manifests)
+	if err != nil {
+		t.Fatalf("rendered manifests do not parse: %v", err)
 	}
+	return objs
 }
 
 func find(objs []*unstructured.Unstructured, kind string) []*unstructured.Unstructured {
@@ -123,4 +116,10 @@ func managerOptions(t *testing.T, d *appsv1.Deployment) (*options.Options, []str
 		t.Fatalf("the manager rejects the rendered args %q: %v", c.Args, err)
 	}
 	return o, c.Args
+}
+
+func TestMain(m *testing.M) {
+	// The simulated Harvester runs controllers in this process: warnings and errors only.
+	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	os.Exit(m.Run())
 }

@@ -1,0 +1,351 @@
+package deploy
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
+)
+
+// The names config/default gives the manager's ServiceAccount and the metrics reader role.
+const (
+	managerServiceAccount = "butler-provider-harvester-controller-manager"
+	metricsReaderRole     = "butler-provider-harvester-metrics-reader"
+	fieldOwner            = client.FieldOwner("butler-provider-harvester-test")
+)
+
+// The provider as installed: config/default applied to a real management API server, the manager
+// run with the Deployment's own args, acting as its ServiceAccount (impersonated), so the generated
+// RBAC is all it has. On Harvester it acts as a ServiceAccount bound only by
+// config/harvester/rbac.yaml. A MachineRequest goes through its whole lifecycle; readyz, leader
+// election and the secure metrics endpoint are checked on the way.
+func TestInstalledWithLeastPrivilege(t *testing.T) {
+	requireControlPlane(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rendered := kustomizeBuild(t)
+	_, args := managerOptions(t, deployment(t, rendered))
+	metricsAddr, probeAddr := freeAddr(t), freeAddr(t)
+	args = append(args, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+probeAddr,
+		"--leader-election-namespace="+testbed.Namespace, "--log-format=text")
+
+	tb, err := testbed.Start(ctx, testbed.Options{
+		RepoRoot: repoRoot(), WorkDir: t.TempDir(), ManagerArgs: args,
+		Sim: sim.Config{BootDelay: 300 * time.Millisecond, IPDelay: 100 * time.Millisecond},
+		ManagerImpersonate: &rest.ImpersonationConfig{
+			UserName: "system:serviceaccount:" + testbed.Namespace + ":" + managerServiceAccount,
+			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + testbed.Namespace, "system:authenticated"},
+		},
+		// The manager starts before its RBAC is installed, to show that it is not ready then.
+		BeforeManager: func(ctx context.Context, tb *testbed.Testbed) error {
+			if err := tb.Seed(ctx); err != nil {
+				return err
+			}
+			return useHarvesterRole(ctx, tb)
+		},
+	})
+	t.Cleanup(tb.Stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failWithLog := func(format string, a ...any) {
+		t.Helper()
+		t.Fatalf(format+"\n%s", append(a, tb.ManagerLogTail())...)
+	}
+	probe := func(path string) int {
+		resp, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + probeAddr + path)
+		if err != nil {
+			return 0
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode
+	}
+
+	// Without RBAC the caches cannot sync: alive, but not ready.
+	waitFor(t, 30*time.Second, "the manager to answer /healthz", func() bool { return probe("/healthz") == http.StatusOK })
+	for range 3 {
+		if code := probe("/readyz"); code != http.StatusInternalServerError {
+			failWithLog("/readyz answered %d before the manager could list anything, want 500", code)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+
+	for _, obj := range rendered {
+		if err := tb.Mgmt.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), fieldOwner, client.ForceOwnership); err != nil {
+			t.Fatalf("apply %s %s: %v", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	start := time.Now()
+	waitFor(t, 90*time.Second, "/readyz once the RBAC is installed", func() bool { return probe("/readyz") == http.StatusOK })
+	t.Logf("ready %s after the RBAC was applied", time.Since(start).Round(time.Millisecond))
+	logOffset := logSize(t, tb)
+
+	if _, err := tb.ApplyFile(ctx, filepath.Join(repoRoot(), "config", "samples", "providerconfig.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := tb.ApplyFile(ctx, filepath.Join(repoRoot(), "config", "samples", "machinerequest-worker-0.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(objs[0])
+	pc := &v1alpha1.ProviderConfig{}
+	waitFor(t, time.Minute, "the ProviderConfig to pass its checks with the Harvester Role", func() bool {
+		return tb.Mgmt.Get(ctx, client.ObjectKey{Namespace: testbed.Namespace, Name: "harvester-config"}, pc) == nil && pc.Status.Ready
+	})
+	mr := &v1alpha1.MachineRequest{}
+	waitFor(t, 2*time.Minute, "the MachineRequest to be Running", func() bool {
+		return tb.Mgmt.Get(ctx, key, mr) == nil && mr.Status.Phase == v1alpha1.MachinePhaseRunning && mr.Status.IPAddress != ""
+	})
+	t.Logf("%s Running at %s", key, mr.Status.IPAddress)
+
+	lease := &coordinationv1.Lease{}
+	if err := tb.Mgmt.Get(ctx, client.ObjectKey{Namespace: testbed.Namespace, Name: "butler-provider-harvester.butler.butlerlabs.dev"}, lease); err != nil ||
+		lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+		failWithLog("no leader holds the Lease: %v %+v", err, lease.Spec)
+	}
+
+	scrape := scraper(t, tb, "https://"+metricsAddr+"/metrics")
+	body := scrape()
+	requireSeries(t, body, metrics.MachineRequestsName+`{phase="Running"}`, 1)
+	requireSeries(t, body, metrics.ProvisioningDurationName+`_count`, 1)
+	requireSeries(t, body, metrics.HarvesterAPIRequestsName+`{code="201",resource="virtualmachines.kubevirt.io",verb="create"}`, 1)
+	requireSeries(t, body, `controller_runtime_reconcile_total{controller="machinerequest",result="success"}`, -1)
+
+	if err := tb.Mgmt.Delete(ctx, mr); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the MachineRequest to be gone", func() bool { return apierrors.IsNotFound(tb.Mgmt.Get(ctx, key, mr)) })
+	if vms, vmis, pvcs, secrets, err := tb.HarvesterLeft(ctx); err != nil || vms+vmis+pvcs+secrets != 0 {
+		failWithLog("left on Harvester: %d VMs, %d VMIs, %d PVCs, %d Secrets (%v)", vms, vmis, pvcs, secrets, err)
+	}
+	body = scrape()
+	requireSeries(t, body, metrics.MachineRequestsName+`{phase="Running"}`, 0)
+	requireSeries(t, body, metrics.DeletionDurationName+`_count`, 1)
+	requireSeries(t, body, metrics.HarvesterAPIRequestsName+`{code="200",resource="virtualmachines.kubevirt.io",verb="delete"}`, 1)
+
+	// A ProviderConfig for a Harvester namespace the Role does not cover: it is reported not
+	// ready, and Harvester's refusals are counted as API errors.
+	other := &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: "not-permitted", Namespace: testbed.Namespace}, Spec: *pc.Spec.DeepCopy()}
+	other.Spec.Harvester.Namespace = "kube-system"
+	if err := tb.Mgmt.Create(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "ProviderConfig not-permitted to report missing permissions", func() bool {
+		return tb.Mgmt.Get(ctx, client.ObjectKeyFromObject(other), other) == nil &&
+			meta.IsStatusConditionFalse(other.Status.Conditions, v1alpha1.ConditionPermissionsReady)
+	})
+	body = scrape()
+	if !strings.Contains(body, "\n"+metrics.HarvesterAPIErrorsName+`{code="403"`) {
+		t.Errorf("no 403 counted in %s:\n%s", metrics.HarvesterAPIErrorsName, grepLines(body, metrics.HarvesterAPIErrorsName, "\x00"))
+	}
+	t.Logf("scraped %d lines; the provider's own:\n%s", strings.Count(body, "\n"), grepLines(body, "butler_harvester_", "_bucket"))
+
+	// With RBAC in place, nothing the manager did on the management cluster was forbidden.
+	if forbidden := grepLines(readLogFrom(t, tb, logOffset), "forbidden", "kube-system"); forbidden != "" {
+		t.Errorf("the manager was refused something with the generated RBAC:\n%s", forbidden)
+	}
+}
+
+// useHarvesterRole applies config/harvester/rbac.yaml on Harvester and replaces the credentials
+// Secret with a kubeconfig for its ServiceAccount (a token from the TokenRequest API).
+func useHarvesterRole(ctx context.Context, tb *testbed.Testbed) error {
+	data, err := os.ReadFile(filepath.Join(repoRoot(), "config", "harvester", "rbac.yaml"))
+	if err != nil {
+		return err
+	}
+	objs, err := decodeYAML(string(data))
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		if err := tb.Harvester.Client.Create(ctx, obj); err != nil {
+			return fmt.Errorf("create %s %s on Harvester: %w", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	cs, err := kubernetes.NewForConfig(tb.Harvester.Config)
+	if err != nil {
+		return err
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(testbed.HarvesterNamespace).CreateToken(ctx, "butler-provider-harvester",
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	restricted := &rest.Config{Host: tb.Harvester.Config.Host, BearerToken: tr.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: tb.Harvester.Config.CAData}}
+	secret := &corev1.Secret{}
+	if err := tb.Mgmt.Get(ctx, client.ObjectKey{Namespace: testbed.Namespace, Name: testbed.CredentialsSecret}, secret); err != nil {
+		return err
+	}
+	secret.Data = map[string][]byte{"kubeconfig": sim.KubeconfigFor(restricted)}
+	return tb.Mgmt.Update(ctx, secret)
+}
+
+// scraper returns a function that scrapes the secure metrics endpoint with the token of a
+// ServiceAccount bound to the metrics-reader ClusterRole, after checking that no token gets 401 and
+// the token of an unbound ServiceAccount gets 403.
+func scraper(t *testing.T, tb *testbed.Testbed, url string) func() string {
+	t.Helper()
+	ctx := context.Background()
+	cs, err := kubernetes.NewForConfig(tb.MgmtConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := func(name string) string {
+		t.Helper()
+		if err := tb.Mgmt.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testbed.Namespace}}); err != nil {
+			t.Fatal(err)
+		}
+		tr, err := cs.CoreV1().ServiceAccounts(testbed.Namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	reader, stranger := token("prometheus"), token("stranger")
+	if err := tb.Mgmt.Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "prometheus-reads-butler-metrics"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: metricsReaderRole},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "prometheus", Namespace: testbed.Namespace}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The manager's certificate is self-signed (no --metrics-cert-dir), as the ServiceMonitor expects.
+	httpClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed on purpose
+	get := func(token string) (int, string) {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			t.Fatalf("scrape %s: %v", url, err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, _ := get(""); code != http.StatusUnauthorized {
+		t.Errorf("scrape without a token: %d, want 401", code)
+	}
+	if code, _ := get(stranger); code != http.StatusForbidden {
+		t.Errorf("scrape with the token of an unbound ServiceAccount: %d, want 403", code)
+	}
+	return func() string {
+		t.Helper()
+		var code int
+		var body string
+		// RBAC caches in the API server may take a moment to see the new binding.
+		waitFor(t, 30*time.Second, "a scrape with the metrics-reader token", func() bool {
+			code, body = get(reader)
+			return code == http.StatusOK
+		})
+		return body
+	}
+}
+
+// requireSeries checks a series' value in a scrape; want < 0 only requires the series.
+func requireSeries(t *testing.T, body, series string, want float64) {
+	t.Helper()
+	for _, line := range strings.Split(body, "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			got, err := strconv.ParseFloat(v, 64)
+			if err != nil || (want >= 0 && got != want) {
+				t.Errorf("%s = %s, want %v", series, v, want)
+			}
+			return
+		}
+	}
+	t.Errorf("no series %s in the scrape:\n%s", series, grepLines(body, strings.SplitN(series, "{", 2)[0], "\x00"))
+}
+
+// grepLines returns the lines containing match and not containing exclude.
+func grepLines(text, match, exclude string) string {
+	var out []string
+	for _, line := range strings.Split(text, "\n") {
+		if strings.Contains(line, match) && !strings.Contains(line, exclude) && !strings.HasPrefix(line, "#") {
+			out = append(out, "  "+line)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(250 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}
+
+func logSize(t *testing.T, tb *testbed.Testbed) int64 {
+	t.Helper()
+	fi, err := os.Stat(tb.Path("manager.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+func readLogFrom(t *testing.T, tb *testbed.Testbed, offset int64) string {
+	t.Helper()
+	data, err := os.ReadFile(tb.Path("manager.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data[offset:])
+}
+
+// decodeYAML decodes a multi-document YAML file into objects.
+func decodeYAML(manifests string) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(manifests), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err == io.EOF {
+			return objs, nil
+		} else if err != nil {
+			return nil, err
+		}
+		if len(u.Object) > 0 {
+			objs = append(objs, u)
+		}
+	}
+}
