@@ -7,8 +7,8 @@ package deploy
 
 import (
 	"bytes"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
