@@ -52,9 +52,19 @@ vet: ## Run go vet.
 	$(GO) vet ./...
 
 .PHONY: lint
-lint: vet ## Check formatting and run go vet (also on the chaos test, which has a build tag).
-	$(GO) vet -tags chaos ./test/chaos/
-	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "Not gofmt'ed:"; echo "$$out"; exit 1; fi
+lint: ## golangci-lint with .golangci.yml (go vet, staticcheck, gosec, revive, ...; gofmt and goimports), chaos test included.
+	$(GOLANGCI_LINT) run ./...
+
+.PHONY: helm-lint
+helm-lint: ## helm lint the chart (make test also lints and renders it).
+	$(HELM) lint --strict $(CHART)
+
+.PHONY: tools
+tools: ## Build every pinned tool once (controller-gen, helm, kustomize, golangci-lint); they are cached by Go.
+	$(CONTROLLER_GEN) --version
+	$(HELM) version --short
+	$(KUSTOMIZE) version
+	$(GOLANGCI_LINT) version
 
 .PHONY: controlplane
 controlplane: ## Build kube-apiserver and etcd from Go modules (once; cached) and print their directory.
@@ -65,7 +75,7 @@ kubectl: ## Build kubectl from Go modules (once; cached) and print its path.
 	@echo "$$(bash hack/tools/controlplane.sh kubectl)/kubectl"
 
 .PHONY: test
-test: ## Run all tests: unit tests and integration tests on real API servers.
+test: ## Run all tests: unit, integration on real API servers, and the install (chart, kustomize, RBAC, metrics).
 	@assets=$$(bash hack/tools/controlplane.sh) && \
 		KUBEBUILDER_ASSETS=$$assets $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
 
@@ -97,6 +107,14 @@ build: ## Build the manager binary (static).
 run: ## Run the manager against the cluster of the current kubeconfig.
 	$(GO) run ./cmd/manager --log-format=text
 
+VERSION ?= v0.1.0
+.PHONY: release-artifacts
+release-artifacts: ## dist/: the Helm chart package and install.yaml (kustomize) for VERSION (vX.Y.Z).
+	@echo "$(VERSION)" | grep -Eq '^v[0-9]+\.[0-9]+\.[0-9]+$$' || { echo "VERSION=$(VERSION) is not vX.Y.Z"; exit 1; }
+	rm -rf dist && mkdir -p dist
+	$(HELM) package $(CHART) --version $(patsubst v%,%,$(VERSION)) --app-version $(VERSION) --destination dist
+	$(KUSTOMIZE) build config/default | sed 's|ghcr.io/butlerdotdev/butler-provider-harvester:v[0-9.]*|ghcr.io/butlerdotdev/butler-provider-harvester:$(VERSION)|' > dist/install.yaml
+
 .PHONY: docker-build
 docker-build: ## Build the container image (needs a Docker engine).
 	docker build -t $(IMG) .
@@ -112,10 +130,20 @@ uninstall: ## Remove the CRDs (and with them every MachineRequest and ProviderCo
 	kubectl delete --ignore-not-found -f config/crd/bases
 
 .PHONY: deploy
-deploy: manifests ## Deploy the controller with kustomize (config/default).
-	cd config/manager && kubectl kustomize . >/dev/null
-	kubectl apply --server-side -k config/default
+deploy: manifests ## Deploy the controller with kustomize (config/default: the released image, or make deploy IMG=<your image>).
+	$(KUSTOMIZE) build config/default \
+		| $(if $(filter command line environment,$(origin IMG)),sed 's|ghcr.io/butlerdotdev/butler-provider-harvester:v[0-9.]*|$(IMG)|',cat) \
+		| kubectl apply --server-side -f -
 
+KUSTOMIZE_PREFIX := butler-provider-harvester
 .PHONY: undeploy
-undeploy: ## Remove the controller.
-	kubectl delete --ignore-not-found -k config/default
+undeploy: ## Remove the controller deployed by make deploy. The CRDs (and so every MachineRequest) stay: make uninstall removes them.
+	kubectl -n butler-system delete --ignore-not-found deployment/$(KUSTOMIZE_PREFIX)-controller-manager \
+		service/$(KUSTOMIZE_PREFIX)-controller-manager-metrics serviceaccount/$(KUSTOMIZE_PREFIX)-controller-manager \
+		role/$(KUSTOMIZE_PREFIX)-leader-election-role rolebinding/$(KUSTOMIZE_PREFIX)-leader-election-rolebinding
+	kubectl delete --ignore-not-found clusterrole/$(KUSTOMIZE_PREFIX)-manager-role clusterrole/$(KUSTOMIZE_PREFIX)-metrics-reader \
+		clusterrolebinding/$(KUSTOMIZE_PREFIX)-manager-rolebinding
+
+.PHONY: helm-install
+helm-install: ## Install or upgrade the Helm chart into namespace butler-system (HELM_FLAGS for --set ...).
+	$(HELM) upgrade --install butler-provider-harvester $(CHART) --namespace butler-system --create-namespace $(HELM_FLAGS)
