@@ -92,12 +92,12 @@ const (
 	// MachineRequestFinalizer holds a MachineRequest until its objects on Harvester are gone.
 	// It is the published provider's finalizer name, so upgrades keep working.
 	MachineRequestFinalizer = "machinerequest.butler.butlerlabs.dev/harvester-finalizer"
-	// AnnotationSkipHarvesterCleanup, set to "true" on a MachineRequest being deleted, releases its
-	// finalizer without deleting anything on Harvester: the escape hatch when Harvester or its
-	// credentials are gone for good. Whatever exists on Harvester is left there.
+	// AnnotationSkipHarvesterCleanup is the escape hatch for when Harvester or its credentials are
+	// gone for good: set to "true" on a MachineRequest being deleted, it releases the finalizer
+	// without deleting anything on Harvester. Whatever exists on Harvester is left there.
 	AnnotationSkipHarvesterCleanup = "harvester.butler.butlerlabs.dev/skip-cleanup"
-	// AnnotationRetry, set to "true" on a Failed MachineRequest, retries it without a spec change.
-	// The provider removes the annotation when it starts the retry.
+	// AnnotationRetry lets a user retry a Failed MachineRequest without a spec change: set to
+	// "true", it makes the provider retry, and the provider removes it when the retry starts.
 	AnnotationRetry = "harvester.butler.butlerlabs.dev/retry"
 )
 

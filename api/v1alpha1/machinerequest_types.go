@@ -8,6 +8,7 @@ import (
 // +kubebuilder:validation:Enum=control-plane;worker
 type MachineRole string
 
+// Machine roles, as in the published butler-api enum, so callers written against it work unchanged.
 const (
 	MachineRoleControlPlane MachineRole = "control-plane"
 	MachineRoleWorker       MachineRole = "worker"
@@ -18,18 +19,18 @@ const (
 type MachinePhase string
 
 const (
-	// MachinePhasePending: accepted; nothing created on the infrastructure yet.
+	// MachinePhasePending means accepted, with nothing created on the infrastructure yet.
 	MachinePhasePending MachinePhase = "Pending"
-	// MachinePhaseCreating: the VM exists and the provider waits for its IP address.
+	// MachinePhaseCreating means the VM exists and the provider waits for its IP address.
 	MachinePhaseCreating MachinePhase = "Creating"
-	// MachinePhaseRunning: the VM runs and status.ipAddress is set.
+	// MachinePhaseRunning means the VM runs and status.ipAddress is set.
 	MachinePhaseRunning MachinePhase = "Running"
-	// MachinePhaseFailed: terminal for this generation; failureReason and failureMessage say why.
+	// MachinePhaseFailed is terminal for this generation; failureReason and failureMessage say why.
 	// Changing the spec retries.
 	MachinePhaseFailed MachinePhase = "Failed"
-	// MachinePhaseDeleting: the VM and its disks are being removed.
+	// MachinePhaseDeleting means the VM and its disks are being removed.
 	MachinePhaseDeleting MachinePhase = "Deleting"
-	// MachinePhaseDeleted: everything is removed (seen only briefly, before the object goes).
+	// MachinePhaseDeleted means everything is removed (seen only briefly, before the object goes).
 	MachinePhaseDeleted MachinePhase = "Deleted"
 	// MachinePhaseUnknown is part of the published enum; this provider never sets it.
 	MachinePhaseUnknown MachinePhase = "Unknown"

@@ -10,6 +10,8 @@ import (
 // +kubebuilder:validation:Enum=harvester;nutanix;proxmox;azure;aws;gcp;local
 type ProviderType string
 
+// Provider types of the published schema; all but ProviderTypeHarvester are accepted by the CRD
+// but ignored by this controller.
 const (
 	ProviderTypeHarvester ProviderType = "harvester"
 	ProviderTypeNutanix   ProviderType = "nutanix"
@@ -24,6 +26,8 @@ const (
 // +kubebuilder:validation:Enum=platform;team
 type ProviderConfigScopeType string
 
+// Scopes of the published schema. This provider lets MachineRequests of any namespace use a
+// platform ProviderConfig; any other ProviderConfig serves only its own namespace.
 const (
 	ProviderConfigScopePlatform ProviderConfigScopeType = "platform"
 	ProviderConfigScopeTeam     ProviderConfigScopeType = "team"

@@ -50,8 +50,9 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(io.Discard, nil)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o); err != nil {
+	err := run(ctx, o)
+	stop() // before os.Exit, which skips deferred calls
+	if err != nil {
 		fmt.Fprintf(os.Stdout, "\nBENCHMARK FAILED: %v\n", err)
 		os.Exit(1)
 	}

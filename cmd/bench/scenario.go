@@ -257,7 +257,7 @@ func processUsage(pid int) (rssMB, cpuSeconds float64, err error) {
 	for _, line := range strings.Split(string(status), "\n") {
 		if strings.HasPrefix(line, "VmHWM:") {
 			var kb float64
-			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, "VmHWM:")), "%f", &kb)
+			_, _ = fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, "VmHWM:")), "%f", &kb)
 			rssMB = kb / 1024
 		}
 	}
@@ -268,8 +268,8 @@ func processUsage(pid int) (rssMB, cpuSeconds float64, err error) {
 	// Fields after the command name (which may contain spaces) start after the last ')'.
 	fields := strings.Fields(string(stat)[strings.LastIndexByte(string(stat), ')')+2:])
 	var utime, stime float64
-	fmt.Sscanf(fields[11], "%f", &utime)
-	fmt.Sscanf(fields[12], "%f", &stime)
+	_, _ = fmt.Sscanf(fields[11], "%f", &utime) // the kernel writes these; a parse failure leaves 0
+	_, _ = fmt.Sscanf(fields[12], "%f", &stime)
 	return rssMB, (utime + stime) / 100, nil // USER_HZ is 100 on Linux
 }
 

@@ -47,8 +47,9 @@ func main() {
 	// Quiet the libraries: the demo prints what matters, the manager logs to its own file.
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(io.Discard, nil)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, o, os.Stdout); err != nil {
+	err := run(ctx, o, os.Stdout)
+	stop() // before os.Exit, which skips deferred calls
+	if err != nil {
 		fmt.Fprintf(os.Stdout, "\nDEMO FAILED: %v\n", err)
 		os.Exit(1)
 	}
@@ -63,7 +64,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(work, 0o755); err != nil {
+	if err := os.MkdirAll(work, 0o750); err != nil {
 		return err
 	}
 	d := &demo{o: o, out: out, start: start}

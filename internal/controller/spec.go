@@ -84,7 +84,7 @@ func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (*
 		Namespace:           ref.Namespace,
 		Name:                ref.Name,
 		Role:                string(mr.Spec.Role),
-		CPU:                 uint32(mr.Spec.CPU),
+		CPU:                 uint32(mr.Spec.CPU), //nolint:gosec // G115: the CRD bounds spec.cpu to 1..128, so it fits
 		MemoryMB:            int64(mr.Spec.MemoryMB),
 		DiskGB:              int64(mr.Spec.DiskGB),
 		Image:               image,

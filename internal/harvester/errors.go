@@ -39,12 +39,15 @@ func Waiting(reason string, after time.Duration, format string, args ...any) err
 	return &WaitingError{Reason: reason, RetryAfter: after, Message: fmt.Sprintf(format, args...)}
 }
 
-// AsPermanent and AsWaiting unwrap the classified errors.
+// AsPermanent finds a PermanentError in err's chain, so callers can tell "fail the request" from
+// "retry" even after the error has been wrapped with context.
 func AsPermanent(err error) (*PermanentError, bool) {
 	var p *PermanentError
 	return p, errors.As(err, &p)
 }
 
+// AsWaiting finds a WaitingError in err's chain, so callers can requeue after its RetryAfter instead
+// of reporting an error, even after the error has been wrapped with context.
 func AsWaiting(err error) (*WaitingError, bool) {
 	var w *WaitingError
 	return w, errors.As(err, &w)

@@ -2,6 +2,7 @@ package harvester
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"os"
 	"slices"
@@ -26,7 +27,7 @@ func TestDocumentedHarvesterRBACIsRequiredPermissions(t *testing.T) {
 			Metadata struct{ Namespace string }
 			Rules    []rbacv1.PolicyRule
 		}
-		if err := dec.Decode(&obj); err == io.EOF {
+		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
 			t.Fatal(err)

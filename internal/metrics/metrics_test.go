@@ -60,16 +60,19 @@ func TestInstrumentHarvesterCountsErrorsButNotAbsence(t *testing.T) {
 		if req.Method == http.MethodPost {
 			return nil, errors.New("connection refused")
 		}
-		return &http.Response{StatusCode: 200, Body: http.NoBody}, nil
+		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody}, nil
 	}))
 	for _, r := range []*http.Request{
-		httptest.NewRequest("GET", "/api/v1/namespaces/ns/secrets/gone", nil),
-		httptest.NewRequest("GET", "/api/v1/namespaces/ns/secrets/x", nil),
-		httptest.NewRequest("GET", "/api/v1/namespaces/ns/secrets/x", nil),
-		httptest.NewRequest("GET", "/api/v1/namespaces/ns/secrets", nil),
-		httptest.NewRequest("POST", "/api/v1/namespaces/ns/secrets", nil),
+		httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/ns/secrets/gone", nil),
+		httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/ns/secrets/x", nil),
+		httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/ns/secrets/x", nil),
+		httptest.NewRequest(http.MethodGet, "/api/v1/namespaces/ns/secrets", nil),
+		httptest.NewRequest(http.MethodPost, "/api/v1/namespaces/ns/secrets", nil),
 	} {
-		_, _ = rt.RoundTrip(r)
+		// The POST fails in the transport, so there is no response (and no body) to close.
+		if resp, err := rt.RoundTrip(r); err == nil {
+			_ = resp.Body.Close()
+		}
 	}
 	want := `
 # HELP butler_harvester_api_errors_total Failed requests to Harvester's API (status >= 400 except 404, or no response) by verb, resource and code.

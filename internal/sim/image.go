@@ -15,12 +15,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// AnnotationImportDelay, on a VirtualMachineImage, overrides Config.ImportDelay for that image
-// (a Go duration, such as "1h").
+// AnnotationImportDelay overrides Config.ImportDelay for the VirtualMachineImage it is set on (a
+// Go duration, such as "1h"), so one test can hold a single image back while others import.
 const AnnotationImportDelay = "sim.butler.butlerlabs.dev/import-delay"
 
-// AnnotationVirtualSize, on a VirtualMachineImage, sets the virtual size it reports once imported
-// (a quantity, such as "30Gi"), overriding Config.ImageVirtualSize.
+// AnnotationVirtualSize sets the virtual size the VirtualMachineImage it is set on reports once
+// imported (a quantity, such as "30Gi"), overriding Config.ImageVirtualSize.
 const AnnotationVirtualSize = "sim.butler.butlerlabs.dev/virtual-size"
 
 // imageReconciler imports VirtualMachineImages: after ImportDelay an image reports Imported=True,

@@ -8,11 +8,12 @@ import (
 	"net/netip"
 	"sync"
 
-	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
 // NetworkAttachmentDefinitionGVK is the multus network kind VMs attach to.

@@ -54,6 +54,7 @@ func NewFaultProxy(upstream *rest.Config) (*FaultProxy, error) {
 	rp := httputil.NewSingleHostReverseProxy(target)
 	rp.Transport = transport
 	rp.FlushInterval = -1 // stream watches
+	//nolint:gosec // G404: only picks which test requests fail; SetFaults reseeds it for replayable runs
 	p := &FaultProxy{rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))}
 	p.server = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.Requests.Add(1)
@@ -86,7 +87,7 @@ func (p *FaultProxy) SetFaults(f ProxyFaults) {
 	defer p.mu.Unlock()
 	p.faults = f
 	if f.Seed != 0 {
-		p.rng = rand.New(rand.NewPCG(f.Seed, 0))
+		p.rng = rand.New(rand.NewPCG(f.Seed, 0)) //nolint:gosec // G404: seeded so a chaos run's faults can be replayed; nothing secret depends on it
 	}
 }
 
@@ -110,7 +111,7 @@ func writeStatus(w http.ResponseWriter, code string) {
 		w.Header().Set("Retry-After", "1")
 	}
 	var status int
-	fmt.Sscanf(code, "%d", &status)
+	_, _ = fmt.Sscanf(code, "%d", &status) // code is one of the literal fault names above
 	w.WriteHeader(status)
 	fmt.Fprintf(w, `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"injected by the simulated Harvester's fault proxy","reason":%q,"code":%d}`, reason, status)
 }

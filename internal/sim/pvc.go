@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
 // VirtualMachineImageGVK is Harvester's image kind.

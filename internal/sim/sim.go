@@ -46,9 +46,10 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
-// AnnotationFault, as an annotation or a label on a VirtualMachine or VirtualMachineImage, injects a
-// fault for that object alone: "unschedulable", "no-dhcp" or "slow-boot" on VMs, "import-failed" on
-// images. (As a label it can be set through a MachineRequest's spec.labels.)
+// AnnotationFault injects a fault into the VirtualMachine or VirtualMachineImage that carries it,
+// as an annotation or a label, and into that object alone: "unschedulable", "no-dhcp" or
+// "slow-boot" on VMs, "import-failed" on images. (As a label it can be set through a
+// MachineRequest's spec.labels.)
 const AnnotationFault = "sim.butler.butlerlabs.dev/fault"
 
 // Fault names accepted by AnnotationFault.
@@ -196,7 +197,10 @@ func (s *Simulator) Start(ctx context.Context, restConfig *rest.Config) error {
 }
 
 func (s *Simulator) setup(mgr manager.Manager) error {
-	recorder := mgr.GetEventRecorderFor("harvester-sim")
+	// The old (core/v1) events API on purpose: KubeVirt and kube-controller-manager report through
+	// it, so the provider's diagnosis is tested against Events with lastTimestamp, count and source
+	// set, as on a real Harvester. The new API would write eventTime and reportingController instead.
+	recorder := mgr.GetEventRecorderFor("harvester-sim") //nolint:staticcheck // imitates Harvester's components, which emit core/v1 Events (see above)
 	if err := (&vmReconciler{sim: s, recorder: recorder}).setup(mgr); err != nil {
 		return err
 	}

@@ -345,7 +345,10 @@ func TestVMDeletionRemovesVMIListedPVCsAndOwnedSecrets(t *testing.T) {
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
-			return fmt.Errorf("%s still exists (%v)", o.GetName(), err)
+			if err != nil {
+				return fmt.Errorf("%s: %w", o.GetName(), err)
+			}
+			return fmt.Errorf("%s still exists", o.GetName())
 		}
 	}
 	f.eventually("VM gone", gone(&kubevirtv1.VirtualMachine{ObjectMeta: vm.ObjectMeta}))
@@ -390,8 +393,11 @@ func TestFaults(t *testing.T) {
 		f.vm("nodhcp", disk("nodhcp"), "vlan40", map[string]string{AnnotationFault: FaultNoDHCP})
 		f.eventually("running with the agent connected", func() error {
 			vmi, err := f.getVMI("nodhcp")
-			if err != nil || len(vmi.Status.Interfaces) < 2 {
-				return fmt.Errorf("%v %+v", err, vmi.Status)
+			if err != nil {
+				return err
+			}
+			if len(vmi.Status.Interfaces) < 2 {
+				return fmt.Errorf("status %+v", vmi.Status)
 			}
 			return nil
 		})
@@ -426,16 +432,22 @@ func TestFaults(t *testing.T) {
 		f.vm("global", disk("global"), "vlan40", nil)
 		f.eventually("unschedulable by the global switch", func() error {
 			vmi, err := f.getVMI("global")
-			if err != nil || vmi.Status.Phase != kubevirtv1.Scheduling || len(vmi.Status.Conditions) == 0 {
-				return fmt.Errorf("%v %+v", err, vmi.Status)
+			if err != nil {
+				return err
+			}
+			if vmi.Status.Phase != kubevirtv1.Scheduling || len(vmi.Status.Conditions) == 0 {
+				return fmt.Errorf("status %+v", vmi.Status)
 			}
 			return nil
 		})
 		h.Sim.SetFaults(Faults{})
 		f.eventually("boots once the fault is gone", func() error {
 			vmi, err := f.getVMI("global")
-			if err != nil || vmi.Status.Phase != kubevirtv1.Running {
-				return fmt.Errorf("%v %s", err, vmi.Status.Phase)
+			if err != nil {
+				return err
+			}
+			if vmi.Status.Phase != kubevirtv1.Running {
+				return fmt.Errorf("phase %s", vmi.Status.Phase)
 			}
 			return nil
 		})
@@ -456,8 +468,14 @@ func TestStoppedVMHasNoVMI(t *testing.T) {
 		_, err := f.getVMI("cp-0")
 		got := &kubevirtv1.VirtualMachine{}
 		f.must(h.Client.Get(f.ctx, client.ObjectKeyFromObject(vm), got))
-		if !apierrors.IsNotFound(err) || got.Status.PrintableStatus != kubevirtv1.VirtualMachineStatusStopped {
-			return fmt.Errorf("VMI %v, VM %s", err, got.Status.PrintableStatus)
+		if err == nil {
+			return fmt.Errorf("VMI still exists, VM %s", got.Status.PrintableStatus)
+		}
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("VMI: %w", err)
+		}
+		if got.Status.PrintableStatus != kubevirtv1.VirtualMachineStatusStopped {
+			return fmt.Errorf("VM %s", got.Status.PrintableStatus)
 		}
 		return nil
 	})

@@ -104,7 +104,8 @@ func wantsRunning(vm *kubevirtv1.VirtualMachine) bool {
 		}
 		return false
 	}
-	return ptr.Deref(vm.Spec.Running, false) //nolint:staticcheck // the published field, still accepted
+	// spec.running is deprecated in favour of spec.runStrategy, but KubeVirt still honours it.
+	return ptr.Deref(vm.Spec.Running, false)
 }
 
 func (r *vmReconciler) getVMI(ctx context.Context, vm *kubevirtv1.VirtualMachine) (*kubevirtv1.VirtualMachineInstance, error) {

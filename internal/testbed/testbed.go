@@ -6,6 +6,7 @@ package testbed
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -36,7 +37,7 @@ const (
 	NetworkName        = "vlan40-workloads"
 	NetworkCIDR        = "10.40.0.0/24" // the samples' VLAN: 244 leases, plenty for a demo
 	ImageName          = "talos-1-9"
-	CredentialsSecret  = "harvester-kubeconfig"
+	CredentialsSecret  = "harvester-kubeconfig" //nolint:gosec // G101: the name of the Secret, not a credential
 )
 
 // Options configure Start.
@@ -90,7 +91,7 @@ func Start(ctx context.Context, opts Options) (*Testbed, error) {
 		opts.NetworkCIDR = NetworkCIDR
 	}
 	t := &Testbed{opts: opts}
-	if err := os.MkdirAll(opts.WorkDir, 0o755); err != nil {
+	if err := os.MkdirAll(opts.WorkDir, 0o750); err != nil {
 		return t, err
 	}
 	type step struct {
@@ -152,7 +153,7 @@ func (t *Testbed) startHarvester(ctx context.Context) error {
 
 func (t *Testbed) startManager(context.Context) error {
 	bin := t.Path("manager")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/manager")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/manager") //nolint:gosec // G204: fixed command; the only variable is the output path inside the testbed's work directory
 	var out bytes.Buffer
 	build.Dir, build.Stdout, build.Stderr = t.opts.RepoRoot, &out, &out
 	if err := build.Run(); err != nil {
@@ -164,10 +165,11 @@ func (t *Testbed) startManager(context.Context) error {
 
 // runManager starts the manager binary, appending to its log.
 func (t *Testbed) runManager() error {
-	logFile, err := os.OpenFile(t.Path("manager.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	logFile, err := os.OpenFile(t.Path("manager.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
+	//nolint:gosec // G204: runs the manager binary the testbed just built, with the caller's (test or tool) flags
 	t.manager = exec.Command(t.Path("manager"), append([]string{"--log-format=text", "--health-probe-bind-address=0"}, t.opts.ManagerArgs...)...)
 	t.manager.Env = append(os.Environ(), "KUBECONFIG="+t.Path("manager.kubeconfig"))
 	t.manager.Stdout, t.manager.Stderr = logFile, logFile
@@ -189,7 +191,8 @@ func (t *Testbed) KillManager() error {
 	if err := t.manager.Process.Kill(); err != nil {
 		return err
 	}
-	<-t.exited
+	exitErr := <-t.exited
+	_ = exitErr // "signal: killed", as intended
 	t.exited = nil
 	return t.runManager()
 }
@@ -202,7 +205,10 @@ func (t *Testbed) ManagerExited() error {
 	select {
 	case err := <-t.exited:
 		t.exited = nil
-		return fmt.Errorf("the manager exited (%v):\n%s", err, t.ManagerLogTail())
+		if err == nil {
+			err = errors.New("exit status 0") // a clean exit is unexpected too; say so rather than "<nil>"
+		}
+		return fmt.Errorf("the manager exited (%w):\n%s", err, t.ManagerLogTail())
 	default:
 		return nil
 	}
@@ -276,7 +282,7 @@ func waitImported(ctx context.Context, c client.Client, img *unstructured.Unstru
 
 // ApplyFile creates every object of a YAML file on the management cluster.
 func (t *Testbed) ApplyFile(ctx context.Context, path string) ([]*unstructured.Unstructured, error) {
-	data, err := os.ReadFile(path)
+	data, err := os.ReadFile(path) //nolint:gosec // G304: callers (tests, demo, bench) pass manifests of this repository's config/samples
 	if err != nil {
 		return nil, err
 	}
@@ -284,7 +290,7 @@ func (t *Testbed) ApplyFile(ctx context.Context, path string) ([]*unstructured.U
 	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	for {
 		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err == io.EOF {
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
 			return out, nil
 		} else if err != nil {
 			return out, fmt.Errorf("%s: %w", path, err)
@@ -317,7 +323,8 @@ func (t *Testbed) Stop() {
 	if t.exited != nil {
 		_ = t.manager.Process.Signal(os.Interrupt)
 		select {
-		case <-t.exited:
+		case exitErr := <-t.exited:
+			_ = exitErr // how an interrupted manager exits does not matter when stopping
 		case <-time.After(10 * time.Second):
 			_ = t.manager.Process.Kill()
 		}

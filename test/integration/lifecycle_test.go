@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -136,7 +137,10 @@ func (w *world) waitGone(obj client.Object, c client.Client) {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
-		return fmt.Errorf("%T %s still exists (err %v)", obj, obj.GetName(), err)
+		if err != nil {
+			return fmt.Errorf("%T %s: %w", obj, obj.GetName(), err)
+		}
+		return fmt.Errorf("%T %s still exists", obj, obj.GetName())
 	})
 }
 
@@ -371,12 +375,18 @@ func TestLeftoverPVCReused(t *testing.T) {
 	w.must(hv.Get(w.ctx, client.ObjectKey{Namespace: w.hvNs, Name: "cp-2"}, vm))
 	consistently(t, 2*time.Second, func() error {
 		pvc := &corev1.PersistentVolumeClaim{}
-		if err := hv.Get(w.ctx, client.ObjectKeyFromObject(leftover), pvc); err != nil || pvc.UID != leftover.UID {
-			return fmt.Errorf("left-over PVC was replaced or deleted (err %v)", err)
+		if err := hv.Get(w.ctx, client.ObjectKeyFromObject(leftover), pvc); err != nil {
+			return fmt.Errorf("left-over PVC: %w", err)
+		}
+		if pvc.UID != leftover.UID {
+			return errors.New("left-over PVC was replaced")
 		}
 		again := &kubevirtv1.VirtualMachine{}
-		if err := hv.Get(w.ctx, client.ObjectKeyFromObject(vm), again); err != nil || again.UID != vm.UID {
-			return fmt.Errorf("VM was recreated (err %v)", err)
+		if err := hv.Get(w.ctx, client.ObjectKeyFromObject(vm), again); err != nil {
+			return fmt.Errorf("VM: %w", err)
+		}
+		if again.UID != vm.UID {
+			return errors.New("VM was recreated")
 		}
 		if vms, pvcs, _ := w.harvesterObjects(); vms != 1 || pvcs != 1 {
 			return fmt.Errorf("%d VMs and %d PVCs, want 1 and 1", vms, pvcs)
