@@ -68,7 +68,8 @@ type ProviderConfigSpec struct {
 	// +optional
 	Local *LocalProviderConfig `json:"local,omitempty"`
 
-	// Scope says who may use this ProviderConfig (schema only; not enforced here).
+	// Scope says who may use this ProviderConfig. This provider lets MachineRequests of other
+	// namespaces use it only when scope.type is "platform"; teamRef is not used here.
 	// +optional
 	Scope *ProviderConfigScope `json:"scope,omitempty"`
 	// Network is the platform's network configuration (schema only; not used here).
@@ -217,11 +218,13 @@ type LocalProviderConfig struct {
 	KindNodeImage string `json:"kindNodeImage,omitempty"`
 }
 
-// ProviderConfigScope says who may use a ProviderConfig (schema only).
+// ProviderConfigScope says who may use a ProviderConfig.
 type ProviderConfigScope struct {
+	// Type is "platform" (MachineRequests of any namespace may use the ProviderConfig) or "team".
 	// +kubebuilder:default="platform"
 	// +optional
 	Type ProviderConfigScopeType `json:"type,omitempty"`
+	// TeamRef names the team of a "team" ProviderConfig (not used by this provider).
 	// +optional
 	TeamRef *LocalObjectReference `json:"teamRef,omitempty"`
 }

@@ -286,6 +286,21 @@ func (t *Testbed) ApplyFile(ctx context.Context, path string) ([]*unstructured.U
 	if err != nil {
 		return nil, err
 	}
+	objs, err := DecodeManifests(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	for i, u := range objs {
+		if err := t.Mgmt.Create(ctx, u); err != nil {
+			return objs[:i], fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return objs, nil
+}
+
+// DecodeManifests decodes a multi-document YAML (or JSON) stream into objects, skipping empty
+// documents.
+func DecodeManifests(data []byte) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
 	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
 	for {
@@ -293,15 +308,11 @@ func (t *Testbed) ApplyFile(ctx context.Context, path string) ([]*unstructured.U
 		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
 			return out, nil
 		} else if err != nil {
-			return out, fmt.Errorf("%s: %w", path, err)
+			return nil, err
 		}
-		if len(u.Object) == 0 {
-			continue
+		if len(u.Object) > 0 {
+			out = append(out, u)
 		}
-		if err := t.Mgmt.Create(ctx, u); err != nil {
-			return out, fmt.Errorf("%s: %w", path, err)
-		}
-		out = append(out, u)
 	}
 }
 

@@ -3,7 +3,6 @@ package deploy
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -22,8 +21,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -53,8 +50,10 @@ func TestInstalledWithLeastPrivilege(t *testing.T) {
 	rendered := kustomizeBuild(t)
 	_, args := managerOptions(t, deployment(t, rendered))
 	metricsAddr, probeAddr := freeAddr(t), freeAddr(t)
+	// Out of a cluster the manager cannot find its namespace, and ports must be free; it watches
+	// its own namespace only, to show that --watch-namespaces scopes it.
 	args = append(args, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+probeAddr,
-		"--leader-election-namespace="+testbed.Namespace, "--log-format=text")
+		"--leader-election-namespace="+testbed.Namespace, "--log-format=text", "--watch-namespaces="+testbed.Namespace)
 
 	tb, err := testbed.Start(ctx, testbed.Options{
 		RepoRoot: repoRoot(), WorkDir: t.TempDir(), ManagerArgs: args,
@@ -119,11 +118,17 @@ func TestInstalledWithLeastPrivilege(t *testing.T) {
 	waitFor(t, time.Minute, "the ProviderConfig to pass its checks with the Harvester Role", func() bool {
 		return tb.Mgmt.Get(ctx, client.ObjectKey{Namespace: testbed.Namespace, Name: "harvester-config"}, pc) == nil && pc.Status.Ready
 	})
+	unwatched := machineRequestElsewhere(ctx, t, tb, pc, objs[0])
 	mr := &v1alpha1.MachineRequest{}
 	waitFor(t, 2*time.Minute, "the MachineRequest to be Running", func() bool {
 		return tb.Mgmt.Get(ctx, key, mr) == nil && mr.Status.Phase == v1alpha1.MachinePhaseRunning && mr.Status.IPAddress != ""
 	})
 	t.Logf("%s Running at %s", key, mr.Status.IPAddress)
+	if err := tb.Mgmt.Get(ctx, client.ObjectKeyFromObject(unwatched), unwatched); err != nil ||
+		len(unwatched.Finalizers) > 0 || unwatched.Status.Phase != "" {
+		t.Errorf("MachineRequest %s outside --watch-namespaces was touched: finalizers %v, phase %q (%v)",
+			client.ObjectKeyFromObject(unwatched), unwatched.Finalizers, unwatched.Status.Phase, err)
+	}
 
 	lease := &coordinationv1.Lease{}
 	if err := tb.Mgmt.Get(ctx, client.ObjectKey{Namespace: testbed.Namespace, Name: "butler-provider-harvester.butler.butlerlabs.dev"}, lease); err != nil ||
@@ -173,6 +178,29 @@ func TestInstalledWithLeastPrivilege(t *testing.T) {
 	}
 }
 
+// machineRequestElsewhere creates, in a namespace the manager does not watch, a copy of the
+// ProviderConfig and of the MachineRequest (with another machine name).
+func machineRequestElsewhere(ctx context.Context, t *testing.T, tb *testbed.Testbed, pc *v1alpha1.ProviderConfig, sample client.Object) *v1alpha1.MachineRequest {
+	t.Helper()
+	const ns = "unwatched"
+	mr := &v1alpha1.MachineRequest{}
+	if err := tb.Mgmt.Get(ctx, client.ObjectKeyFromObject(sample), mr); err != nil {
+		t.Fatal(err)
+	}
+	objs := []client.Object{
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}},
+		&v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Name: pc.Name, Namespace: ns}, Spec: *pc.Spec.DeepCopy()},
+		&v1alpha1.MachineRequest{ObjectMeta: metav1.ObjectMeta{Name: "unwatched-0", Namespace: ns}, Spec: *mr.Spec.DeepCopy()},
+	}
+	objs[2].(*v1alpha1.MachineRequest).Spec.MachineName = "unwatched-0"
+	for _, o := range objs {
+		if err := tb.Mgmt.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return objs[2].(*v1alpha1.MachineRequest)
+}
+
 // useHarvesterRole applies config/harvester/rbac.yaml on Harvester and replaces the credentials
 // Secret with a kubeconfig for its ServiceAccount (a token from the TokenRequest API).
 func useHarvesterRole(ctx context.Context, tb *testbed.Testbed) error {
@@ -180,7 +208,7 @@ func useHarvesterRole(ctx context.Context, tb *testbed.Testbed) error {
 	if err != nil {
 		return err
 	}
-	objs, err := decodeYAML(string(data))
+	objs, err := testbed.DecodeManifests(data)
 	if err != nil {
 		return err
 	}
@@ -332,21 +360,4 @@ func readLogFrom(t *testing.T, tb *testbed.Testbed, offset int64) string {
 		t.Fatal(err)
 	}
 	return string(data[offset:])
-}
-
-// decodeYAML decodes a multi-document YAML file into objects.
-func decodeYAML(manifests string) ([]*unstructured.Unstructured, error) {
-	var objs []*unstructured.Unstructured
-	dec := yaml.NewYAMLOrJSONDecoder(strings.NewReader(manifests), 4096)
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			return objs, nil
-		} else if err != nil {
-			return nil, err
-		}
-		if len(u.Object) > 0 {
-			objs = append(objs, u)
-		}
-	}
 }

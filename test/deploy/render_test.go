@@ -23,6 +23,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
 )
 
 const chartDir = "charts/butler-provider-harvester"
@@ -71,7 +72,7 @@ func kustomizeBuild(t *testing.T) []*unstructured.Unstructured {
 
 func decodeAll(t *testing.T, manifests string) []*unstructured.Unstructured {
 	t.Helper()
-	objs, err := decodeYAML(manifests)
+	objs, err := testbed.DecodeManifests([]byte(manifests))
 	if err != nil {
 		t.Fatalf("rendered manifests do not parse: %v", err)
 	}
