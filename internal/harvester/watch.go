@@ -53,13 +53,18 @@ func startCache(ctx context.Context, cfg *rest.Config, namespace string, notify 
 			}
 		}
 	}
-	go func() { _ = c.Start(ctx) }()
+	// The informers get their own context: if they cannot sync they are stopped here, rather than
+	// retrying refused lists against Harvester for as long as the client lives.
+	informerCtx, stopInformers := context.WithCancel(ctx)
+	go func() { _ = c.Start(informerCtx) }()
 	syncCtx, cancel := context.WithTimeout(ctx, cacheSyncTimeout)
 	defer cancel()
 	if !c.WaitForCacheSync(syncCtx) {
+		stopInformers()
 		log.FromContext(ctx).Info("Harvester informers did not sync (do the credentials allow list and watch?); reading live and polling instead", "namespace", namespace)
 		return nil
 	}
+	context.AfterFunc(ctx, stopInformers) // they stop with the client
 	return c
 }
 

@@ -167,8 +167,18 @@ func TestInstalledWithLeastPrivilege(t *testing.T) {
 			meta.IsStatusConditionFalse(other.Status.Conditions, v1alpha1.ConditionPermissionsReady)
 	})
 	body = scrape()
-	if !strings.Contains(body, "\n"+metrics.HarvesterAPIErrorsName+`{code="403"`) {
-		t.Errorf("no 403 counted in %s:\n%s", metrics.HarvesterAPIErrorsName, grepLines(body, metrics.HarvesterAPIErrorsName, "\x00"))
+	refusedLists := metrics.HarvesterAPIErrorsName + `{code="403",resource="virtualmachines.kubevirt.io",verb="list"}`
+	if v, ok := seriesValue(body, refusedLists); !ok || v == 0 {
+		t.Errorf("no refused list counted in %s:\n%s", metrics.HarvesterAPIErrorsName, grepLines(body, metrics.HarvesterAPIErrorsName, "\x00"))
+	}
+	// Informers that cannot sync are stopped once the provider falls back to live reads (after
+	// 15s): the refused lists stop.
+	time.Sleep(17 * time.Second)
+	before, _ := seriesValue(scrape(), refusedLists)
+	time.Sleep(5 * time.Second)
+	body = scrape()
+	if after, _ := seriesValue(body, refusedLists); after != before {
+		t.Errorf("refused lists went on after the fallback to live reads: %v, 5s later %v", before, after)
 	}
 	t.Logf("scraped %d lines; the provider's own:\n%s", strings.Count(body, "\n"), grepLines(body, "butler_harvester_", "_bucket"))
 
@@ -302,16 +312,24 @@ func scraper(t *testing.T, tb *testbed.Testbed, url string) func() string {
 // requireSeries checks a series' value in a scrape; want < 0 only requires the series.
 func requireSeries(t *testing.T, body, series string, want float64) {
 	t.Helper()
+	got, ok := seriesValue(body, series)
+	switch {
+	case !ok:
+		t.Errorf("no series %s in the scrape:\n%s", series, grepLines(body, strings.SplitN(series, "{", 2)[0], "\x00"))
+	case want >= 0 && got != want:
+		t.Errorf("%s = %v, want %v", series, got, want)
+	}
+}
+
+// seriesValue is the value of a series (name and labels exactly as exposed) in a scrape.
+func seriesValue(body, series string) (float64, bool) {
 	for _, line := range strings.Split(body, "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			got, err := strconv.ParseFloat(v, 64)
-			if err != nil || (want >= 0 && got != want) {
-				t.Errorf("%s = %s, want %v", series, v, want)
-			}
-			return
+			f, err := strconv.ParseFloat(v, 64)
+			return f, err == nil
 		}
 	}
-	t.Errorf("no series %s in the scrape:\n%s", series, grepLines(body, strings.SplitN(series, "{", 2)[0], "\x00"))
+	return 0, false
 }
 
 // grepLines returns the lines containing match and not containing exclude.

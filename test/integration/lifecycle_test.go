@@ -28,7 +28,9 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
 )
 
-const timeout = 30 * time.Second
+// timeout bounds each wait. Generous: make test runs the packages in parallel on 2 CPUs, and
+// test/deploy builds and runs a whole testbed meanwhile.
+const timeout = 60 * time.Second
 
 // world is one test's corner of both clusters: a management namespace with a credentials Secret
 // and a ProviderConfig, and a Harvester namespace with an imported image.
@@ -123,11 +125,21 @@ func (w *world) waitPhase(mr *v1alpha1.MachineRequest, phase v1alpha1.MachinePha
 			return err
 		}
 		if got.Status.Phase != phase {
-			return fmt.Errorf("MachineRequest %s is %q (%s %s), want %s", mr.Name, got.Status.Phase, got.Status.FailureReason, got.Status.FailureMessage, phase)
+			return fmt.Errorf("MachineRequest %s is %q, want %s; failure %q %q; conditions %s", mr.Name, got.Status.Phase, phase,
+				got.Status.FailureReason, got.Status.FailureMessage, describeConditions(got.Status.Conditions))
 		}
 		return nil
 	})
 	return got
+}
+
+// describeConditions is "Type=Status Reason: message; ..." for failure messages.
+func describeConditions(conditions []metav1.Condition) string {
+	parts := make([]string, 0, len(conditions))
+	for _, c := range conditions {
+		parts = append(parts, fmt.Sprintf("%s=%s %s: %s", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (w *world) waitGone(obj client.Object, c client.Client) {
