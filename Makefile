@@ -37,7 +37,7 @@ manifests: ## Generate CRDs and RBAC from the markers in the code, and copy them
 	cp config/rbac/metrics_reader_role.yaml $(CHART)/files/metrics-reader-role.yaml
 
 .PHONY: verify-generated
-verify-generated: generate manifests ## Fail if generated files (CRDs, RBAC, deepcopy) are stale.
+verify-generated: generate manifests ## Fail if generated files (CRDs, RBAC, deepcopy, and their copies in the chart) are stale.
 	@if [ -n "$$(git status --porcelain -- api config $(CHART))" ]; then \
 		echo "Generated files are stale; run 'make generate manifests' and commit:"; \
 		git status --porcelain -- api config $(CHART); git --no-pager diff -- api config $(CHART) | head -50; exit 1; fi
