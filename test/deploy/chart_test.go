@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -230,6 +231,34 @@ func TestKustomizeManifests(t *testing.T) {
 	}
 	requireServicePort(t, objs, "butler-provider-harvester-controller-manager-metrics", "https", 8443)
 	requireGeneratedRules(t, objs, "butler-provider-harvester-manager-role")
+	requireUndeployRemoves(t, objs)
+}
+
+// requireUndeployRemoves checks that `make undeploy`, which names what it deletes so that the CRDs
+// (and every MachineRequest with them) stay, names everything else config/default installs.
+func requireUndeployRemoves(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(repoRoot(), "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	makefile := string(data)
+	prefix := regexp.MustCompile(`(?m)^KUSTOMIZE_PREFIX := (\S+)$`).FindStringSubmatch(makefile)
+	start := strings.Index(makefile, "\nundeploy:")
+	if prefix == nil || start < 0 {
+		t.Fatal("the Makefile has no KUSTOMIZE_PREFIX or undeploy target")
+	}
+	recipe := makefile[start:]
+	recipe = strings.ReplaceAll(recipe[:strings.Index(recipe, "\n\n")], "$(KUSTOMIZE_PREFIX)", prefix[1])
+	for _, obj := range objs {
+		switch obj.GetKind() {
+		case "Namespace", "CustomResourceDefinition":
+			continue
+		}
+		if ref := strings.ToLower(obj.GetKind()) + "/" + obj.GetName(); !strings.Contains(recipe, ref) {
+			t.Errorf("make undeploy does not remove %s", ref)
+		}
+	}
 }
 
 func portOf(c corev1.Container, name string) int32 {
