@@ -248,8 +248,8 @@ func requireUndeployRemoves(t *testing.T, objs []*unstructured.Unstructured) {
 	if prefix == nil || start < 0 {
 		t.Fatal("the Makefile has no KUSTOMIZE_PREFIX or undeploy target")
 	}
-	recipe := makefile[start:]
-	recipe = strings.ReplaceAll(recipe[:strings.Index(recipe, "\n\n")], "$(KUSTOMIZE_PREFIX)", prefix[1])
+	recipe, _, _ := strings.Cut(makefile[start:], "\n\n") // up to the next blank line
+	recipe = strings.ReplaceAll(recipe, "$(KUSTOMIZE_PREFIX)", prefix[1])
 	for _, obj := range objs {
 		switch obj.GetKind() {
 		case "Namespace", "CustomResourceDefinition":
