@@ -54,6 +54,10 @@ type Options struct {
 	// ManagerImpersonate, if set, is who the manager acts as on the management cluster: its
 	// kubeconfig impersonates that user (a ServiceAccount, to test the RBAC it is bound by).
 	ManagerImpersonate *rest.ImpersonationConfig
+	// ManagerEnv is added to the manager's environment, and ManagerDir, if set, is its working
+	// directory.
+	ManagerEnv []string
+	ManagerDir string
 	// BeforeManager, if set, runs once both clusters are up, before the manager starts.
 	BeforeManager func(context.Context, *Testbed) error
 	// WithProxy puts the simulator's FaultProxy between the manager and Harvester: the
@@ -171,7 +175,8 @@ func (t *Testbed) runManager() error {
 	}
 	//nolint:gosec // G204: runs the manager binary the testbed just built, with the caller's (test or tool) flags
 	t.manager = exec.Command(t.Path("manager"), append([]string{"--log-format=text", "--health-probe-bind-address=0"}, t.opts.ManagerArgs...)...)
-	t.manager.Env = append(os.Environ(), "KUBECONFIG="+t.Path("manager.kubeconfig"))
+	t.manager.Env = append(append(os.Environ(), "KUBECONFIG="+t.Path("manager.kubeconfig")), t.opts.ManagerEnv...)
+	t.manager.Dir = t.opts.ManagerDir
 	t.manager.Stdout, t.manager.Stderr = logFile, logFile
 	if err := t.manager.Start(); err != nil {
 		return err

@@ -3,6 +3,7 @@ package deploy
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -53,10 +54,15 @@ func TestInstalledWithLeastPrivilege(t *testing.T) {
 	// Out of a cluster the manager cannot find its namespace, and ports must be free; it watches
 	// its own namespace only, to show that --watch-namespaces scopes it.
 	args = append(args, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+probeAddr,
-		"--leader-election-namespace="+testbed.Namespace, "--log-format=text", "--watch-namespaces="+testbed.Namespace)
+		"--leader-election-namespace="+testbed.Namespace, "--watch-namespaces="+testbed.Namespace,
+		"--log-format=json") // the Deployment's default (the testbed asks for text)
 
+	var harvesterToken string
 	tb, err := testbed.Start(ctx, testbed.Options{
 		RepoRoot: repoRoot(), WorkDir: t.TempDir(), ManagerArgs: args,
+		// As with a read-only root filesystem: the working directory, TMPDIR and HOME cannot be
+		// written to (not even by root: they are in /proc).
+		ManagerDir: "/proc", ManagerEnv: []string{"TMPDIR=/proc/butler-tmp", "HOME=/proc/butler-home"},
 		Sim: sim.Config{BootDelay: 300 * time.Millisecond, IPDelay: 100 * time.Millisecond},
 		ManagerImpersonate: &rest.ImpersonationConfig{
 			UserName: "system:serviceaccount:" + testbed.Namespace + ":" + managerServiceAccount,
@@ -67,7 +73,9 @@ func TestInstalledWithLeastPrivilege(t *testing.T) {
 			if err := tb.Seed(ctx); err != nil {
 				return err
 			}
-			return useHarvesterRole(ctx, tb)
+			token, err := useHarvesterRole(ctx, tb)
+			harvesterToken = token
+			return err
 		},
 	})
 	t.Cleanup(tb.Stop)
@@ -182,6 +190,8 @@ func TestInstalledWithLeastPrivilege(t *testing.T) {
 	}
 	t.Logf("scraped %d lines; the provider's own:\n%s", strings.Count(body, "\n"), grepLines(body, "butler_harvester_", "_bucket"))
 
+	requireJSONLogWithoutSecrets(t, readLogFrom(t, tb, 0), harvesterToken)
+
 	// With RBAC in place, nothing the manager did on the management cluster was forbidden.
 	if forbidden := grepLines(readLogFrom(t, tb, logOffset), "forbidden", "kube-system"); forbidden != "" {
 		t.Errorf("the manager was refused something with the generated RBAC:\n%s", forbidden)
@@ -212,38 +222,59 @@ func machineRequestElsewhere(ctx context.Context, t *testing.T, tb *testbed.Test
 }
 
 // useHarvesterRole applies config/harvester/rbac.yaml on Harvester and replaces the credentials
-// Secret with a kubeconfig for its ServiceAccount (a token from the TokenRequest API).
-func useHarvesterRole(ctx context.Context, tb *testbed.Testbed) error {
+// Secret with a kubeconfig for its ServiceAccount (a token from the TokenRequest API). It returns
+// the token.
+func useHarvesterRole(ctx context.Context, tb *testbed.Testbed) (string, error) {
 	data, err := os.ReadFile(filepath.Join(repoRoot(), "config", "harvester", "rbac.yaml"))
 	if err != nil {
-		return err
+		return "", err
 	}
 	objs, err := testbed.DecodeManifests(data)
 	if err != nil {
-		return err
+		return "", err
 	}
 	for _, obj := range objs {
 		if err := tb.Harvester.Client.Create(ctx, obj); err != nil {
-			return fmt.Errorf("create %s %s on Harvester: %w", obj.GetKind(), obj.GetName(), err)
+			return "", fmt.Errorf("create %s %s on Harvester: %w", obj.GetKind(), obj.GetName(), err)
 		}
 	}
 	cs, err := kubernetes.NewForConfig(tb.Harvester.Config)
 	if err != nil {
-		return err
+		return "", err
 	}
 	tr, err := cs.CoreV1().ServiceAccounts(testbed.HarvesterNamespace).CreateToken(ctx, "butler-provider-harvester",
 		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})
 	if err != nil {
-		return err
+		return "", err
 	}
 	restricted := &rest.Config{Host: tb.Harvester.Config.Host, BearerToken: tr.Status.Token,
 		TLSClientConfig: rest.TLSClientConfig{CAData: tb.Harvester.Config.CAData}}
 	secret := &corev1.Secret{}
 	if err := tb.Mgmt.Get(ctx, client.ObjectKey{Namespace: testbed.Namespace, Name: testbed.CredentialsSecret}, secret); err != nil {
-		return err
+		return "", err
 	}
 	secret.Data = map[string][]byte{"kubeconfig": sim.KubeconfigFor(restricted)}
-	return tb.Mgmt.Update(ctx, secret)
+	return tr.Status.Token, tb.Mgmt.Update(ctx, secret)
+}
+
+// requireJSONLogWithoutSecrets checks that every line the manager logged is a JSON object with
+// time, level and msg (log/slog's JSON handler, also for controller-runtime and client-go), and
+// that no secret appears in it.
+func requireJSONLogWithoutSecrets(t *testing.T, log string, secrets ...string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(log), "\n")
+	for _, line := range lines {
+		var entry map[string]any
+		if err := json.Unmarshal([]byte(line), &entry); err != nil || entry["time"] == nil || entry["level"] == nil || entry["msg"] == nil {
+			t.Errorf("log line is not a log/slog JSON record: %s", line)
+		}
+	}
+	for _, secret := range secrets {
+		if secret == "" || strings.Contains(log, secret) {
+			t.Errorf("a credential (%d bytes) appears in the manager's log, or is empty", len(secret))
+		}
+	}
+	t.Logf("%d JSON log lines, no credentials in them", len(lines))
 }
 
 // scraper returns a function that scrapes the secure metrics endpoint with the token of a
