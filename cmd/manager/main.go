@@ -20,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
@@ -136,7 +135,7 @@ func run(ctx context.Context, args []string) error {
 func metricsOptions(o *options.Options) metricsserver.Options {
 	m := metricsserver.Options{BindAddress: o.MetricsAddr, SecureServing: o.MetricsSecure, CertDir: o.MetricsCertDir}
 	if o.MetricsSecure {
-		m.FilterProvider = filters.WithAuthenticationAndAuthorization
+		m.FilterProvider = metrics.WithAuthenticationAndAuthorization
 	}
 	return m
 }
