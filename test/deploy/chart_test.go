@@ -155,6 +155,9 @@ func TestChartNonDefaultValues(t *testing.T) {
 	if ep["scheme"] != "https" || ep["interval"] != "15s" || ep["port"] != "https" || sms[0].GetLabels()["release"] != "prometheus" {
 		t.Errorf("ServiceMonitor endpoint %v, labels %v", ep, sms[0].GetLabels())
 	}
+	if ca, _, _ := unstructured.NestedString(ep, "tlsConfig", "ca", "secret", "name"); ca != "bph-metrics-tls" {
+		t.Errorf("ServiceMonitor does not verify the metrics certificate with its Secret's CA: tlsConfig %v", ep["tlsConfig"])
+	}
 	requireServicePort(t, objs, "bph-metrics", "https", 9443)
 	requireGeneratedRules(t, objs, "bph-manager")
 }
