@@ -8,6 +8,7 @@ CONTROLLER_GEN := $(TOOLS) controller-gen
 HELM := $(GO) tool -modfile=hack/tools/helm/go.mod helm
 KUSTOMIZE := $(GO) tool -modfile=hack/tools/kustomize/go.mod kustomize
 GOLANGCI_LINT := $(GO) tool -modfile=hack/tools/golangci-lint/go.mod golangci-lint
+ACTIONLINT := $(GO) tool -modfile=hack/tools/actionlint/go.mod actionlint
 CHART := charts/butler-provider-harvester
 # Packages under test; the integration tests start two real API servers each.
 TEST_PKGS ?= ./...
@@ -52,19 +53,21 @@ vet: ## Run go vet.
 	$(GO) vet ./...
 
 .PHONY: lint
-lint: ## golangci-lint with .golangci.yml (go vet, staticcheck, gosec, revive, ...; gofmt and goimports), chaos test included.
+lint: ## golangci-lint with .golangci.yml (go vet, staticcheck, gosec, revive, ...; gofmt and goimports), chaos test included; actionlint on the workflows.
 	$(GOLANGCI_LINT) run ./...
+	$(ACTIONLINT)
 
 .PHONY: helm-lint
 helm-lint: ## helm lint the chart (make test also lints and renders it).
 	$(HELM) lint --strict $(CHART)
 
 .PHONY: tools
-tools: ## Build every pinned tool once (controller-gen, helm, kustomize, golangci-lint); they are cached by Go.
+tools: ## Build every pinned tool once (controller-gen, helm, kustomize, golangci-lint, actionlint); they are cached by Go.
 	$(CONTROLLER_GEN) --version
 	$(HELM) version --short
 	$(KUSTOMIZE) version
 	$(GOLANGCI_LINT) version
+	$(ACTIONLINT) -version
 
 .PHONY: controlplane
 controlplane: ## Build kube-apiserver and etcd from Go modules (once; cached) and print their directory.
