@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"sort"
 	"strings"
@@ -39,11 +38,11 @@ type result struct {
 
 func runScenario(ctx context.Context, o options, sc scenario, work string) (result, error) {
 	res := result{scenario: sc, n: o.n}
-	port, err := freePort()
+	metricsAddr, err := testbed.FreeLocalAddr()
 	if err != nil {
 		return res, err
 	}
-	args := []string{fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", port), "--metrics-secure=false", "--log-level=warn"}
+	args := []string{"--metrics-bind-address=" + metricsAddr, "--metrics-secure=false", "--log-level=warn"}
 	if o.concurrency > 0 {
 		args = append(args, fmt.Sprintf("--max-concurrent-reconciles=%d", o.concurrency))
 	}
@@ -110,20 +109,11 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 	}
 	res.left = vms + vmis + pvcs + secrets
 
-	if res.requests, err = scrapeRequests(fmt.Sprintf("http://127.0.0.1:%d/metrics", port), tb); err != nil {
+	if res.requests, err = scrapeRequests("http://"+metricsAddr+"/metrics", tb); err != nil {
 		return res, err
 	}
 	res.peakRSSMB, res.cpuSeconds, err = processUsage(tb.ManagerPID())
 	return res, err
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func waitProviderConfigReady(ctx context.Context, tb *testbed.Testbed) error {

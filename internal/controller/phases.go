@@ -77,7 +77,7 @@ func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s 
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	vm := fmt.Sprintf("VirtualMachine %s/%s", spec.Namespace, spec.Name)
+	vm := vmName(spec.Namespace, spec.Name)
 	if obs.VMCreated {
 		log.FromContext(ctx).Info("Created VM on Harvester", "vm", vm, "providerID", obs.ProviderID)
 		s.event(corev1.EventTypeNormal, "Created", "Create", "Created "+vm+" on Harvester")
@@ -165,14 +165,23 @@ func (r *MachineRequestReconciler) markRunning(ctx context.Context, s *machineSc
 	s.setPhase(v1alpha1.MachinePhaseRunning)
 }
 
+// clusterOf finds the machine's VM on Harvester and the client of that Harvester cluster.
+func (r *MachineRequestReconciler) clusterOf(ctx context.Context, s *machineScope) (harvester.MachineRef, harvester.Cluster, error) {
+	ref, creds, err := target(s.mr, s.pc)
+	if err != nil {
+		return ref, nil, err
+	}
+	machines, err := r.Harvester.ClusterFor(ctx, creds)
+	return ref, machines, err
+}
+
+// vmName names a VirtualMachine in messages and events.
+func vmName(namespace, name string) string { return "VirtualMachine " + namespace + "/" + name }
+
 // reconcileRunning is the periodic health check of a Running machine: the VM must still exist
 // (else Failed VMDeleted), and the status follows its addresses.
 func (r *MachineRequestReconciler) reconcileRunning(ctx context.Context, s *machineScope) (reconcile.Result, error) {
-	ref, creds, err := target(s.mr, s.pc)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	machines, err := r.Harvester.ClusterFor(ctx, creds)
+	ref, machines, err := r.clusterOf(ctx, s)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -180,7 +189,7 @@ func (r *MachineRequestReconciler) reconcileRunning(ctx context.Context, s *mach
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	vm := fmt.Sprintf("VirtualMachine %s/%s", ref.Namespace, ref.Name)
+	vm := vmName(ref.Namespace, ref.Name)
 	if !obs.VMExists {
 		s.mr.Status.IPAddress, s.mr.Status.IPAddresses, s.mr.Status.MACAddress = "", nil, ""
 		return reconcile.Result{}, harvester.Permanent(v1alpha1.ReasonVMDeleted,
@@ -207,11 +216,7 @@ func (r *MachineRequestReconciler) reconcileDelete(ctx context.Context, s *machi
 		return reconcile.Result{}, r.removeFinalizer(ctx, s)
 	}
 	s.setPhase(v1alpha1.MachinePhaseDeleting)
-	ref, creds, err := target(s.mr, s.pc)
-	if err != nil {
-		return reconcile.Result{}, blockedDeletion(s, err)
-	}
-	machines, err := r.Harvester.ClusterFor(ctx, creds)
+	ref, machines, err := r.clusterOf(ctx, s)
 	if err != nil {
 		return reconcile.Result{}, blockedDeletion(s, err)
 	}
@@ -228,7 +233,7 @@ func (r *MachineRequestReconciler) reconcileDelete(ctx context.Context, s *machi
 	s.setPhase(v1alpha1.MachinePhaseDeleted)
 	log.FromContext(ctx).Info("Deleted VM and disks on Harvester")
 	s.event(corev1.EventTypeNormal, "Deleted", "Delete",
-		fmt.Sprintf("Deleted VirtualMachine %s/%s, its disks and cloud-init Secret on Harvester", ref.Namespace, ref.Name))
+		"Deleted "+vmName(ref.Namespace, ref.Name)+", its disks and cloud-init Secret on Harvester")
 	return reconcile.Result{}, r.removeFinalizer(ctx, s)
 }
 

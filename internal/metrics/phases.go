@@ -48,7 +48,8 @@ func (c *phaseCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	list := &v1alpha1.MachineRequestList{}
-	if err := c.reader.List(ctx, list); err != nil {
+	// Read-only: no copy of every MachineRequest (userData included) per scrape.
+	if err := c.reader.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		ch <- prometheus.NewInvalidMetric(machineRequestsDesc, err)
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -219,10 +220,16 @@ func (t *Testbed) ManagerExited() error {
 	}
 }
 
+// ManagerLog returns everything the manager has logged (restarts included).
+func (t *Testbed) ManagerLog() (string, error) {
+	data, err := os.ReadFile(t.Path("manager.log"))
+	return string(data), err
+}
+
 // ManagerLogTail returns the last lines of the manager's log.
 func (t *Testbed) ManagerLogTail() string {
-	data, _ := os.ReadFile(t.Path("manager.log"))
-	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	data, _ := t.ManagerLog()
+	lines := strings.Split(strings.TrimSpace(data), "\n")
 	if len(lines) > 20 {
 		lines = lines[len(lines)-20:]
 	}
@@ -301,6 +308,17 @@ func (t *Testbed) ApplyFile(ctx context.Context, path string) ([]*unstructured.U
 		}
 	}
 	return objs, nil
+}
+
+// FreeLocalAddr returns a loopback address ("127.0.0.1:<port>") with a port free at the moment, for
+// the manager's metrics and probe endpoints.
+func FreeLocalAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String(), nil
 }
 
 // DecodeManifests decodes a multi-document YAML (or JSON) stream into objects, skipping empty

@@ -157,7 +157,7 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 	}
 
 	// No secret material in any log line or event.
-	logs, err := os.ReadFile(tb.Path("manager.log"))
+	logs, err := tb.ManagerLog()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 		"the kubeconfig's CA data":  caData[:40],
 		"the kubeconfig's key data": "client-key-data",
 	} {
-		if strings.Contains(string(logs), needle) || strings.Contains(notes.String(), needle) {
+		if strings.Contains(logs, needle) || strings.Contains(notes.String(), needle) {
 			t.Errorf("%s found in the manager's log or events", what)
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -112,7 +111,7 @@ func TestInstalledWithLeastPrivilege(t *testing.T) {
 	start := time.Now()
 	waitFor(t, 90*time.Second, "/readyz once the RBAC is installed", func() bool { return probe("/readyz") == http.StatusOK })
 	t.Logf("ready %s after the RBAC was applied", time.Since(start).Round(time.Millisecond))
-	logOffset := logSize(t, tb)
+	logBeforeRBAC := len(managerLog(t, tb))
 
 	if _, err := tb.ApplyFile(ctx, filepath.Join(repoRoot(), "config", "samples", "providerconfig.yaml")); err != nil {
 		t.Fatal(err)
@@ -190,10 +189,10 @@ func TestInstalledWithLeastPrivilege(t *testing.T) {
 	}
 	t.Logf("scraped %d lines; the provider's own:\n%s", strings.Count(body, "\n"), grepLines(body, "butler_harvester_", "_bucket"))
 
-	requireJSONLogWithoutSecrets(t, readLogFrom(t, tb, 0), harvesterToken)
+	requireJSONLogWithoutSecrets(t, managerLog(t, tb), harvesterToken)
 
 	// With RBAC in place, nothing the manager did on the management cluster was forbidden.
-	if forbidden := grepLines(readLogFrom(t, tb, logOffset), "forbidden", "kube-system"); forbidden != "" {
+	if forbidden := grepLines(managerLog(t, tb)[logBeforeRBAC:], "forbidden", "kube-system"); forbidden != "" {
 		t.Errorf("the manager was refused something with the generated RBAC:\n%s", forbidden)
 	}
 }
@@ -385,28 +384,18 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := testbed.FreeLocalAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String()
+	return addr
 }
 
-func logSize(t *testing.T, tb *testbed.Testbed) int64 {
+func managerLog(t *testing.T, tb *testbed.Testbed) string {
 	t.Helper()
-	fi, err := os.Stat(tb.Path("manager.log"))
+	log, err := tb.ManagerLog()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fi.Size()
-}
-
-func readLogFrom(t *testing.T, tb *testbed.Testbed, offset int64) string {
-	t.Helper()
-	data, err := os.ReadFile(tb.Path("manager.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(data[offset:])
+	return log
 }
