@@ -35,11 +35,10 @@ const (
 	ReasonHarvesterUnavailable = "HarvesterUnavailable"
 	// ReasonImageNotReady (waiting): the VirtualMachineImage exists but is not imported yet.
 	ReasonImageNotReady = "ImageNotReady"
-	// ReasonVMCreating: the VM exists on Harvester and is starting.
+	// ReasonVMCreating: the machine's disks and VM are being created on Harvester, and the VM
+	// is starting until it runs and reports an IPv4 address. One message covers it all: the
+	// steps of a healthy start are no news (a diagnosis names what goes wrong).
 	ReasonVMCreating = "VMCreating"
-	// ReasonWaitingForIPAddress: the VM runs and the guest agent has not reported an IPv4
-	// address on the VM's NIC yet.
-	ReasonWaitingForIPAddress = "WaitingForIPAddress"
 	// ReasonVMUnschedulable (diagnosis): Harvester cannot place the VM; the message carries the
 	// scheduler's reason.
 	ReasonVMUnschedulable = "VMUnschedulable"
@@ -53,8 +52,10 @@ const (
 	// ReasonNoIPAddress (diagnosis): the VM has run for longer than the guest agent needs to report
 	// an address, without an IPv4 address on its NIC: check the guest agent and DHCP.
 	ReasonNoIPAddress = "NoIPAddress"
-	// ReasonProvisioningTimeout (Degraded): the machine has not become Running within the
-	// provisioning timeout; the message carries the diagnosis. The provider keeps waiting.
+	// ReasonProvisioningTimeout (permanent): the machine has not become Running within the
+	// provisioning timeout (--provisioning-timeout, measured from its creation or last retry);
+	// the message carries the diagnosis. A retry (spec change or retry annotation) starts a new
+	// timeout.
 	ReasonProvisioningTimeout = "ProvisioningTimeout"
 	// ReasonVMRunning: the VM runs and its IP address is in status.ipAddress.
 	ReasonVMRunning = "VMRunning"
@@ -65,6 +66,24 @@ const (
 	ReasonAsExpected = "AsExpected"
 	// ReasonDeleting: the VM and its disks are being removed from Harvester.
 	ReasonDeleting = "Deleting"
+	// ReasonProviderConfigMoved (Degraded): the ProviderConfig now points at another Harvester
+	// cluster or namespace (or another provider) than the one the machine was created in
+	// (status.placement). The machine stays where it is and is still observed and deleted there;
+	// new machines use the new target. Restore the ProviderConfig, or delete and recreate the
+	// MachineRequest to move the machine.
+	ReasonProviderConfigMoved = "ProviderConfigMoved"
+	// ReasonQuotaExceeded (waiting): a ResourceQuota of the Harvester namespace refused to admit an
+	// object; the message names the quota. Raise the quota or free resources; the provider retries.
+	ReasonQuotaExceeded = "QuotaExceeded"
+	// ReasonDiskInUse (waiting): a disk of ours cannot be deleted because a VM uses it (it is left
+	// by an earlier attempt and no longer matches the spec, or the machine is being deleted and
+	// another VM mounts it); the message names the VM. Harvester refuses to delete a volume a VM
+	// uses: the provider waits until it is detached.
+	ReasonDiskInUse = "DiskInUse"
+	// ReasonVMTakenOver (Warning event): the VM under the machine's name was created by this
+	// provider for an earlier MachineRequest of the same namespace and name, which no longer exists
+	// (a bootstrap run again after its management cluster was deleted); it is taken over as it is.
+	ReasonVMTakenOver = "VMTakenOver"
 	// ReasonDeletionBlocked (waiting): the MachineRequest is being deleted but the provider cannot
 	// reach Harvester (ProviderConfig or Secret gone). Restore them, or set the annotation
 	// AnnotationSkipHarvesterCleanup to release the MachineRequest without cleaning up.
@@ -76,6 +95,10 @@ const (
 	ReasonImageNotFound = "ImageNotFound"
 	// ReasonImageImportFailed (permanent): Harvester failed to import the image.
 	ReasonImageImportFailed = "ImageImportFailed"
+	// ReasonImageBackendUnsupported (permanent): the image's storage backend (spec.backend) is
+	// not one the provider clones root disks from (backingimage, or cdi where Harvester has CDI's
+	// DataVolume API); the message names the backend.
+	ReasonImageBackendUnsupported = "ImageBackendUnsupported"
 	// ReasonDiskTooSmall (permanent): spec.diskGB is smaller than the image's virtual size.
 	ReasonDiskTooSmall = "DiskTooSmall"
 	// ReasonUserDataTooLarge (permanent): userData and networkData together exceed what a Secret
@@ -99,6 +122,11 @@ const (
 	// AnnotationRetry lets a user retry a Failed MachineRequest without a spec change: set to
 	// "true", it makes the provider retry, and the provider removes it when the retry starts.
 	AnnotationRetry = "harvester.butler.butlerlabs.dev/retry"
+	// AnnotationAllowInsecureCredentials accepts, set to "true" on a ProviderConfig, a kubeconfig
+	// that skips TLS verification, talks plain http, or goes through a proxy-url. Without it
+	// such kubeconfigs are refused (ReasonInsecureCredentials). It never allows
+	// spec.harvester.endpoint to name another host (ReasonUntrustedEndpoint).
+	AnnotationAllowInsecureCredentials = "harvester.butler.butlerlabs.dev/allow-insecure-credentials"
 )
 
 // Condition types of a harvester ProviderConfig, each a preflight check; Ready is True when all
@@ -146,7 +174,61 @@ const (
 	// ReasonProviderConfigNotShared (MachineRequest, waiting): spec.providerRef names a
 	// ProviderConfig of another namespace whose spec.scope.type is not "platform".
 	ReasonProviderConfigNotShared = "ProviderConfigNotShared"
+	// ReasonUntrustedEndpoint (CredentialsValid=False; MachineRequest, waiting): spec.harvester.endpoint
+	// names another host than the kubeconfig's server and the kubeconfig pins no CA, so the
+	// endpoint could carry the credentials to a server of someone else's choosing. Nothing is
+	// sent. Put the endpoint into the kubeconfig itself, or pin the cluster's CA there.
+	ReasonUntrustedEndpoint = "UntrustedEndpoint"
+	// ReasonInsecureCredentials (CredentialsValid=False; MachineRequest, waiting): the kubeconfig
+	// skips TLS verification, uses a plain http:// server, or a proxy-url. Nothing is sent unless
+	// the ProviderConfig carries AnnotationAllowInsecureCredentials.
+	ReasonInsecureCredentials = "InsecureCredentials"
 	// ReasonProviderConfigNotReady (MachineRequest, waiting): a preflight check of the
 	// ProviderConfig that this request depends on failed; the message names it and its fix.
 	ReasonProviderConfigNotReady = "ProviderConfigNotReady"
+)
+
+// ImageSync finalizer and reasons. The failure reasons are the published provider's, so that callers
+// matching on them keep working; this provider sets them only for causes that cannot heal by
+// themselves, and retries when what caused them changes.
+const (
+	// ImageSyncFinalizer is held while the provider manages an ImageSync. Removing it never deletes
+	// the image on the provider: VM disks are cloned from it.
+	ImageSyncFinalizer = "butler.butlerlabs.dev/imagesync"
+
+	// ReasonImageSyncPending (Progressing): accepted; waiting for what the message says.
+	ReasonImageSyncPending = "Pending"
+	// ReasonImageDownloading (Progressing): Harvester is downloading the image from the factory;
+	// the message carries its progress (and failed attempts it retries).
+	ReasonImageDownloading = "ImageDownloading"
+	// ReasonImageReady (Ready): the image is on Harvester; status.providerImageRef names it.
+	ReasonImageReady = "ImageReady"
+	// ReasonImageMissing (Progressing): a Ready image was deleted on Harvester; it is created again.
+	ReasonImageMissing = "ImageMissing"
+
+	// ReasonButlerConfigNotFound (Failed): the cluster-scoped ButlerConfig "butler" does not exist.
+	// Retried when it is created.
+	ReasonButlerConfigNotFound = "ButlerConfigNotFound"
+	// ReasonImageFactoryNotConfigured (Failed): ButlerConfig "butler" has no spec.imageFactory.url.
+	// Retried when it is set.
+	ReasonImageFactoryNotConfigured = "ImageFactoryNotConfigured"
+	// ReasonCredentialsError (Failed): the ProviderConfig's Harvester credentials are missing or
+	// unusable after the grace period. Retried when they work.
+	ReasonCredentialsError = "CredentialsError"
+	// ReasonUnsupportedTransferMode (Failed): spec.transferMode is "proxy", which Harvester does
+	// not need and this provider does not support. Retried when the spec changes.
+	ReasonUnsupportedTransferMode = "UnsupportedTransferMode"
+	// ReasonCreateImageFailed (Failed): Harvester refused the VirtualMachineImage, or one of that
+	// name exists with another URL (not ours to reuse). Retried when the spec changes or the
+	// retry annotation is set.
+	ReasonCreateImageFailed = "CreateImageFailed"
+	// ReasonHarvesterImportFailed (Failed): Harvester reports the import failed for good (for
+	// example an upload that failed).
+	ReasonHarvesterImportFailed = "HarvesterImportFailed"
+	// ReasonHarvesterRetryLimitExceeded (Failed): Harvester gave up downloading the image after its
+	// retries (status.failed above spec.retry), for example because the URL is unreachable.
+	ReasonHarvesterRetryLimitExceeded = "HarvesterRetryLimitExceeded"
+	// ReasonHarvesterInitFailed (Failed): Harvester could not initialize the image (its backing
+	// image or storage class) after its retries.
+	ReasonHarvesterInitFailed = "HarvesterInitFailed"
 )

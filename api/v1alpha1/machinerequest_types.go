@@ -38,12 +38,16 @@ const (
 
 // MachineRequestSpec is the machine a caller asks for.
 type MachineRequestSpec struct {
-	// ProviderRef names the ProviderConfig that says where and how to create the machine.
+	// ProviderRef names the ProviderConfig that says where and how to create the machine. It
+	// cannot be changed once set: the machine lives where it was created (status.placement).
 	// +kubebuilder:validation:Required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.providerRef cannot be changed: the machine stays on the Harvester cluster it was created on; delete and recreate the MachineRequest to move it"
 	ProviderRef ProviderReference `json:"providerRef"`
 
 	// MachineName is the name of the VM, a DNS label. Objects on Harvester are named after it.
+	// It cannot be changed once set.
 	// +kubebuilder:validation:Required
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec.machineName cannot be changed: the VM on Harvester is named after it; delete and recreate the MachineRequest to rename the machine"
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
@@ -151,6 +155,36 @@ type MachineRequestStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Placement records where on Harvester the machine lives. The provider writes it before it
+	// creates anything for the machine and never moves it: the machine is observed and deleted
+	// there, whatever its ProviderConfig says later. Not part of the published schema.
+	// +optional
+	Placement *Placement `json:"placement,omitempty"`
+}
+
+// Placement is where on Harvester a machine was created.
+type Placement struct {
+	// ClusterID identifies the Harvester cluster: the UID of its kube-system namespace.
+	// +kubebuilder:validation:MinLength=1
+	ClusterID string `json:"clusterID"`
+
+	// Server is the API server URL the machine was created through, for people to read; the
+	// cluster is recognised by ClusterID.
+	// +optional
+	Server string `json:"server,omitempty"`
+
+	// Namespace is the Harvester namespace of the VM, its disks and its cloud-init Secret.
+	// +kubebuilder:validation:MinLength=1
+	Namespace string `json:"namespace"`
+
+	// Name is the VirtualMachine's name.
+	// +kubebuilder:validation:MinLength=1
+	Name string `json:"name"`
+
+	// VMUID is the VirtualMachine's UID, once the provider has seen it.
+	// +optional
+	VMUID string `json:"vmUID,omitempty"`
 }
 
 // +kubebuilder:object:root=true

@@ -70,6 +70,7 @@ func run(ctx context.Context, o options) error {
 	for _, sc := range []scenario{
 		{name: "zero boot delay", boot: 0, ip: 0},
 		{name: fmt.Sprintf("boot %s + IP %s", o.realisticBoot, o.realisticIP), boot: o.realisticBoot, ip: o.realisticIP},
+		{name: "zero boot delay, no userData", noUserData: true},
 	} {
 		fmt.Printf("== N=%d, %s\n", o.n, sc.name)
 		r, err := runScenario(ctx, o, sc, filepath.Join(work, fmt.Sprintf("boot-%s", sc.boot)))

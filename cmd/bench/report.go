@@ -69,9 +69,10 @@ func hostOf(h string) string {
 
 func (r result) summary() string {
 	n := float64(r.n)
-	return fmt.Sprintf("   all Running in %s; IP->Running p50 %s p99 %s; deleted in %s, %d objects left; per machine: management %.1f reads %.1f writes, Harvester %.1f reads %.1f writes; manager peak RSS %.0f MB, CPU %.1f s",
+	return fmt.Sprintf("   all Running in %s; IP->Running p50 %s p99 %s; deleted in %s, %d objects left; per machine: management %.1f reads %.1f writes, Harvester %.1f reads %.1f writes; manager peak RSS %.0f MB, CPU %.1f s\n   until all Running: %s",
 		r.toRunning.Round(10*time.Millisecond), percentile(r.ipDelays, 0.5).Round(time.Millisecond), percentile(r.ipDelays, 0.99).Round(time.Millisecond),
-		r.toDeleted.Round(10*time.Millisecond), r.left, r.requests.mgmtReads/n, r.requests.mgmtWrites/n, r.requests.hvReads/n, r.requests.hvWrites/n, r.peakRSSMB, r.cpuSeconds)
+		r.toDeleted.Round(10*time.Millisecond), r.left, r.requests.mgmtReads/n, r.requests.mgmtWrites/n, r.requests.hvReads/n, r.requests.hvWrites/n, r.peakRSSMB, r.cpuSeconds,
+		r.obs.describe())
 }
 
 func renderTable(o options, results []result) string {
@@ -88,6 +89,10 @@ func renderTable(o options, results []result) string {
 			r.toDeleted.Round(10*time.Millisecond), r.left,
 			r.requests.mgmtReads/n, r.requests.mgmtWrites/n, r.requests.hvReads/n, r.requests.hvWrites/n,
 			(r.requests.mgmtWrites+r.requests.hvWrites)/n, r.peakRSSMB, r.cpuSeconds)
+	}
+	fmt.Fprintln(&b, "\nWhere the time went, from the first create to all Running:")
+	for _, r := range results {
+		fmt.Fprintf(&b, "\n- %s: %s\n", r.scenario.name, r.obs.describe())
 	}
 	return b.String()
 }

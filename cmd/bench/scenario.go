@@ -22,6 +22,8 @@ import (
 type scenario struct {
 	name     string
 	boot, ip time.Duration
+	// noUserData creates the machines without userData, as the Butler bootstrap does.
+	noUserData bool
 }
 
 type result struct {
@@ -34,6 +36,8 @@ type result struct {
 	requests   requestCounts
 	peakRSSMB  float64
 	cpuSeconds float64
+	// obs is where the time went from the first create to all Running.
+	obs observation
 }
 
 func runScenario(ctx context.Context, o options, sc scenario, work string) (result, error) {
@@ -76,14 +80,21 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 		return res, err
 	}
 	defer stopWatch()
+	observer, err := observe(ctx, tb, "http://"+metricsAddr+"/metrics")
+	if err != nil {
+		return res, err
+	}
 	start := time.Now()
-	if err := createAll(ctx, tb, o.n); err != nil {
+	if err := createAll(ctx, tb, o.n, !sc.noUserData); err != nil {
 		return res, err
 	}
 	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) { return seen.count() == o.n, nil }); err != nil {
 		return res, fmt.Errorf("waiting for Running (%d of %d): %w", seen.count(), o.n, err)
 	}
 	res.toRunning = time.Since(start)
+	if res.obs, err = observer.finish(ctx); err != nil {
+		return res, err
+	}
 	for name, at := range seen.snapshot() {
 		if reported := tb.Harvester.Sim.IPReportedAt(testbed.HarvesterNamespace, name); !reported.IsZero() {
 			res.ipDelays = append(res.ipDelays, at.Sub(reported))
@@ -124,8 +135,9 @@ func waitProviderConfigReady(ctx context.Context, tb *testbed.Testbed) error {
 	})
 }
 
-// createAll creates n MachineRequests from 8 goroutines, as a bootstrap controller would.
-func createAll(ctx context.Context, tb *testbed.Testbed, n int) error {
+// createAll creates n MachineRequests from 8 goroutines, as a bootstrap controller would, with a
+// small cloud-config as userData or none.
+func createAll(ctx context.Context, tb *testbed.Testbed, n int, userData bool) error {
 	errs := make(chan error, n)
 	next := make(chan int, n)
 	for i := range n {
@@ -141,14 +153,17 @@ func createAll(ctx context.Context, tb *testbed.Testbed, n int) error {
 					role = v1alpha1.MachineRoleControlPlane
 				}
 				name := fmt.Sprintf("bench-%04d", i)
-				errs <- tb.Mgmt.Create(ctx, &v1alpha1.MachineRequest{
+				mr := &v1alpha1.MachineRequest{
 					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testbed.Namespace},
 					Spec: v1alpha1.MachineRequestSpec{
 						ProviderRef: v1alpha1.ProviderReference{Name: "harvester-config"},
 						MachineName: name, Role: role, CPU: 4, MemoryMB: 8192, DiskGB: 50,
-						UserData: "#cloud-config\nhostname: " + name + "\n",
 					},
-				})
+				}
+				if userData {
+					mr.Spec.UserData = "#cloud-config\nhostname: " + name + "\n"
+				}
+				errs <- tb.Mgmt.Create(ctx, mr)
 			}
 		})
 	}

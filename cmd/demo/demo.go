@@ -11,6 +11,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
@@ -32,7 +34,9 @@ func (d *demo) say(format string, args ...any) {
 	fmt.Fprintf(d.out, "[%6.1fs] %s\n", time.Since(d.start).Seconds(), fmt.Sprintf(format, args...))
 }
 
-func (d *demo) createSamples(ctx context.Context) error {
+// createSamples creates the samples of config/samples whose kind keep accepts, with mutate
+// applied to each first.
+func (d *demo) createSamples(ctx context.Context, keep func(kind string) bool, mutate func(*unstructured.Unstructured)) error {
 	files, err := filepath.Glob(filepath.Join(d.o.repoRoot, "config", "samples", "*.yaml"))
 	if err != nil {
 		return err
@@ -42,11 +46,18 @@ func (d *demo) createSamples(ctx context.Context) error {
 		if filepath.Base(f) == sampleSecret || filepath.Base(f) == "kustomization.yaml" {
 			continue
 		}
-		objs, err := d.tb.ApplyFile(ctx, f)
+		objs, err := d.tb.DecodeFile(f)
 		if err != nil {
 			return err
 		}
 		for _, u := range objs {
+			if !keep(u.GetKind()) {
+				continue
+			}
+			mutate(u)
+			if err := d.tb.Mgmt.Create(ctx, u); err != nil {
+				return fmt.Errorf("%s: %w", f, err)
+			}
 			if u.GetKind() == "MachineRequest" {
 				d.expected++
 			}
@@ -56,6 +67,82 @@ func (d *demo) createSamples(ctx context.Context) error {
 			}
 			d.say("  created %s %s/%s%s", u.GetKind(), u.GetNamespace(), u.GetName(), size)
 		}
+	}
+	return nil
+}
+
+// syncImage creates the ProviderConfig and the ImageSync of the samples, as the Butler bootstrap
+// does, and waits until the image is Ready: it returns status.providerImageRef.
+func (d *demo) syncImage(ctx context.Context) (string, error) {
+	if err := d.createSamples(ctx, func(kind string) bool { return kind != "MachineRequest" }, func(*unstructured.Unstructured) {}); err != nil {
+		return "", err
+	}
+	list := &v1alpha1.ImageSyncList{}
+	deadline := time.Now().Add(d.o.timeout)
+	last := ""
+	for {
+		if err := d.tb.Mgmt.List(ctx, list, client.InNamespace(testbed.Namespace)); err != nil {
+			return "", err
+		}
+		if len(list.Items) != 1 {
+			return "", fmt.Errorf("want one ImageSync in config/samples, found %d", len(list.Items))
+		}
+		is := list.Items[0]
+		if line := imageSyncTable(&is); line != last {
+			fmt.Fprintf(d.out, "[%6.1fs]\n%s", time.Since(d.start).Seconds(), line)
+			last = line
+		}
+		switch {
+		case is.Status.Phase == v1alpha1.ImageSyncPhaseReady && is.Status.ProviderImageRef != "":
+			return is.Status.ProviderImageRef, nil
+		case is.Status.Phase == v1alpha1.ImageSyncPhaseFailed:
+			return "", fmt.Errorf("ImageSync %s failed: %s: %s", is.Name, is.Status.FailureReason, is.Status.FailureMessage)
+		case time.Now().After(deadline):
+			return "", fmt.Errorf("ImageSync %s not Ready after %s: %s", is.Name, d.o.timeout, describeConditions(is.Status.Conditions))
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// imageSyncTable renders an ImageSync as `kubectl get is` would.
+func imageSyncTable(is *v1alpha1.ImageSync) string {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(w, "  IMAGESYNC\tPHASE\tVERSION\tPROVIDER\tIMAGE REF")
+	fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", is.Name, orDash(string(is.Status.Phase)), is.Spec.FactoryRef.Version, is.Spec.ProviderConfigRef.Name, orDash(is.Status.ProviderImageRef))
+	_ = w.Flush()
+	return b.String()
+}
+
+// showAll prints what `kubectl get is,mr` shows.
+func (d *demo) showAll(ctx context.Context) error {
+	syncs := &v1alpha1.ImageSyncList{}
+	if err := d.tb.Mgmt.List(ctx, syncs, client.InNamespace(testbed.Namespace)); err != nil {
+		return err
+	}
+	items, err := d.list(ctx)
+	if err != nil {
+		return err
+	}
+	d.say("kubectl get is,mr -n %s:", testbed.Namespace)
+	for i := range syncs.Items {
+		fmt.Fprint(d.out, imageSyncTable(&syncs.Items[i]))
+	}
+	fmt.Fprint(d.out, table(items))
+	return nil
+}
+
+// createMachines creates the MachineRequests of the samples with spec.image from the ImageSync, as
+// the bootstrap does.
+func (d *demo) createMachines(ctx context.Context, image string) error {
+	if err := d.createSamples(ctx, func(kind string) bool { return kind == "MachineRequest" }, func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, image, "spec", "image")
+	}); err != nil {
+		return err
 	}
 	if d.expected == 0 {
 		return fmt.Errorf("no MachineRequest in %s", filepath.Join(d.o.repoRoot, "config", "samples"))
@@ -134,9 +221,17 @@ func (d *demo) watchTable(ctx context.Context, done func([]v1alpha1.MachineReque
 func describeStuck(items []v1alpha1.MachineRequest) string {
 	var b strings.Builder
 	for _, mr := range items {
-		for _, c := range mr.Status.Conditions {
-			fmt.Fprintf(&b, "  %s: %s=%s %s: %s\n", mr.Name, c.Type, c.Status, c.Reason, c.Message)
+		for _, line := range strings.Split(strings.TrimSpace(describeConditions(mr.Status.Conditions)), "\n") {
+			fmt.Fprintf(&b, "  %s: %s\n", mr.Name, line)
 		}
+	}
+	return b.String()
+}
+
+func describeConditions(conditions []metav1.Condition) string {
+	var b strings.Builder
+	for _, c := range conditions {
+		fmt.Fprintf(&b, "%s=%s %s: %s\n", c.Type, c.Status, c.Reason, c.Message)
 	}
 	return b.String()
 }
@@ -187,6 +282,23 @@ func (d *demo) deleteAll(ctx context.Context) error {
 		return err
 	}
 	d.say("All MachineRequests deleted (finalizers released) in %s.", time.Since(began).Round(100*time.Millisecond))
+	if err := d.tb.Mgmt.DeleteAllOf(ctx, &v1alpha1.ImageSync{}, client.InNamespace(testbed.Namespace)); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(d.o.timeout); ; {
+		list := &v1alpha1.ImageSyncList{}
+		if err := d.tb.Mgmt.List(ctx, list, client.InNamespace(testbed.Namespace)); err != nil {
+			return err
+		}
+		if len(list.Items) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("ImageSync %s not deleted after %s", list.Items[0].Name, d.o.timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	d.say("ImageSync deleted; its image stays on Harvester (VM disks are cloned from it).")
 	return nil
 }
 
@@ -196,8 +308,12 @@ func (d *demo) checkHarvesterEmpty(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.say("Harvester namespace %q now holds: %d VirtualMachines, %d VirtualMachineInstances, %d PersistentVolumeClaims, %d Secrets.",
-		testbed.HarvesterNamespace, vms, vmis, pvcs, secrets)
+	images, err := d.tb.HarvesterImages(ctx)
+	if err != nil {
+		return err
+	}
+	d.say("Harvester namespace %q now holds: %d VirtualMachines, %d VirtualMachineInstances, %d PersistentVolumeClaims, %d Secrets; images %s.",
+		testbed.HarvesterNamespace, vms, vmis, pvcs, secrets, strings.Join(images, ", "))
 	if n := vms + vmis + pvcs + secrets; n != 0 {
 		return fmt.Errorf("%d objects left on Harvester after deletion", n)
 	}
@@ -212,7 +328,7 @@ Both control planes, the simulator and the manager keep running (Ctrl-C stops th
   simulated Harvester: %[2]s
   manager log:        %[3]s
 Explore with kubectl (no kubectl at hand? 'make kubectl' builds one and prints its path):
-  kubectl --kubeconfig %[1]s -n %[4]s get machinerequests,providerconfigs
+  kubectl --kubeconfig %[1]s -n %[4]s get imagesyncs,machinerequests,providerconfigs
   kubectl --kubeconfig %[1]s -n %[4]s describe mr butler-mgmt-cp-0
   kubectl --kubeconfig %[2]s -n %[5]s get virtualmachines,virtualmachineinstances,pvc,secrets
   kubectl --kubeconfig %[1]s -n %[4]s delete mr --all    # and watch Harvester empty

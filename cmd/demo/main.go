@@ -1,7 +1,8 @@
 // Command demo runs the provider end to end with no cluster at hand: it starts a management API
 // server and a simulated Harvester (both real kube-apiservers, built from Go modules), runs the
-// manager binary against them, creates the samples of config/samples, shows the machines come up,
-// deletes them and shows that nothing is left on Harvester. It exits 0 only if all of that
+// manager binary against them, creates the samples of config/samples as the Butler bootstrap would
+// (the ImageSync first, then the machines from its image), shows the machines come up, deletes
+// them and shows that nothing is left on Harvester but the image. It exits 0 only if all of that
 // happened. `make demo` runs it; KUBEBUILDER_ASSETS must point at kube-apiserver and etcd.
 package main
 
@@ -26,20 +27,24 @@ import (
 )
 
 type options struct {
-	keep      bool
-	timeout   time.Duration
-	bootDelay time.Duration
-	ipDelay   time.Duration
-	workDir   string
-	repoRoot  string
+	keep       bool
+	timeout    time.Duration
+	bootDelay  time.Duration
+	ipDelay    time.Duration
+	cloneDelay time.Duration
+	gcDelay    time.Duration
+	workDir    string
+	repoRoot   string
 }
 
 func main() {
 	o := options{}
 	flag.BoolVar(&o.keep, "keep", false, "Leave both control planes, the simulator and the manager running once the machines are Running, and print how to explore them (Ctrl-C ends).")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "Give up if the machines are not all Running, or not all deleted, within this time.")
-	flag.DurationVar(&o.bootDelay, "boot-delay", 3*time.Second, "Simulated time from VM creation to the VM running.")
+	flag.DurationVar(&o.cloneDelay, "clone-delay", 5*time.Second, "Simulated time Longhorn takes to clone the image into a VM's root disk (the disk is Pending meanwhile).")
+	flag.DurationVar(&o.bootDelay, "boot-delay", 3*time.Second, "Simulated time from the VM's virt-launcher pod starting to the VM running.")
 	flag.DurationVar(&o.ipDelay, "ip-delay", 2*time.Second, "Simulated time from the VM running to the guest agent reporting its IP.")
+	flag.DurationVar(&o.gcDelay, "gc-delay", 2*time.Second, "Simulated time the garbage collector takes to delete a deleted VM's cloud-init Secret.")
 	flag.StringVar(&o.workDir, "work-dir", ".demo", "Directory for the kubeconfigs, the manager binary and its log.")
 	flag.StringVar(&o.repoRoot, "repo", ".", "Root of the repository (CRDs and samples are read from there).")
 	flag.Parse()
@@ -70,7 +75,7 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	d := &demo{o: o, out: out, start: start}
 	d.tb, err = testbed.Start(ctx, testbed.Options{
 		RepoRoot: o.repoRoot, WorkDir: work,
-		Sim:         sim.Config{BootDelay: o.bootDelay, IPDelay: o.ipDelay, ImportDelay: time.Second},
+		Sim:         sim.Config{BootDelay: o.bootDelay, IPDelay: o.ipDelay, ImportDelay: time.Second, CloneDelay: o.cloneDelay, GCDelay: o.gcDelay},
 		ManagerArgs: []string{"--metrics-bind-address=0"},
 		Progress:    d.say,
 	})
@@ -78,16 +83,29 @@ func run(ctx context.Context, o options, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	d.say("Creating the Harvester side (network, image) and the credentials Secret from the simulated Harvester's kubeconfig ...")
+	d.say("Creating the Harvester side (network, image), the credentials Secret from the simulated Harvester's kubeconfig, and the ButlerConfig with an image factory ...")
 	if err := d.tb.Seed(ctx); err != nil {
 		return err
 	}
-	d.say("Creating the samples (config/samples) ...")
-	if err := d.createSamples(ctx); err != nil {
+	d.say("Creating the ProviderConfig and the ImageSync (config/samples), and waiting for the image, as the Butler bootstrap does ...")
+	image, err := d.syncImage(ctx)
+	if err != nil {
+		return err
+	}
+	writes, err := d.countStatusWrites(ctx)
+	if err != nil {
+		return err
+	}
+	d.say("Creating the MachineRequests (config/samples) with spec.image %s, the ImageSync's status.providerImageRef ...", image)
+	if err := d.createMachines(ctx, image); err != nil {
 		return err
 	}
 	d.say("Waiting for the machines to be Running")
 	if err := d.waitRunning(ctx); err != nil {
+		return err
+	}
+	untilRunning := writes.sofar()
+	if err := d.showAll(ctx); err != nil {
 		return err
 	}
 	if o.keep {
@@ -100,6 +118,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return err
 	}
 	if err := d.checkHarvesterEmpty(ctx); err != nil {
+		return err
+	}
+	if err := d.reportCounts(ctx, writes, untilRunning); err != nil {
 		return err
 	}
 	d.say("Demo passed in %s.", time.Since(start).Round(100*time.Millisecond))

@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,14 +15,16 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	platformv1alpha1 "github.com/butlerdotdev/butler-provider-harvester/api/platform/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
@@ -54,6 +57,10 @@ func run(ctx context.Context, args []string) error {
 	}
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger)
+	metrics.InstrumentRateLimiter()
+	for _, note := range o.FlagNotes {
+		logger.Info(note)
+	}
 
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -62,9 +69,12 @@ func run(ctx context.Context, args []string) error {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	restConfig, err := ctrl.GetConfig()
+	if err := platformv1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	restConfig, err := managementConfig(o.Kubeconfig)
 	if err != nil {
-		return fmt.Errorf("find the management cluster (in-cluster config, or KUBECONFIG): %w", err)
+		return err
 	}
 	restConfig.QPS, restConfig.Burst = float32(o.KubeQPS), o.KubeBurst
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
@@ -75,6 +85,7 @@ func run(ctx context.Context, args []string) error {
 		LeaderElectionID:              o.LeaderElectionID,
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,
 		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       &o.GracefulShutdownTimeout, // then the Lease is released, within the Pod's grace period
 		Cache:                         cacheOptions(o),
 	})
 	if err != nil {
@@ -82,34 +93,44 @@ func run(ctx context.Context, args []string) error {
 	}
 	// Credentials Secrets are read directly, not through a cache: no cluster-wide Secret watch.
 	// Harvester's informers report changes of our objects there through this channel.
-	harvesterEvents := make(chan event.GenericEvent, 1024)
+	harvesterEvents := &controller.HarvesterEvents{}
+	recorder := newEventRecorder(mgr, "butler-provider-harvester", logger)
 	factory := &harvester.CachingFactory{
 		SecretReader: mgr.GetAPIReader(), QPS: float32(o.HarvesterQPS), Burst: o.HarvesterBurst,
 		Notify: harvesterEvents, Context: ctx,
-	}
-	r := &controller.MachineRequestReconciler{
-		Client:                  mgr.GetClient(),
-		Harvester:               factory,
-		HarvesterEvents:         harvesterEvents,
-		Recorder:                mgr.GetEventRecorder("butler-provider-harvester"),
-		CreatingPollInterval:    o.CreatingPoll,
-		HealthCheckInterval:     o.HealthInterval,
-		ProvisioningTimeout:     o.ProvisioningTimeout,
-		IPReportTimeout:         o.IPReportTimeout,
-		MaxConcurrentReconciles: o.Concurrency,
-	}
-	if err := r.SetupWithManager(ctx, mgr); err != nil {
-		return fmt.Errorf("set up controller: %w", err)
 	}
 	pcr := &controller.ProviderConfigReconciler{
 		Client:          mgr.GetClient(),
 		SecretReader:    mgr.GetAPIReader(),
 		Harvester:       factory,
-		Recorder:        mgr.GetEventRecorder("butler-provider-harvester"),
+		Recorder:        recorder,
 		RecheckInterval: o.RecheckInterval,
+	}
+	r := &controller.MachineRequestReconciler{
+		Client:                  mgr.GetClient(),
+		Harvester:               factory,
+		HarvesterEvents:         harvesterEvents,
+		Recorder:                recorder,
+		Preflight:               pcr,
+		CreatingPollInterval:    o.CreatingPoll,
+		HealthCheckInterval:     o.HealthInterval,
+		ProvisioningTimeout:     o.ProvisioningTimeout,
+		IPReportTimeout:         o.IPReportTimeout,
+		ConfigGracePeriod:       o.ConfigGracePeriod,
+		MaxConcurrentReconciles: o.Concurrency,
+	}
+	if err := r.SetupWithManager(ctx, mgr); err != nil {
+		return fmt.Errorf("set up controller: %w", err)
 	}
 	if err := pcr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up ProviderConfig controller: %w", err)
+	}
+	isr := &controller.ImageSyncReconciler{
+		Client: mgr.GetClient(), Harvester: factory, HarvesterEvents: harvesterEvents,
+		Recorder: recorder, ConfigGracePeriod: o.ConfigGracePeriod,
+	}
+	if _, err := isr.SetupWithManager(ctx, mgr, logger); err != nil {
+		return fmt.Errorf("set up ImageSync controller: %w", err)
 	}
 	if err := metrics.RegisterPhaseCollector(ctrlmetrics.Registry, mgr.GetCache(), mgr.Elected()); err != nil {
 		return err
@@ -132,13 +153,40 @@ func run(ctx context.Context, args []string) error {
 	return mgr.Start(ctx)
 }
 
+// managementConfig finds the management cluster: the file of --kubeconfig if given (as
+// controller-runtime does with the standard flag set's --kubeconfig, which this manager does not
+// parse), else through KUBECONFIG, the in-cluster config or ~/.kube/config.
+func managementConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		c, err := ctrl.GetConfig()
+		if err != nil {
+			return nil, fmt.Errorf("find the management cluster (KUBECONFIG, the in-cluster config or --kubeconfig): %w", err)
+		}
+		return c, nil
+	}
+	c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig}, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+	}
+	return c, nil
+}
+
 func metricsOptions(o *options.Options) metricsserver.Options {
-	m := metricsserver.Options{BindAddress: o.MetricsAddr, SecureServing: o.MetricsSecure, CertDir: o.MetricsCertDir}
+	m := metricsserver.Options{BindAddress: o.MetricsAddr, SecureServing: o.MetricsSecure,
+		CertDir: o.MetricsCertDir, CertName: o.MetricsCertName, KeyName: o.MetricsCertKey}
 	if o.MetricsSecure {
 		m.FilterProvider = metrics.WithAuthenticationAndAuthorization
 	}
+	if !o.EnableHTTP2 {
+		// HTTP/2 is negotiated over TLS only (ALPN): offering just HTTP/1.1 turns it off, and with it
+		// HTTP/2's stream-reset floods (CVE-2023-44487, CVE-2023-39325), as kubebuilder's scaffold does.
+		m.TLSOpts = append(m.TLSOpts, disableHTTP2)
+	}
 	return m
 }
+
+func disableHTTP2(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }
 
 func cacheOptions(o *options.Options) cache.Options {
 	c := cache.Options{SyncPeriod: &o.SyncPeriod}

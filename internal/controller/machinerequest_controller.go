@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -15,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -31,7 +31,13 @@ const (
 	DefaultDeletionPollInterval = 5 * time.Second
 	DefaultProvisioningTimeout  = 15 * time.Minute
 	DefaultIPReportTimeout      = 3 * time.Minute
+	DefaultStartGracePeriod     = 5 * time.Minute
+	DefaultDeletionReportDelay  = 10 * time.Second
 )
+
+// reconcileTimeout bounds a reconcile, and with it every request to Harvester it makes: the
+// Harvester clients have no timeout of their own (it would cut their informers' watches).
+const reconcileTimeout = time.Minute
 
 // MachineRequestReconciler provisions a VM on Harvester for each MachineRequest whose
 // ProviderConfig has provider "harvester".
@@ -39,10 +45,15 @@ type MachineRequestReconciler struct {
 	client.Client
 	// Harvester hands out the client for the Harvester cluster of a ProviderConfig.
 	Harvester harvester.Factory
-	// HarvesterEvents, if set, names MachineRequests whose objects on Harvester changed (see
-	// harvester.CachingFactory.Notify): the IP reaches the status as soon as the VMI reports it.
-	HarvesterEvents <-chan event.GenericEvent
+	// HarvesterEvents, if set, brings the MachineRequests whose objects on Harvester changed (it
+	// is the harvester.CachingFactory's Notify): the IP reaches the status as soon as the VMI
+	// reports it, ahead of other work.
+	HarvesterEvents *HarvesterEvents
 	Recorder        events.EventRecorder
+	// Preflight, if set, is the reconciler of the ProviderConfigs' checks: where it may not write
+	// them to the ProviderConfig's status (the Butler CLI's RBAC), they are read from it, and
+	// their changes wake the MachineRequests, so that the checks still gate new machines.
+	Preflight *ProviderConfigReconciler
 
 	// CreatingPollInterval is how often a Creating machine is looked at again.
 	CreatingPollInterval time.Duration
@@ -50,13 +61,30 @@ type MachineRequestReconciler struct {
 	HealthCheckInterval time.Duration
 	// DeletionPollInterval is how often a deletion in progress is looked at again.
 	DeletionPollInterval time.Duration
-	// ProvisioningTimeout is how long a machine may stay Creating before Degraded says so.
+	// DeletionReportDelay is how long a deletion may take before the status reports it (phase
+	// Deleting, and what it waits for; default DefaultDeletionReportDelay). A deletion that goes
+	// as it should is over by then, and the object with it: reporting it would cost a status
+	// write per machine and tell nobody anything.
+	DeletionReportDelay time.Duration
+	// ProvisioningTimeout is how long a machine may take to become Running before it is Failed
+	// with reason ProvisioningTimeout and the diagnosis; 0 waits for ever.
 	ProvisioningTimeout time.Duration
 	// IPReportTimeout is how long a running VM may go without reporting an IP before the
 	// diagnosis points at the guest agent and DHCP.
 	IPReportTimeout time.Duration
+	// StartGracePeriod is how long a VM may take to start (its disks cloned, its pod scheduled
+	// and started, the guest running) before the machine reports VMNotStarting with where the
+	// start stands (default DefaultStartGracePeriod). Failures Harvester reports are reported
+	// at once.
+	StartGracePeriod time.Duration
+	// ConfigGracePeriod is how long a machine without a VM waits on a problem only the user can
+	// fix before it becomes Failed with that reason (default DefaultConfigGracePeriod).
+	ConfigGracePeriod time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
 	MaxConcurrentReconciles int
+
+	// statuses remembers the last status written for each MachineRequest.
+	statuses statusMemory[v1alpha1.MachineRequestStatus]
 }
 
 // +kubebuilder:rbac:groups=butler.butlerlabs.dev,resources=machinerequests,verbs=get;list;watch;update;patch
@@ -70,6 +98,9 @@ type MachineRequestReconciler struct {
 func (r *MachineRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	mr := &v1alpha1.MachineRequest{}
 	if err := r.Get(ctx, req.NamespacedName, mr); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.statuses.forgetKey(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	pc, err := r.providerConfigFor(ctx, mr)
@@ -82,30 +113,33 @@ func (r *MachineRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		log.FromContext(ctx).V(1).Info("Skipping MachineRequest of another provider or without a ProviderConfig")
 		return ctrl.Result{}, nil
 	}
-	scope := newMachineScope(mr, pc, r.Recorder)
+	scope := newMachineScope(mr, pc, r.Recorder, &r.statuses, waitLimits{configGrace: r.ConfigGracePeriod, provisioning: r.ProvisioningTimeout})
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("machine", mr.Spec.MachineName))
 	defer func() {
-		if err := scope.patchStatus(ctx, r.Client); err != nil {
+		if err := scope.writeStatus(ctx, r.Client, &r.statuses); err != nil {
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 		}
 	}()
 
 	if !mr.DeletionTimestamp.IsZero() {
-		return scope.outcome(r.reconcileDelete(ctx, scope))
+		res, err := r.reconcileDelete(ctx, scope)
+		return asPoll(scope.outcome(ctx, res, err))
 	}
 	if err := r.ensureFinalizer(ctx, scope); err != nil {
-		return ctrl.Result{}, err
+		return scope.outcome(ctx, ctrl.Result{}, err)
 	}
-	return scope.outcome(r.reconcileNormal(ctx, scope))
+	res, err := r.reconcileNormal(ctx, scope)
+	return asPoll(scope.outcome(ctx, res, err))
 }
 
-// isOurs decides whether this provider may act on mr: its ProviderConfig says harvester, or the
-// ProviderConfig is gone but our finalizer shows we acted on it before.
+// isOurs decides whether this provider may act on mr: its ProviderConfig says harvester, or our
+// finalizer shows we acted on it before (its ProviderConfig is gone, or now names another
+// provider: the machine we created is still ours to delete).
 func isOurs(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) bool {
-	if pc == nil {
-		return hasFinalizer(mr)
+	if hasFinalizer(mr) {
+		return true
 	}
-	return pc.Spec.Provider == v1alpha1.ProviderTypeHarvester
+	return pc != nil && pc.Spec.Provider == v1alpha1.ProviderTypeHarvester
 }
 
 // providerConfigFor returns the MachineRequest's ProviderConfig, or nil if it does not exist.
@@ -115,6 +149,7 @@ func (r *MachineRequestReconciler) providerConfigFor(ctx context.Context, mr *v1
 	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pc); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
+	r.Preflight.withUnwrittenChecks(pc)
 	return pc, nil
 }
 
@@ -133,12 +168,15 @@ func (r *MachineRequestReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("machinerequest")
 	if r.HarvesterEvents != nil {
-		b = b.WatchesRawSource(source.Channel(r.HarvesterEvents, &handler.EnqueueRequestForObject{}))
+		b = b.WatchesRawSource(r.HarvesterEvents.machineSource())
+	}
+	if r.Preflight != nil {
+		b = b.WatchesRawSource(source.Channel(r.Preflight.unwrittenChanges(), handler.EnqueueRequestsFromMapFunc(r.requestsForProviderConfig)))
 	}
 	return b.
-		For(&v1alpha1.MachineRequest{}, builder.WithPredicates(ignoreStatusOnlyUpdates())).
+		For(&v1alpha1.MachineRequest{}, builder.WithPredicates(updatesThatMatter(v1alpha1.MachineRequestFinalizer))).
 		Watches(&v1alpha1.ProviderConfig{}, handler.EnqueueRequestsFromMapFunc(r.requestsForProviderConfig), builder.WithPredicates(conditionsChanged())).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles}).
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles, ReconciliationTimeout: reconcileTimeout}).
 		WithLogConstructor(func(req *ctrl.Request) logr.Logger {
 			l := mgr.GetLogger().WithValues("controller", "machinerequest")
 			if req != nil {
@@ -159,11 +197,17 @@ func (r *MachineRequestReconciler) applyDefaults() {
 	if r.DeletionPollInterval <= 0 {
 		r.DeletionPollInterval = DefaultDeletionPollInterval
 	}
-	if r.ProvisioningTimeout <= 0 {
-		r.ProvisioningTimeout = DefaultProvisioningTimeout
+	if r.ConfigGracePeriod <= 0 {
+		r.ConfigGracePeriod = DefaultConfigGracePeriod
 	}
 	if r.IPReportTimeout <= 0 {
 		r.IPReportTimeout = DefaultIPReportTimeout
+	}
+	if r.StartGracePeriod <= 0 {
+		r.StartGracePeriod = DefaultStartGracePeriod
+	}
+	if r.DeletionReportDelay <= 0 {
+		r.DeletionReportDelay = DefaultDeletionReportDelay
 	}
 }
 

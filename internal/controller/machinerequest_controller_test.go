@@ -24,11 +24,28 @@ import (
 
 // fakeMachines is the Harvester side as the unit tests want it to behave.
 type fakeMachines struct {
+	identity  harvester.ClusterIdentity
 	ensure    func(*harvester.MachineSpec) (harvester.Observation, error)
 	observe   func(harvester.MachineRef) (harvester.Observation, error)
 	delete    func(harvester.MachineRef) (bool, string, error)
 	preflight func() (string, []harvester.Check)
+	image     func(harvester.ImageSpec) (harvester.ImageImport, error)
+	exists    func(harvester.ObjectRef) (bool, error)
 	calls     []string
+}
+
+func (f *fakeMachines) EnsureImage(_ context.Context, s harvester.ImageSpec) (harvester.ImageImport, error) {
+	f.calls = append(f.calls, "EnsureImage")
+	return f.image(s)
+}
+
+func (f *fakeMachines) ImageExists(_ context.Context, ref harvester.ObjectRef) (bool, error) {
+	f.calls = append(f.calls, "ImageExists")
+	return f.exists(ref)
+}
+
+func (f *fakeMachines) Identity(context.Context) (harvester.ClusterIdentity, error) {
+	return f.identity, nil
 }
 
 func (f *fakeMachines) Ensure(_ context.Context, s *harvester.MachineSpec) (harvester.Observation, error) {
@@ -50,6 +67,8 @@ type fakeFactory struct {
 	machines *fakeMachines
 	err      error
 	calls    int
+	// namespaces lists the Harvester namespace of every client asked for.
+	namespaces []string
 }
 
 func (f *fakeMachines) Preflight(context.Context, harvester.PreflightSpec) (string, []harvester.Check) {
@@ -57,8 +76,11 @@ func (f *fakeMachines) Preflight(context.Context, harvester.PreflightSpec) (stri
 	return f.preflight()
 }
 
-func (f *fakeFactory) ClusterFor(context.Context, harvester.Credentials) (harvester.Cluster, error) {
+func (f *fakeFactory) Invalidate(harvester.Credentials) {}
+
+func (f *fakeFactory) ClusterFor(_ context.Context, creds harvester.Credentials) (harvester.Cluster, error) {
 	f.calls++
+	f.namespaces = append(f.namespaces, creds.Namespace)
 	if f.err != nil {
 		return nil, f.err
 	}
@@ -98,6 +120,11 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 		},
 		delete:    func(harvester.MachineRef) (bool, string, error) { return false, "", errors.New("Delete not expected") },
 		preflight: func() (string, []harvester.Check) { return "", nil },
+		image: func(harvester.ImageSpec) (harvester.ImageImport, error) {
+			return harvester.ImageImport{}, errors.New("EnsureImage not expected")
+		},
+		exists:   func(harvester.ObjectRef) (bool, error) { return false, errors.New("ImageExists not expected") },
+		identity: testCluster,
 	}
 	f := &fixture{t: t, client: c, machines: m, factory: &fakeFactory{machines: m}, recorder: events.NewFakeRecorder(100)}
 	f.r = &MachineRequestReconciler{Client: c, Harvester: f.factory, Recorder: f.recorder}
@@ -181,8 +208,19 @@ func requireEvent(t *testing.T, got []string, prefix string) {
 	t.Fatalf("no event starting with %q in %q", prefix, got)
 }
 
+// testCluster is the Harvester cluster the fake factory reaches.
+var testCluster = harvester.ClusterIdentity{ID: "cluster-a", Server: "https://harvester-a.example:6443"}
+
+// placed records that the machine lives in Harvester namespace "vms" of testCluster, with VM UID
+// "vm-uid", as it would be once its VM was created.
+func placed(mr *v1alpha1.MachineRequest) *v1alpha1.MachineRequest {
+	mr.Status.Placement = &v1alpha1.Placement{ClusterID: testCluster.ID, Server: testCluster.Server, Namespace: "vms", Name: mr.Spec.MachineName, VMUID: "vm-uid"}
+	mr.Status.ProviderID = "harvester://vm-uid"
+	return mr
+}
+
 var running = harvester.Observation{
-	VMExists: true, ProviderID: "harvester://vm-uid", PrintableStatus: "Running", VMIPhase: "Running", Running: true,
+	VMExists: true, VMUID: "vm-uid", ProviderID: "harvester://vm-uid", PrintableStatus: "Running", VMIPhase: "Running", Running: true,
 	Addresses: harvester.Addresses{Primary: "10.40.0.10", All: []string{"10.40.0.10", "fe80::1"}, MAC: "52:54:00:00:00:01"},
 }
 
@@ -222,7 +260,7 @@ func TestVMCreate(t *testing.T) {
 	var got *harvester.MachineSpec
 	f.machines.ensure = func(s *harvester.MachineSpec) (harvester.Observation, error) {
 		got = s
-		obs := harvester.Observation{VMExists: true, VMCreated: created, ProviderID: "harvester://vm-uid", PrintableStatus: "Starting"}
+		obs := harvester.Observation{VMExists: true, VMCreated: created, VMUID: "vm-uid", ProviderID: "harvester://vm-uid", PrintableStatus: "Starting"}
 		created = false // a second Ensure finds the VM (ours) in place
 		return obs, nil
 	}
@@ -234,6 +272,10 @@ func TestVMCreate(t *testing.T) {
 	mr := f.get(machineRequest())
 	if mr.Status.Phase != v1alpha1.MachinePhaseCreating || mr.Status.ProviderID != "harvester://vm-uid" {
 		t.Fatalf("status = %+v; want Creating with providerID", mr.Status)
+	}
+	want := v1alpha1.Placement{ClusterID: testCluster.ID, Server: testCluster.Server, Namespace: "vms", Name: "cluster-cp-0", VMUID: "vm-uid"}
+	if p := mr.Status.Placement; p == nil || *p != want {
+		t.Fatalf("placement = %+v, want %+v", p, want)
 	}
 	if !hasFinalizer(mr) {
 		t.Fatal("finalizer not added")
@@ -258,7 +300,7 @@ func TestVMCreate(t *testing.T) {
 
 // Required test: Creating -> Running once the IP is reported.
 func TestStatusPoll(t *testing.T) {
-	mr := withFinalizer(machineRequest())
+	mr := placed(withFinalizer(machineRequest()))
 	mr.Status.Phase = v1alpha1.MachinePhaseCreating
 	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
 	obs := running
@@ -272,7 +314,7 @@ func TestStatusPoll(t *testing.T) {
 	if got.Status.Phase != v1alpha1.MachinePhaseCreating {
 		t.Fatalf("phase %s before an IP was reported", got.Status.Phase)
 	}
-	requireCondition(t, got, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonWaitingForIPAddress)
+	requireCondition(t, got, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonVMCreating)
 
 	obs = running
 	res, err := f.reconcile(mr)
@@ -295,7 +337,7 @@ func TestStatusPoll(t *testing.T) {
 
 // Required test: the finalizer goes only after the VM is gone; a missing VM deletes fine.
 func TestDelete(t *testing.T) {
-	mr := withFinalizer(machineRequest())
+	mr := placed(withFinalizer(machineRequest()))
 	mr.Status.Phase = v1alpha1.MachinePhaseRunning
 	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
 	if err := f.client.Delete(context.Background(), mr); err != nil {
@@ -309,11 +351,23 @@ func TestDelete(t *testing.T) {
 		return false, "VirtualMachine vms/cluster-cp-0", nil
 	}
 
+	// A deletion under way for less than DeletionReportDelay is not reported.
 	res, err := f.reconcile(mr)
+	if err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > f.r.DeletionPollInterval {
+		t.Fatalf("Reconcile = %+v, %v; want a requeue within the deletion poll interval", res, err)
+	}
+	got := f.get(mr)
+	if !hasFinalizer(got) || got.Status.Phase != v1alpha1.MachinePhaseRunning {
+		t.Fatalf("finalizer removed or phase %s written while a quick deletion is under way", got.Status.Phase)
+	}
+
+	// One that takes longer says what it waits for.
+	f.r.DeletionReportDelay = time.Nanosecond
+	res, err = f.reconcile(mr)
 	if err != nil || res.RequeueAfter != f.r.DeletionPollInterval {
 		t.Fatalf("Reconcile = %+v, %v", res, err)
 	}
-	got := f.get(mr)
+	got = f.get(mr)
 	if !hasFinalizer(got) || got.Status.Phase != v1alpha1.MachinePhaseDeleting {
 		t.Fatalf("finalizer removed or phase %s while the VM still exists", got.Status.Phase)
 	}
@@ -409,8 +463,8 @@ func TestErrorHandling(t *testing.T) {
 
 // A Running machine whose VM is deleted out of band becomes Failed VMDeleted with Ready=False.
 func TestRunningVMDeleted(t *testing.T) {
-	mr := withFinalizer(machineRequest())
-	mr.Status = v1alpha1.MachineRequestStatus{Phase: v1alpha1.MachinePhaseRunning, IPAddress: "10.40.0.10", ObservedGeneration: 1}
+	mr := placed(withFinalizer(machineRequest()))
+	mr.Status.Phase, mr.Status.IPAddress, mr.Status.ObservedGeneration = v1alpha1.MachinePhaseRunning, "10.40.0.10", 1
 	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
 	f.machines.observe = func(harvester.MachineRef) (harvester.Observation, error) { return harvester.Observation{}, nil }
 	if _, err := f.reconcile(mr); err != nil {
@@ -426,7 +480,7 @@ func TestRunningVMDeleted(t *testing.T) {
 
 // Deleting with the ProviderConfig gone says why, and the annotation releases the finalizer.
 func TestDeleteBlockedAndEscapeHatch(t *testing.T) {
-	mr := withFinalizer(machineRequest())
+	mr := placed(withFinalizer(machineRequest()))
 	f := newFixture(t, mr)
 	if err := f.client.Delete(context.Background(), mr); err != nil {
 		t.Fatal(err)
@@ -485,4 +539,59 @@ func TestInvalidSpecFails(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A VM that is starting is no failure: within the start grace period the machine says it is
+// starting, with a message that does not follow KubeVirt's status (no status write per step) and
+// no event; past it, VMNotStarting says where the start stands, once. A diagnosis Harvester gives
+// is reported at once, and a quota is Degraded.
+func TestStartGracePeriod(t *testing.T) {
+	mr := placed(withFinalizer(machineRequest()))
+	mr.Status.Phase = v1alpha1.MachinePhaseCreating
+	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
+	f.r.StartGracePeriod = time.Minute
+	obs := harvester.Observation{VMExists: true, VMUID: "vm-uid", ProviderID: "harvester://vm-uid", VMCreatedAt: time.Now().Add(-10 * time.Second),
+		Starting: "KubeVirt reports status ErrorUnschedulable; VirtualMachineInstance Scheduling"}
+	f.machines.ensure = func(*harvester.MachineSpec) (harvester.Observation, error) { return obs, nil }
+
+	var messages []string
+	for _, status := range []string{"WaitingForVolumeBinding", "ErrorUnschedulable", "Starting"} {
+		obs.PrintableStatus = status
+		res, err := f.reconcile(mr)
+		if err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > f.r.CreatingPollInterval {
+			t.Fatalf("Reconcile = %+v, %v", res, err)
+		}
+		c := requireCondition(t, f.get(mr), v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonVMCreating)
+		messages = append(messages, c.Message)
+	}
+	if messages[0] != messages[1] || messages[1] != messages[2] {
+		t.Fatalf("the message follows KubeVirt's status: %q", messages)
+	}
+	if e := f.events(); len(e) != 0 {
+		t.Fatalf("events while starting: %q", e)
+	}
+
+	obs.VMCreatedAt = time.Now().Add(-2 * time.Minute)
+	if _, err := f.reconcile(mr); err != nil {
+		t.Fatal(err)
+	}
+	c := requireCondition(t, f.get(mr), v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonVMNotStarting)
+	if !strings.Contains(c.Message, "starting for more than 1m0s") || !strings.Contains(c.Message, obs.Starting) {
+		t.Fatalf("message %q", c.Message)
+	}
+	requireEvent(t, f.events(), "Warning VMNotStarting")
+	if _, err := f.reconcile(mr); err != nil {
+		t.Fatal(err)
+	}
+	if e := f.events(); len(e) != 0 {
+		t.Fatalf("the same diagnosis again: %q", e)
+	}
+
+	obs.VMCreatedAt = time.Now()
+	obs.Diagnosis = &harvester.Diagnosis{Reason: v1alpha1.ReasonQuotaExceeded, Message: "exceeded quota: vm-quota"}
+	if _, err := f.reconcile(mr); err != nil {
+		t.Fatal(err)
+	}
+	requireCondition(t, f.get(mr), v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonQuotaExceeded)
+	requireEvent(t, f.events(), "Warning QuotaExceeded")
 }

@@ -23,32 +23,50 @@ func hasFinalizer(mr *v1alpha1.MachineRequest) bool {
 	return slices.Contains(mr.Finalizers, v1alpha1.MachineRequestFinalizer)
 }
 
-// ensureFinalizer adds our finalizer before anything is created on Harvester.
+// ensureFinalizer adds our finalizer before anything is created on Harvester. The patch carries
+// the resourceVersion: a merge patch replaces the whole list, and must not drop a finalizer
+// another controller added since our copy was read (a conflict is retried).
 func (r *MachineRequestReconciler) ensureFinalizer(ctx context.Context, s *machineScope) error {
 	if hasFinalizer(s.mr) {
 		return nil
 	}
-	patch := client.MergeFrom(s.mr.DeepCopy())
+	patch := client.MergeFromWithOptions(s.mr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.AddFinalizer(s.mr, v1alpha1.MachineRequestFinalizer)
-	return r.Patch(ctx, s.mr, patch)
+	return s.patchMeta(ctx, r.Client, patch)
 }
 
 // reconcileNormal runs the phase the MachineRequest is in.
 func (r *MachineRequestReconciler) reconcileNormal(ctx context.Context, s *machineScope) (reconcile.Result, error) {
+	if s.pc != nil && s.pc.Spec.Provider != v1alpha1.ProviderTypeHarvester && s.mr.Status.Placement == nil && s.mr.Status.ProviderID == "" {
+		// Its ProviderConfig now names another provider and nothing was ever created here:
+		// hand it over instead of holding it with a finalizer nobody will remove.
+		return reconcile.Result{}, r.handOver(ctx, s)
+	}
 	switch s.mr.Status.Phase {
 	case v1alpha1.MachinePhaseFailed:
-		retry := s.mr.Annotations[v1alpha1.AnnotationRetry] == "true"
-		if s.mr.Status.ObservedGeneration == s.mr.Generation && !retry {
-			return reconcile.Result{}, nil // terminal for this generation; a spec change or the retry annotation retries
-		}
-		if retry {
+		why := ""
+		switch {
+		case s.mr.Annotations[v1alpha1.AnnotationRetry] == "true":
 			if err := r.consumeRetryAnnotation(ctx, s); err != nil {
 				return reconcile.Result{}, err
 			}
+			why = "annotation " + v1alpha1.AnnotationRetry
+		case s.mr.Status.ObservedGeneration != s.mr.Generation:
+			why = "the spec changed"
+		default:
+			// Terminal for this generation, unless it failed on configuration that passes now.
+			if why = r.configFixed(ctx, s); why == "" {
+				return reconcile.Result{}, nil
+			}
 		}
-		log.FromContext(ctx).Info("Retrying failed MachineRequest", "generation", s.mr.Generation, "annotation", retry)
-		s.event(corev1.EventTypeNormal, "Retrying", "Provision", "Retrying after "+s.mr.Status.FailureReason)
+		log.FromContext(ctx).Info("Retrying failed MachineRequest", "generation", s.mr.Generation, "because", why)
+		s.event(corev1.EventTypeNormal, "Retrying", "Provision", "Retrying after "+s.mr.Status.FailureReason+": "+why)
 		s.clearFailure()
+		if p := s.mr.Status.Placement; p != nil {
+			// A retry may create a new VM where the machine lives; the one that failed is
+			// looked for again by name.
+			p.VMUID = ""
+		}
 		s.setPhase(v1alpha1.MachinePhasePending)
 		return r.reconcileProvisioning(ctx, s)
 	case v1alpha1.MachinePhaseRunning:
@@ -62,6 +80,33 @@ func (r *MachineRequestReconciler) reconcileNormal(ctx context.Context, s *machi
 	}
 }
 
+// configFixed says why a machine that failed on its configuration (see configReasons) can be
+// retried: the ProviderConfig now exists and passes its checks, is shared with it, and its
+// credentials work; for a permission Harvester refused, the ProviderConfig's permission check has
+// passed since. "" if not (or the failure was not about configuration). It runs when the
+// ProviderConfig changes (its watch), which is also how a fixed credentials Secret shows: the
+// ProviderConfig's checks notice it.
+func (r *MachineRequestReconciler) configFixed(ctx context.Context, s *machineScope) string {
+	if !configReasons[s.mr.Status.FailureReason] {
+		return ""
+	}
+	_, creds, err := machineSpecFor(s.mr, s.pc)
+	if err != nil {
+		return ""
+	}
+	if _, err := r.Harvester.ClusterFor(ctx, creds); err != nil {
+		return ""
+	}
+	if s.mr.Status.FailureReason == v1alpha1.ReasonPermissionDenied {
+		c := meta.FindStatusCondition(s.pc.Status.Conditions, v1alpha1.ConditionPermissionsReady)
+		failedAt := s.mr.Status.LastUpdated
+		if c == nil || c.Status != metav1.ConditionTrue || failedAt == nil || !c.LastTransitionTime.After(failedAt.Time) {
+			return ""
+		}
+	}
+	return "ProviderConfig " + providerConfigRef(s.mr) + " and its credentials pass now"
+}
+
 // reconcileProvisioning creates what is missing on Harvester (Pending -> Creating) and waits for
 // the VM to report an IP address (Creating -> Running).
 func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s *machineScope) (reconcile.Result, error) {
@@ -69,33 +114,110 @@ func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s 
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	machines, err := r.Harvester.ClusterFor(ctx, creds)
+	home, err := r.homeOf(ctx, s)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	obs, err := machines.Ensure(ctx, spec)
+	if home != nil && home.moved != "" && home.ref.VMUID == "" {
+		// No VM is recorded where the machine was to live, and the ProviderConfig now points
+		// elsewhere: if none of ours is there, the machine starts afresh where it points now.
+		if home, err = r.abandonEmptyHome(ctx, s, home); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	if home == nil {
+		if home, err = r.recordHome(ctx, s, spec, creds); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	spec.Namespace, spec.Name, spec.VMUID = home.ref.Namespace, home.ref.Name, home.ref.VMUID
+	obs, err := home.cluster.Ensure(ctx, spec)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	// The VM's UID and providerID ride along with the next status write (Running, or whatever
+	// goes wrong first): until then the VM is found by its name and ownership.
+	s.setLazily(func(st *v1alpha1.MachineRequestStatus) {
+		st.ProviderID = obs.ProviderID
+		recordVM(st, obs)
+	})
 	vm := vmName(spec.Namespace, spec.Name)
+	if obs.TookOverFrom != "" {
+		log.FromContext(ctx).Info("Took over a VM of an earlier MachineRequest of the same name", "vm", vm, "earlierUID", obs.TookOverFrom)
+		s.event(corev1.EventTypeWarning, v1alpha1.ReasonVMTakenOver, "Create", fmt.Sprintf(
+			"%s was created for an earlier MachineRequest %s/%s (UID %s) that no longer exists: it is taken over as it is, with its disks and cloud-init Secret (its size and image are not changed). Delete this MachineRequest and the VM to start afresh",
+			vm, s.mr.Namespace, s.mr.Name, obs.TookOverFrom))
+	}
 	if obs.VMCreated {
 		log.FromContext(ctx).Info("Created VM on Harvester", "vm", vm, "providerID", obs.ProviderID)
 		s.event(corev1.EventTypeNormal, "Created", "Create", "Created "+vm+" on Harvester")
 	}
-	s.mr.Status.ProviderID = obs.ProviderID
 	s.setPhase(v1alpha1.MachinePhaseCreating)
 	if obs.Running && obs.Addresses.Primary != "" {
 		r.markRunning(ctx, s, vm, obs)
+		s.reportMoved(home)
 		return reconcile.Result{RequeueAfter: r.HealthCheckInterval}, nil
 	}
-	return reconcile.Result{RequeueAfter: r.reportCreating(s, vm, obs)}, nil
+	next := r.reportCreating(s, vm, obs)
+	s.reportMoved(home)
+	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+// recordHome records where a machine that has nothing on Harvester yet will live (where its
+// ProviderConfig points now), and stores that record before anything is created: a crash or a
+// ProviderConfig edit right after the create can then never leave a VM the MachineRequest does
+// not point to.
+func (r *MachineRequestReconciler) recordHome(ctx context.Context, s *machineScope, spec *harvester.MachineSpec, creds harvester.Credentials) (*machineHome, error) {
+	cluster, id, err := r.reach(ctx, creds)
+	if err != nil {
+		return nil, err
+	}
+	s.mr.Status.Placement = &v1alpha1.Placement{ClusterID: id.ID, Server: id.Server, Namespace: spec.Namespace, Name: spec.Name}
+	// Creating from now on, with the message the whole creation keeps (see creatingMessage):
+	// this write is the only one until the machine is Running, unless something goes wrong.
+	s.setPhase(v1alpha1.MachinePhaseCreating)
+	s.progressing(v1alpha1.ReasonVMCreating, creatingMessage(vmName(spec.Namespace, spec.Name)))
+	s.healthy()
+	if err := s.writeStatus(ctx, r.Client, &r.statuses); err != nil {
+		return nil, err
+	}
+	return &machineHome{cluster: cluster, ref: spec.Ref()}, nil
+}
+
+// abandonEmptyHome removes what an interrupted earlier attempt left where a machine without a VM
+// was to live, and forgets that place once nothing of ours is left there. It keeps the home if a
+// VM of ours is there after all (created just before its UID could be recorded).
+func (r *MachineRequestReconciler) abandonEmptyHome(ctx context.Context, s *machineScope, home *machineHome) (*machineHome, error) {
+	obs, err := home.cluster.Observe(ctx, home.ref)
+	if err != nil || obs.VMExists {
+		return home, err
+	}
+	done, remaining, err := home.cluster.Delete(ctx, home.ref)
+	if err != nil {
+		return nil, err
+	}
+	if !done {
+		return nil, harvester.Waiting(v1alpha1.ReasonDeleting, r.DeletionPollInterval,
+			"%s; removing what an earlier attempt left in Harvester namespace %s before creating the machine where the ProviderConfig points now: waiting for %s",
+			home.moved, home.ref.Namespace, remaining)
+	}
+	log.FromContext(ctx).Info("Forgetting an empty placement: the ProviderConfig points elsewhere now", "namespace", home.ref.Namespace)
+	s.mr.Status.Placement = nil
+	return nil, nil
+}
+
+// reportMoved says, in Degraded, that the ProviderConfig no longer points where the machine lives.
+func (s *machineScope) reportMoved(home *machineHome) {
+	if home.moved != "" {
+		s.degraded(v1alpha1.ReasonProviderConfigMoved, home.moved)
+	}
 }
 
 // reportCreating says why a Creating machine is not Running yet: what Harvester reports if
-// something is wrong (with a Warning event when that changes), and Degraded once the provisioning
-// timeout has passed. The machine keeps waiting either way: only permanent errors make it Failed.
-// It returns when to look again: at the next poll, or when a timeout runs out if that is sooner
-// (no event from Harvester marks the passing of time).
+// something is wrong, or where the start stands once it takes longer than the start grace period
+// (with a Warning event when that changes). Once the provisioning timeout has passed the machine
+// is Failed with that diagnosis. It returns when to look again: at the next poll, or when a
+// timeout runs out if that is sooner (no event from Harvester marks the passing of time).
 func (r *MachineRequestReconciler) reportCreating(s *machineScope, vm string, obs harvester.Observation) time.Duration {
 	next := r.CreatingPollInterval
 	until := func(deadline time.Time) {
@@ -103,16 +225,25 @@ func (r *MachineRequestReconciler) reportCreating(s *machineScope, vm string, ob
 			next = d + 10*time.Millisecond
 		}
 	}
-	reason, message := v1alpha1.ReasonVMCreating, creatingMessage(vm, obs)
+	reason, message := v1alpha1.ReasonVMCreating, creatingMessage(vm)
 	diagnosis := obs.Diagnosis
-	if obs.Running && !obs.RunningSince.IsZero() && time.Since(obs.RunningSince) > r.IPReportTimeout {
+	// KubeVirt records phase transitions to the second: the VM may have run up to a second less.
+	ipDeadline := obs.RunningSince.Add(r.IPReportTimeout + time.Second)
+	switch {
+	case obs.Running && !obs.RunningSince.IsZero() && time.Now().After(ipDeadline):
 		diagnosis = &harvester.Diagnosis{Reason: v1alpha1.ReasonNoIPAddress, Message: fmt.Sprintf(
 			"%s has run for more than %s without reporting an IPv4 address on %s: check that the image runs the QEMU guest agent (for Talos, the qemu-guest-agent system extension) and that the VM network has DHCP with free leases",
 			vm, r.IPReportTimeout, harvester.NICName)}
-	} else if obs.Running {
-		reason = v1alpha1.ReasonWaitingForIPAddress
+	case obs.Running:
 		if !obs.RunningSince.IsZero() {
-			until(obs.RunningSince.Add(r.IPReportTimeout))
+			until(ipDeadline)
+		}
+	case diagnosis == nil && !obs.VMCreatedAt.IsZero():
+		if grace := r.StartGracePeriod; time.Since(obs.VMCreatedAt) > grace {
+			diagnosis = &harvester.Diagnosis{Reason: v1alpha1.ReasonVMNotStarting, Message: fmt.Sprintf(
+				"%s has been starting for more than %s: %s. Its events on Harvester say more (kubectl describe vmi, and its virt-launcher pod)", vm, grace, obs.Starting)}
+		} else {
+			until(obs.VMCreatedAt.Add(grace))
 		}
 	}
 	if diagnosis != nil {
@@ -122,32 +253,34 @@ func (r *MachineRequestReconciler) reportCreating(s *machineScope, vm string, ob
 		}
 	}
 	s.progressing(reason, message)
-	since := s.creatingSince()
-	if !since.IsZero() && time.Since(since) > r.ProvisioningTimeout {
-		// The message names the timeout, not the time elapsed: a status that changes on every
-		// poll would be written on every poll.
-		s.degraded(v1alpha1.ReasonProvisioningTimeout, fmt.Sprintf("not Running within the provisioning timeout (%s) after the VM was created: %s",
-			r.ProvisioningTimeout, message))
-		return next
+	if degradingReasons[reason] {
+		s.degraded(reason, message)
+	} else {
+		s.healthy()
 	}
-	if !since.IsZero() {
-		until(since.Add(r.ProvisioningTimeout))
+	if failed, left := s.timedOut(message); failed {
+		return 0
+	} else if left > 0 {
+		until(time.Now().Add(left))
 	}
-	s.healthy()
 	return next
 }
 
-func creatingMessage(vm string, obs harvester.Observation) string {
-	if obs.Running {
-		return vm + " is running; waiting for the guest agent to report an IPv4 address on " + harvester.NICName
-	}
-	// KubeVirt's one-word status only: a message that followed every VMI phase would cost a status
-	// write per phase (the diagnosis reports the VMI when something is wrong).
+// creatingMessage says what a Creating machine waits for, from before its VM is created until it
+// is Running. It does not follow the start (the disk cloned, WaitingForVolumeBinding, Starting,
+// the VM running without an address yet): each change would cost a status write and say nothing
+// the user can act on. What is wrong, or a start that takes too long, is the diagnosis.
+func creatingMessage(vm string) string {
+	return "Creating " + vm + " on Harvester; waiting for it to run and report an IPv4 address on " + harvester.NICName
+}
+
+// notRunningMessage says what is wrong with the VM of a Running machine that is not running.
+func notRunningMessage(vm string, obs harvester.Observation) string {
 	status := obs.PrintableStatus
 	if status == "" {
-		status = "Provisioning"
+		status = "unknown"
 	}
-	return fmt.Sprintf("%s is starting (status %s)", vm, status)
+	return fmt.Sprintf("%s is not running (status %s)", vm, status)
 }
 
 func (r *MachineRequestReconciler) markRunning(ctx context.Context, s *machineScope, vm string, obs harvester.Observation) {
@@ -165,81 +298,130 @@ func (r *MachineRequestReconciler) markRunning(ctx context.Context, s *machineSc
 	s.setPhase(v1alpha1.MachinePhaseRunning)
 }
 
-// clusterOf finds the machine's VM on Harvester and the client of that Harvester cluster.
-func (r *MachineRequestReconciler) clusterOf(ctx context.Context, s *machineScope) (harvester.MachineRef, harvester.Cluster, error) {
-	ref, creds, err := target(s.mr, s.pc)
-	if err != nil {
-		return ref, nil, err
-	}
-	machines, err := r.Harvester.ClusterFor(ctx, creds)
-	return ref, machines, err
-}
-
 // vmName names a VirtualMachine in messages and events.
 func vmName(namespace, name string) string { return "VirtualMachine " + namespace + "/" + name }
 
 // reconcileRunning is the periodic health check of a Running machine: the VM must still exist
 // (else Failed VMDeleted), and the status follows its addresses.
 func (r *MachineRequestReconciler) reconcileRunning(ctx context.Context, s *machineScope) (reconcile.Result, error) {
-	ref, machines, err := r.clusterOf(ctx, s)
+	home, err := r.homeOf(ctx, s)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	obs, err := machines.Observe(ctx, ref)
+	if home == nil {
+		// Running without any record of a VM: nobody but a person editing the status writes
+		// that. Provisioning finds the VM by name, or reports what is missing.
+		return r.reconcileProvisioning(ctx, s)
+	}
+	obs, err := home.cluster.Observe(ctx, home.ref)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	vm := vmName(ref.Namespace, ref.Name)
+	vm := vmName(home.ref.Namespace, home.ref.Name)
 	if !obs.VMExists {
 		s.mr.Status.IPAddress, s.mr.Status.IPAddresses, s.mr.Status.MACAddress = "", nil, ""
 		return reconcile.Result{}, harvester.Permanent(v1alpha1.ReasonVMDeleted,
-			"%s was deleted outside the provider: change the MachineRequest's spec (or delete and recreate it) to create a new VM", vm)
+			"%s was deleted outside the provider: set annotation %s=true on the MachineRequest (or change its spec) to create a new VM, or delete the MachineRequest", vm, v1alpha1.AnnotationRetry)
 	}
+	recordVM(&s.mr.Status, obs)
 	if !obs.Running || obs.Addresses.Primary == "" {
-		msg := creatingMessage(vm, obs)
+		msg := notRunningMessage(vm, obs)
+		if obs.Running {
+			msg = vm + " is running but reports no IPv4 address on " + harvester.NICName
+		}
 		s.setCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonVMNotReady, msg)
 		s.degraded(v1alpha1.ReasonVMNotReady, msg)
 		return reconcile.Result{RequeueAfter: r.CreatingPollInterval}, nil
 	}
 	r.markRunning(ctx, s, vm, obs)
+	s.reportMoved(home)
 	return reconcile.Result{RequeueAfter: r.HealthCheckInterval}, nil
 }
 
-// reconcileDelete removes the machine from Harvester and then releases the finalizer.
+// reconcileDelete removes the machine from Harvester, where it lives, and then releases the
+// finalizer.
 func (r *MachineRequestReconciler) reconcileDelete(ctx context.Context, s *machineScope) (reconcile.Result, error) {
 	if !hasFinalizer(s.mr) {
 		return reconcile.Result{}, nil
 	}
 	if s.mr.Annotations[v1alpha1.AnnotationSkipHarvesterCleanup] == "true" {
 		s.event(corev1.EventTypeWarning, "CleanupSkipped", "Delete",
-			"Released without deleting anything on Harvester because of annotation "+v1alpha1.AnnotationSkipHarvesterCleanup+"; VM "+s.mr.Spec.MachineName+" may remain there")
+			"Released without deleting anything on Harvester because of annotation "+v1alpha1.AnnotationSkipHarvesterCleanup+"; "+describeHome(s)+" may remain there")
 		return reconcile.Result{}, r.removeFinalizer(ctx, s)
 	}
-	s.setPhase(v1alpha1.MachinePhaseDeleting)
-	ref, machines, err := r.clusterOf(ctx, s)
+	home, err := r.homeOf(ctx, s)
+	if err == nil && home == nil {
+		home, err = r.unrecordedHome(ctx, s)
+	}
 	if err != nil {
+		s.setPhase(v1alpha1.MachinePhaseDeleting)
 		return reconcile.Result{}, blockedDeletion(s, err)
 	}
-	done, remaining, err := machines.Delete(ctx, ref)
+	if home == nil {
+		log.FromContext(ctx).Info("Nothing was created on Harvester; releasing")
+		return reconcile.Result{}, r.removeFinalizer(ctx, s)
+	}
+	done, remaining, err := home.cluster.Delete(ctx, home.ref)
 	if err != nil {
+		s.setPhase(v1alpha1.MachinePhaseDeleting)
 		return reconcile.Result{}, blockedDeletion(s, err)
 	}
 	if !done {
+		// Reported only once it takes longer than a deletion that goes as it should (see
+		// DeletionReportDelay).
+		if left := r.DeletionReportDelay - time.Since(s.mr.DeletionTimestamp.Time); left > 0 {
+			return reconcile.Result{RequeueAfter: min(r.DeletionPollInterval, left+timerSlack)}, nil
+		}
+		s.setPhase(v1alpha1.MachinePhaseDeleting)
 		s.setCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting, "Deleting on Harvester; waiting for "+remaining)
 		s.setCondition(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonDeleting, "Deleting on Harvester; waiting for "+remaining)
 		s.healthy()
 		return reconcile.Result{RequeueAfter: r.DeletionPollInterval}, nil
 	}
-	s.setPhase(v1alpha1.MachinePhaseDeleted)
 	log.FromContext(ctx).Info("Deleted VM and disks on Harvester")
 	s.event(corev1.EventTypeNormal, "Deleted", "Delete",
-		"Deleted "+vmName(ref.Namespace, ref.Name)+", its disks and cloud-init Secret on Harvester")
+		"Deleted "+vmName(home.ref.Namespace, home.ref.Name)+", its disks and cloud-init Secret on Harvester")
 	return reconcile.Result{}, r.removeFinalizer(ctx, s)
+}
+
+// unrecordedHome is where a machine without a placement may have left something: nowhere, since
+// the placement is recorded before anything is created. A version of this provider that did not
+// record placements could have been interrupted between a create and its status write, so
+// where the ProviderConfig points is cleaned up too when it can be reached; when it cannot, there
+// is nothing to wait for.
+func (r *MachineRequestReconciler) unrecordedHome(ctx context.Context, s *machineScope) (*machineHome, error) {
+	creds, err := credentialsFor(s.mr, s.pc)
+	if err != nil {
+		return nil, nil
+	}
+	cluster, err := r.Harvester.ClusterFor(ctx, creds)
+	if err != nil {
+		if _, wait := harvester.AsWaiting(err); wait {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return &machineHome{cluster: cluster, ref: harvester.MachineRef{Owner: ownerOf(s.mr), Namespace: creds.Namespace, Name: s.mr.Spec.MachineName}}, nil
+}
+
+// describeHome names the machine's VM for messages: where it lives if recorded.
+func describeHome(s *machineScope) string {
+	if p := s.mr.Status.Placement; p != nil {
+		return fmt.Sprintf("VM %s/%s (cluster %s)", p.Namespace, p.Name, p.Server)
+	}
+	return "VM " + s.mr.Spec.MachineName
 }
 
 // blockedDeletion turns "cannot reach Harvester" during deletion into a DeletionBlocked wait that
 // says how to get out of it. Transient errors stay transient.
 func blockedDeletion(s *machineScope, err error) error {
+	if w, ok := harvester.AsWaiting(err); ok && w.Reason == v1alpha1.ReasonDiskInUse {
+		// Not blocked: waiting for someone to detach a disk; Harvester's own rule, said as is.
+		if !sameCondition(s, w.Reason, w.Message) {
+			s.event(corev1.EventTypeWarning, w.Reason, "Delete", w.Message)
+		}
+		return err
+	}
 	var msg string
 	if w, ok := harvester.AsWaiting(err); ok {
 		msg = w.Message
@@ -248,8 +430,8 @@ func blockedDeletion(s *machineScope, err error) error {
 	} else {
 		return err
 	}
-	msg = fmt.Sprintf("Cannot delete VM %s on Harvester: %s. Fix that, or set annotation %s=true on this MachineRequest to release it without cleaning up on Harvester",
-		s.mr.Spec.MachineName, msg, v1alpha1.AnnotationSkipHarvesterCleanup)
+	msg = fmt.Sprintf("Cannot delete %s on Harvester: %s. Fix that, or set annotation %s=true on this MachineRequest to release it without cleaning up on Harvester",
+		describeHome(s), msg, v1alpha1.AnnotationSkipHarvesterCleanup)
 	if s.mr.Status.Conditions == nil || !sameCondition(s, v1alpha1.ReasonDeletionBlocked, msg) {
 		s.event(corev1.EventTypeWarning, v1alpha1.ReasonDeletionBlocked, "Delete", msg)
 	}
@@ -269,16 +451,30 @@ func sameCondition(s *machineScope, reason, msg string) bool {
 func (r *MachineRequestReconciler) consumeRetryAnnotation(ctx context.Context, s *machineScope) error {
 	patch := client.MergeFrom(s.mr.DeepCopy())
 	delete(s.mr.Annotations, v1alpha1.AnnotationRetry)
-	return r.Patch(ctx, s.mr, patch)
+	return s.patchMeta(ctx, r.Client, patch)
 }
 
+// handOver removes our finalizer from a MachineRequest that another provider serves now and for
+// which nothing was ever created on Harvester.
+func (r *MachineRequestReconciler) handOver(ctx context.Context, s *machineScope) error {
+	log.FromContext(ctx).Info("ProviderConfig names another provider and nothing was created on Harvester: releasing the MachineRequest", "provider", s.pc.Spec.Provider)
+	s.event(corev1.EventTypeNormal, "Released", "Release",
+		fmt.Sprintf("ProviderConfig %s now says provider %q and nothing was created on Harvester: the Harvester provider lets go of this MachineRequest", providerConfigRef(s.mr), s.pc.Spec.Provider))
+	return r.removeFinalizer(ctx, s)
+}
+
+// removeFinalizer removes our finalizer, locked like ensureFinalizer so that finalizers other
+// controllers added meanwhile stay.
 func (r *MachineRequestReconciler) removeFinalizer(ctx context.Context, s *machineScope) error {
-	patch := client.MergeFrom(s.mr.DeepCopy())
+	patch := client.MergeFromWithOptions(s.mr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(s.mr, v1alpha1.MachineRequestFinalizer)
-	if err := r.Patch(ctx, s.mr, patch); err != nil {
+	if err := s.patchMeta(ctx, r.Client, patch); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	s.released = true // the object is gone with its last finalizer: no status left to write
-	metrics.ObserveDeleted(s.mr.DeletionTimestamp.Time, time.Now())
+	s.released = true // gone with its last finalizer, or another provider's now: no status from us
+	r.statuses.forget(s.mr)
+	if s.deleting() {
+		metrics.ObserveDeleted(s.mr.DeletionTimestamp.Time, time.Now())
+	}
 	return nil
 }

@@ -8,14 +8,22 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 )
 
-// ignoreStatusOnlyUpdates drops the update events our own status patches cause, keeping spec
-// changes (generation), deletion, finalizer and annotation changes (the skip-cleanup escape hatch).
-func ignoreStatusOnlyUpdates() predicate.Predicate {
+// updatesThatMatter passes the updates of an object that can change what the provider does with
+// it: its spec (generation), its deletion, its annotations (retry, skip-cleanup), finalizers of
+// other controllers, and resyncs (the same resourceVersion: --sync-period's safety net, which the
+// priority queue serves after everything else). It drops the provider's own writes: its status
+// patches and adding or removing its own finalizer, each of which would otherwise cost a
+// reconcile that finds nothing to do.
+func updatesThatMatter(ownFinalizer string) predicate.Predicate {
+	others := func(finalizers []string) []string {
+		return slices.DeleteFunc(slices.Clone(finalizers), func(f string) bool { return f == ownFinalizer })
+	}
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld, e.ObjectNew
-		return o.GetGeneration() != n.GetGeneration() ||
+		return o.GetResourceVersion() == n.GetResourceVersion() ||
+			o.GetGeneration() != n.GetGeneration() ||
 			!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) ||
-			!slices.Equal(o.GetFinalizers(), n.GetFinalizers()) ||
+			!slices.Equal(others(o.GetFinalizers()), others(n.GetFinalizers())) ||
 			!maps.Equal(o.GetAnnotations(), n.GetAnnotations())
 	}}
 }

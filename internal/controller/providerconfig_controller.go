@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,6 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -59,15 +61,23 @@ type ProviderConfigReconciler struct {
 
 	mu   sync.Mutex
 	seen map[types.NamespacedName]lastValidation // last full validation per ProviderConfig
+
+	// When the manager may not write ProviderConfig status: see providerconfig_unwritten.go.
+	statusForbidden atomic.Bool             // said once
+	unwrittenWake   chan event.GenericEvent // guarded by mu
 }
 
 type lastValidation struct {
 	uid             types.UID // a recreated ProviderConfig of the same name is validated afresh
 	generation      int64
+	allowInsecure   bool // the opt-in annotation changes what the credentials check accepts
 	secretVersion   string
 	at              time.Time
 	ready           bool
 	reportedFailure string
+	// unwritten is the status the checks gave when the manager may not write it (see
+	// statusNotWritten), nil when it was written.
+	unwritten *v1alpha1.ProviderConfigStatus
 }
 
 // +kubebuilder:rbac:groups=butler.butlerlabs.dev,resources=providerconfigs/status,verbs=get;update;patch
@@ -88,6 +98,11 @@ func (r *ProviderConfigReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	creds, spec, specErr := preflightTarget(pc)
 	secretVersion := r.secretVersion(ctx, creds)
 	last, due := r.due(pc, secretVersion)
+	if last.secretVersion != secretVersion {
+		// The Secret changed (or went): clients read it again now rather than when their
+		// last read of it grows old.
+		r.Harvester.Invalidate(creds)
+	}
 	if !due {
 		return ctrl.Result{RequeueAfter: r.CredentialsPoll}, nil
 	}
@@ -95,8 +110,12 @@ func (r *ProviderConfigReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	original := pc.DeepCopy()
 	version, checks := r.validate(ctx, creds, spec, specErr)
 	ready := setPreflightStatus(pc, version, checks)
+	var unwritten *v1alpha1.ProviderConfigStatus
 	if err := r.Status().Patch(ctx, pc, client.MergeFrom(original)); err != nil {
-		return ctrl.Result{}, err
+		if !apierrors.IsForbidden(err) {
+			return ctrl.Result{}, err
+		}
+		unwritten = r.statusNotWritten(ctx, pc, err)
 	}
 	failure := failedChecks(pc)
 	switch {
@@ -105,7 +124,10 @@ func (r *ProviderConfigReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	case !ready && failure != last.reportedFailure:
 		recordEvent(r.Recorder, pc, corev1.EventTypeWarning, "PreflightFailed", "Validate", failure)
 	}
-	r.remember(pc, lastValidation{generation: pc.Generation, secretVersion: secretVersion, at: time.Now(), ready: ready, reportedFailure: failure})
+	r.remember(pc, lastValidation{generation: pc.Generation, allowInsecure: allowsInsecure(pc), secretVersion: secretVersion, at: time.Now(), ready: ready, reportedFailure: failure, unwritten: unwritten})
+	if unwritten != nil && (ready != last.ready || failure != last.reportedFailure) {
+		r.wakeMachineRequests(pc)
+	}
 	if !ready {
 		log.FromContext(ctx).Info("ProviderConfig is not ready", "failed", failure)
 		return ctrl.Result{RequeueAfter: r.NotReadyRetry}, nil
@@ -119,7 +141,7 @@ func (r *ProviderConfigReconciler) due(pc *v1alpha1.ProviderConfig, secretVersio
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	last, ok := r.seen[client.ObjectKeyFromObject(pc)]
-	if !ok || last.uid != pc.UID || last.generation != pc.Generation || last.secretVersion != secretVersion {
+	if !ok || last.uid != pc.UID || last.generation != pc.Generation || last.secretVersion != secretVersion || last.allowInsecure != allowsInsecure(pc) {
 		return last, true
 	}
 	period := r.RecheckInterval
@@ -265,7 +287,13 @@ func preflightGate(pc *v1alpha1.ProviderConfig, usesDefaultImage bool) error {
 		if !usesDefaultImage && (t == v1alpha1.ConditionImageReady || t == v1alpha1.ConditionStorageReady) {
 			continue
 		}
-		return harvester.Waiting(v1alpha1.ReasonProviderConfigNotReady, DefaultNotReadyRetryPeriod,
+		// Credentials problems keep their own reason (CredentialsUnavailable, UntrustedEndpoint,
+		// ...): it says what to fix, and the same reason shows whichever reconcile sees it first.
+		reason := v1alpha1.ReasonProviderConfigNotReady
+		if t == v1alpha1.ConditionCredentialsValid {
+			reason = c.Reason
+		}
+		return harvester.Waiting(reason, DefaultNotReadyRetryPeriod,
 			"ProviderConfig %s/%s is not ready: %s=False (%s): %s", pc.Namespace, pc.Name, c.Type, c.Reason, c.Message)
 	}
 	return nil
@@ -284,8 +312,21 @@ func (r *ProviderConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("providerconfig").
-		For(&v1alpha1.ProviderConfig{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&v1alpha1.ProviderConfig{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, insecureOptInChanged()))).
+		WithOptions(controller.Options{ReconciliationTimeout: reconcileTimeout}).
 		Complete(r)
+}
+
+func allowsInsecure(pc *v1alpha1.ProviderConfig) bool {
+	return pc.Annotations[v1alpha1.AnnotationAllowInsecureCredentials] == "true"
+}
+
+// insecureOptInChanged passes updates that add or remove the allow-insecure-credentials opt-in:
+// an annotation does not change the generation, but it changes what the credentials check accepts.
+func insecureOptInChanged() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return allowsInsecure(e.ObjectOld.(*v1alpha1.ProviderConfig)) != allowsInsecure(e.ObjectNew.(*v1alpha1.ProviderConfig))
+	}}
 }
 
 // conditionsChanged passes ProviderConfig updates that change the spec or a condition, so that

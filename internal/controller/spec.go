@@ -22,51 +22,56 @@ const blockedDeletionRetry = 30 * time.Second
 // reservedLabelPrefixes are label prefixes the provider and Harvester own on the VM.
 var reservedLabelPrefixes = []string{"butler.butlerlabs.dev/", "harvesterhci.io/", "kubevirt.io/"}
 
-// target locates the machine on Harvester and the credentials to reach it. Only the
+// credentialsFor locates the credentials of the MachineRequest's ProviderConfig, with
+// Namespace set to the Harvester namespace where new machines are created. Only the
 // ProviderConfig can be at fault here, so every problem is a wait: it is fixed there, which wakes
 // the MachineRequest through the watch.
-func target(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (harvester.MachineRef, harvester.Credentials, error) {
-	pcNamespace, pcName := mr.ProviderConfigKey()
-	pcRef := pcNamespace + "/" + pcName
+func credentialsFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (harvester.Credentials, error) {
+	pcRef := providerConfigRef(mr)
 	if pc == nil {
-		return harvester.MachineRef{}, harvester.Credentials{}, harvester.Waiting(v1alpha1.ReasonProviderConfigNotFound, providerConfigRetry,
+		return harvester.Credentials{}, harvester.Waiting(v1alpha1.ReasonProviderConfigNotFound, providerConfigRetry,
 			"ProviderConfig %s (spec.providerRef) does not exist: create it or correct spec.providerRef", pcRef)
 	}
-	hv, err := harvesterOf(pc, pcRef)
-	if err != nil {
-		return harvester.MachineRef{}, harvester.Credentials{}, err
+	if _, err := harvesterOf(pc, pcRef); err != nil {
+		return harvester.Credentials{}, err
 	}
-	creds, err := credentialsOf(pc, pcRef)
-	if err != nil {
-		return harvester.MachineRef{}, creds, err
-	}
-	ref := harvester.MachineRef{
-		Owner: harvester.Owner{
-			Namespace: mr.Namespace, Name: mr.Name, UID: mr.UID,
-			LegacyProviderID: legacyProviderID(mr.Status.ProviderID),
-		},
-		Namespace: namespaceOf(hv),
-		Name:      mr.Spec.MachineName,
-	}
-	return ref, creds, nil
+	return credentialsOf(pc, pcRef)
 }
 
-// machineSpecFor derives what to create on Harvester from a MachineRequest and its ProviderConfig.
-// Problems of the MachineRequest are permanent (fixed by changing its spec); problems of the
-// ProviderConfig are waits.
+// ownerOf identifies the MachineRequest on Harvester.
+func ownerOf(mr *v1alpha1.MachineRequest) harvester.Owner {
+	return harvester.Owner{
+		Namespace: mr.Namespace, Name: mr.Name, UID: mr.UID,
+		LegacyProviderID: legacyProviderID(mr.Status.ProviderID),
+	}
+}
+
+func providerConfigRef(mr *v1alpha1.MachineRequest) string {
+	namespace, name := mr.ProviderConfigKey()
+	return namespace + "/" + name
+}
+
+// machineSpecFor derives what to create on Harvester from a MachineRequest and its ProviderConfig,
+// in the place the ProviderConfig names now (the caller puts it where the machine lives, if that
+// is recorded). Problems of the MachineRequest are permanent (fixed by changing its spec);
+// problems of the ProviderConfig are waits.
 func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (*harvester.MachineSpec, harvester.Credentials, error) {
-	ref, creds, err := target(mr, pc)
+	creds, err := credentialsFor(mr, pc)
 	if err != nil {
 		return nil, creds, err
 	}
-	pcNamespace, pcName := mr.ProviderConfigKey()
-	pcRef := pcNamespace + "/" + pcName
+	if pc.Spec.Provider != v1alpha1.ProviderTypeHarvester {
+		return nil, creds, harvester.Waiting(v1alpha1.ReasonProviderConfigMoved, providerConfigRetry,
+			"ProviderConfig %s now says provider %q: the Harvester provider creates nothing more for this MachineRequest; delete it, or set the ProviderConfig's provider back to \"harvester\"",
+			providerConfigRef(mr), pc.Spec.Provider)
+	}
+	pcRef := providerConfigRef(mr)
 	hv := pc.Spec.Harvester
 	network, err := harvester.ParseObjectRef(hv.NetworkName, "")
 	if err != nil {
 		return nil, creds, invalidProviderConfig(pcRef, "spec.harvester.networkName: "+err.Error())
 	}
-	image, err := imageFor(mr, hv, ref.Namespace, pcRef)
+	image, err := imageFor(mr, hv, creds.Namespace, pcRef)
 	if err != nil {
 		return nil, creds, err
 	}
@@ -80,9 +85,9 @@ func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (*
 		return nil, creds, err
 	}
 	spec := &harvester.MachineSpec{
-		Owner:               ref.Owner,
-		Namespace:           ref.Namespace,
-		Name:                ref.Name,
+		Owner:               ownerOf(mr),
+		Namespace:           creds.Namespace,
+		Name:                mr.Spec.MachineName,
 		Role:                string(mr.Spec.Role),
 		CPU:                 uint32(mr.Spec.CPU), //nolint:gosec // G115: the CRD bounds spec.cpu to 1..128, so it fits
 		MemoryMB:            int64(mr.Spec.MemoryMB),
@@ -132,7 +137,8 @@ func credentialsOf(pc *v1alpha1.ProviderConfig, pcRef string) (harvester.Credent
 		return harvester.Credentials{}, invalidProviderConfig(pcRef, fmt.Sprintf(
 			"spec.credentialsRef.namespace is %q: the credentials Secret must be in the ProviderConfig's own namespace %q; copy the Secret there", ref.Namespace, pc.Namespace))
 	}
-	creds := harvester.Credentials{SecretNamespace: ref.Namespace, SecretName: ref.Name, Key: ref.Key, Namespace: "default"}
+	creds := harvester.Credentials{SecretNamespace: ref.Namespace, SecretName: ref.Name, Key: ref.Key, Namespace: "default",
+		AllowInsecure: allowsInsecure(pc)}
 	if pc.Spec.Harvester != nil {
 		creds.Endpoint = pc.Spec.Harvester.Endpoint
 		creds.Namespace = namespaceOf(pc.Spec.Harvester)

@@ -2,6 +2,7 @@ package harvester
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -11,7 +12,8 @@ import (
 type Addresses struct {
 	// Primary is the first routable IPv4 address: what the bootstrap pushes configs to.
 	Primary string
-	// All lists every address reported for the NIC, in the order reported, without duplicates.
+	// All lists every address reported for the NIC without duplicates: Primary first (callers
+	// take element 0 as the node's address), then the others in the order reported.
 	All []string
 	MAC string
 }
@@ -37,6 +39,9 @@ func SelectAddresses(ifaces []kubevirtv1.VirtualMachineInstanceNetworkInterface)
 			if out.Primary == "" && isRoutableIPv4(addr) {
 				out.Primary = addr.String()
 			}
+		}
+		if i := slices.Index(out.All, out.Primary); i > 0 {
+			out.All = slices.Insert(slices.Delete(out.All, i, i+1), 0, out.Primary)
 		}
 		break
 	}

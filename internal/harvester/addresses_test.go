@@ -20,10 +20,10 @@ func TestSelectAddresses(t *testing.T) {
 			{Name: "", InterfaceName: "lo", IP: "127.0.0.1", IPs: []string{"127.0.0.1", "::1"}},
 			{Name: NICName, InterfaceName: "eth0", MAC: "52:54:00:aa:bb:cc", IP: "fe80::5054:ff:feaa:bbcc",
 				IPs: []string{"fe80::5054:ff:feaa:bbcc", "169.254.3.4", "10.40.0.21/24", "2001:db8::21", "10.40.0.21"}},
-		}, "10.40.0.21", []string{"fe80::5054:ff:feaa:bbcc", "169.254.3.4", "10.40.0.21", "2001:db8::21"}, "52:54:00:aa:bb:cc"},
+		}, "10.40.0.21", []string{"10.40.0.21", "fe80::5054:ff:feaa:bbcc", "169.254.3.4", "2001:db8::21"}, "52:54:00:aa:bb:cc"},
 		"only IPv6":         {[]iface{{Name: NICName, IP: "2001:db8::5"}}, "", []string{"2001:db8::5"}, ""},
 		"other NIC ignored": {[]iface{{Name: "nic-2", IP: "192.168.1.5"}}, "", nil, ""},
-		"garbage skipped":   {[]iface{{Name: NICName, IPs: []string{"not-an-ip", "", "0.0.0.0", "10.0.0.9"}}}, "10.0.0.9", []string{"0.0.0.0", "10.0.0.9"}, ""},
+		"garbage skipped":   {[]iface{{Name: NICName, IPs: []string{"not-an-ip", "", "0.0.0.0", "10.0.0.9"}}}, "10.0.0.9", []string{"10.0.0.9", "0.0.0.0"}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := SelectAddresses(tc.in)

@@ -18,7 +18,7 @@ func BenchmarkBuildObjectsOfOneMachine(b *testing.B) {
 	s := testSpec()
 	image := ImageInfo{Ref: s.Image, StorageClassName: "longhorn-talos"}
 	for b.Loop() {
-		_ = BuildCloudInitSecret(s)
+		_ = BuildCloudInitSecret(s, nil)
 		_ = BuildRootDiskClaim(s, image)
 		_ = BuildVirtualMachine(s)
 	}

@@ -2,12 +2,14 @@ package harvester
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 )
 
 const (
@@ -20,29 +22,36 @@ const (
 	fallbackStorageClassPrefix = "longhorn-"
 )
 
-// BuildCloudInitSecret returns the Secret the VM reads its cloud-init user and network data from.
+// BuildCloudInitSecret returns the Secret the VM reads its cloud-init user and network data from,
+// owned by owner (the machine's root disk) if given, so that it is collected with the disk.
 // A Secret, never inline data: KubeVirt rejects inline cloud-init over 2048 bytes.
-func BuildCloudInitSecret(s *MachineSpec) *corev1.Secret {
+func BuildCloudInitSecret(s *MachineSpec, owner *metav1.OwnerReference) *corev1.Secret {
 	data := map[string][]byte{userDataKey: []byte(s.UserData)}
 	if s.NetworkData != "" {
 		data[networkDataKey] = []byte(s.NetworkData)
 	}
-	return &corev1.Secret{
+	secret := &corev1.Secret{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        cloudInitSecretName(s.Name),
 			Namespace:   s.Namespace,
 			Labels:      ownerLabels(s.Owner, s.Role),
-			Annotations: ownerAnnotations(s.Owner),
+			Annotations: mergeMaps(ownerAnnotations(s.Owner), map[string]string{AnnotationCloudInitHash: cloudInitHash(data)}),
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: data,
 	}
+	if owner != nil {
+		secret.OwnerReferences = []metav1.OwnerReference{*owner}
+	}
+	return secret
 }
 
 // ImageInfo is what the root disk needs to know about the VirtualMachineImage.
 type ImageInfo struct {
 	Ref ObjectRef
+	// Backend is the image's spec.backend (BackendBackingImage when it names none).
+	Backend string
 	// StorageClassName is the image's status.storageClassName (may be empty).
 	StorageClassName string
 	// VirtualSizeBytes is the image's status.virtualSize (0 when unknown).
@@ -52,7 +61,9 @@ type ImageInfo struct {
 	ImportFailure string
 }
 
-// StorageClass is the storage class a root disk cloned from this image must use.
+// StorageClass is the storage class a root disk cloned from this image must use: the image's
+// status.storageClassName (lh-<image uid> for backing images since Harvester 1.4, the target
+// class for CDI images), read, never guessed.
 func (i ImageInfo) StorageClass() string {
 	if i.StorageClassName != "" {
 		return i.StorageClassName
@@ -65,6 +76,31 @@ func BuildRootDiskClaim(s *MachineSpec, image ImageInfo) *corev1.PersistentVolum
 	pvc := buildClaim(s, 0, s.DiskGB, image.StorageClass())
 	pvc.Annotations[AnnotationImageID] = image.Ref.String()
 	return pvc
+}
+
+// annotationImmediateBinding asks CDI to bind a DataVolume's PVC at once, even when its storage
+// class waits for a first consumer (CDI's AnnImmediateBinding).
+const annotationImmediateBinding = "cdi.kubevirt.io/storage.bind.immediate.requested"
+
+// BuildRootDiskDataVolume returns the root disk of an image of the CDI backend: a DataVolume
+// cloned from the image's PVC (named after the image, in its namespace) into the image's storage
+// class, as Harvester's VM controller creates one for its own VMs (createDataVolume). CDI creates
+// the PVC of the same name, with the DataVolume's labels and annotations, and the VM mounts it.
+func BuildRootDiskDataVolume(s *MachineSpec, image ImageInfo) *cdiv1.DataVolume {
+	claim := buildClaim(s, 0, s.DiskGB, image.StorageClass())
+	return &cdiv1.DataVolume{
+		TypeMeta:   metav1.TypeMeta{APIVersion: cdiv1.SchemeGroupVersion.String(), Kind: "DataVolume"},
+		ObjectMeta: claim.ObjectMeta,
+		Spec: cdiv1.DataVolumeSpec{
+			Source: &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: image.Ref.Namespace, Name: image.Ref.Name}},
+			Storage: &cdiv1.StorageSpec{
+				StorageClassName: claim.Spec.StorageClassName,
+				AccessModes:      claim.Spec.AccessModes,
+				VolumeMode:       claim.Spec.VolumeMode,
+				Resources:        claim.Spec.Resources,
+			},
+		},
+	}
 }
 
 // BuildExtraDiskClaim returns the blank PVC of extra disk i (0-based in s.ExtraDisks).
@@ -120,25 +156,24 @@ func BuildVirtualMachine(s *MachineSpec) *kubevirtv1.VirtualMachine {
 		disks = append(disks, virtioDisk(diskName(i+1), nil))
 		volumes = append(volumes, claimVolume(diskName(i+1), diskClaimName(s.Name, i+1)))
 	}
-	disks = append(disks, virtioDisk(cloudInitVolumeName, nil))
-	cloudInit := &kubevirtv1.CloudInitNoCloudSource{
-		UserDataSecretRef: &corev1.LocalObjectReference{Name: cloudInitSecretName(s.Name)},
+	if s.HasCloudInit() {
+		disks = append(disks, virtioDisk(cloudInitVolumeName, nil))
+		volumes = append(volumes, kubevirtv1.Volume{
+			Name:         cloudInitVolumeName,
+			VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: cloudInitSource(s)},
+		})
 	}
-	if s.NetworkData != "" {
-		cloudInit.NetworkDataSecretRef = &corev1.LocalObjectReference{Name: cloudInitSecretName(s.Name)}
-	}
-	volumes = append(volumes, kubevirtv1.Volume{
-		Name:         cloudInitVolumeName,
-		VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: cloudInit},
-	})
 
+	// The disks Harvester removes with the VM, named at creation: deleting the machine then needs
+	// no extra write, and a volume someone hot-plugs later is never among them.
+	annotations := mergeMaps(ownerAnnotations(s.Owner), map[string]string{AnnotationRemovedPVCs: strings.Join(ClaimNames(s), ",")})
 	return &kubevirtv1.VirtualMachine{
 		TypeMeta: metav1.TypeMeta{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        s.Name,
 			Namespace:   s.Namespace,
 			Labels:      labels,
-			Annotations: ownerAnnotations(s.Owner),
+			Annotations: annotations,
 		},
 		Spec: kubevirtv1.VirtualMachineSpec{
 			RunStrategy: ptr.To(kubevirtv1.RunStrategyAlways),
@@ -173,6 +208,19 @@ func BuildVirtualMachine(s *MachineSpec) *kubevirtv1.VirtualMachine {
 			},
 		},
 	}
+}
+
+// cloudInitSource reads the user data, and network data if any, from the machine's Secret.
+func cloudInitSource(s *MachineSpec) *kubevirtv1.CloudInitNoCloudSource {
+	ref := &corev1.LocalObjectReference{Name: cloudInitSecretName(s.Name)}
+	src := &kubevirtv1.CloudInitNoCloudSource{}
+	if s.UserData != "" {
+		src.UserDataSecretRef = ref
+	}
+	if s.NetworkData != "" {
+		src.NetworkDataSecretRef = ref
+	}
+	return src
 }
 
 // spreadByRole prefers putting machines of the same MachineRequest namespace and role on different

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -53,6 +54,28 @@ func TestBuildVirtualMachine(t *testing.T) {
 			}
 			if aa := vm.Spec.Template.Spec.Affinity.PodAntiAffinity; aa == nil || len(aa.PreferredDuringSchedulingIgnoredDuringExecution) != 1 {
 				t.Fatal("no soft anti-affinity")
+			}
+		}},
+		"no cloud-init disk without data": {func(s *MachineSpec) { s.UserData, s.NetworkData = "", "" }, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			for _, v := range vm.Spec.Template.Spec.Volumes {
+				if v.CloudInitNoCloud != nil {
+					t.Fatalf("cloud-init volume %+v without userData or networkData", v)
+				}
+			}
+			for _, d := range vm.Spec.Template.Spec.Domain.Devices.Disks {
+				if d.Name == cloudInitVolumeName {
+					t.Fatal("cloud-init disk without userData or networkData")
+				}
+			}
+		}},
+		"networkData alone": {func(s *MachineSpec) { s.UserData, s.NetworkData = "", "version: 2" }, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			if ci := cloudInit(t, vm); ci.UserDataSecretRef != nil || ci.NetworkDataSecretRef == nil {
+				t.Fatalf("cloud-init %+v", ci)
+			}
+		}},
+		"disks removed with the VM named at creation, only ours": {func(s *MachineSpec) { s.ExtraDisks = []DiskSpec{{SizeGB: 10}} }, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			if got := vm.Annotations[AnnotationRemovedPVCs]; got != "cluster-cp-0-disk-0,cluster-cp-0-disk-1" {
+				t.Fatalf("removed-claims annotation %q", got)
 			}
 		}},
 		"ownership labels win over user labels": {nil, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
@@ -155,12 +178,25 @@ func TestBuildExtraDiskClaim(t *testing.T) {
 func TestBuildCloudInitSecret(t *testing.T) {
 	s := testSpec()
 	s.UserData = strings.Repeat("x", 100*1024)
-	sec := BuildCloudInitSecret(s)
+	root := metav1.OwnerReference{APIVersion: "v1", Kind: "PersistentVolumeClaim", Name: "cluster-cp-0-disk-0", UID: "pvc-uid"}
+	sec := BuildCloudInitSecret(s, &root)
 	if sec.Name != "cluster-cp-0-cloudinit" || len(sec.Data[userDataKey]) != 100*1024 {
 		t.Fatalf("secret %s with %d bytes of userdata", sec.Name, len(sec.Data[userDataKey]))
 	}
 	if _, ok := sec.Data[networkDataKey]; ok {
 		t.Fatal("networkdata key without networkData")
+	}
+	if len(sec.OwnerReferences) != 1 || sec.OwnerReferences[0] != root {
+		t.Fatalf("owners %v, want the root disk", sec.OwnerReferences)
+	}
+	// The hash follows the data, so that a Secret read without its data is known to be current.
+	hash := sec.Annotations[AnnotationCloudInitHash]
+	s.NetworkData = "version: 2"
+	if other := BuildCloudInitSecret(s, nil).Annotations[AnnotationCloudInitHash]; hash == "" || other == hash {
+		t.Fatalf("hash %q, with networkData %q", hash, other)
+	}
+	if again := BuildCloudInitSecret(s, nil).Annotations[AnnotationCloudInitHash]; again != BuildCloudInitSecret(s, &root).Annotations[AnnotationCloudInitHash] {
+		t.Fatal("the hash depends on more than the data")
 	}
 }
 

@@ -9,7 +9,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
@@ -21,38 +23,153 @@ type Diagnosis struct {
 	Message string
 }
 
-// diagnose explains a VM that is not running with an IP, from what KubeVirt and Harvester report:
-// scheduling, disks, the VMI's conditions. It returns nil when nothing is wrong yet (the VM is
-// simply starting). Errors while reading are ignored: a diagnosis is a hint, never a reason to fail.
-func (m *remoteMachines) diagnose(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) *Diagnosis {
+// unboundPVCsMessage is what the scheduler says of a pod whose PVCs are not bound yet. KubeVirt
+// starts a VM's virt-launcher pod while its root disk is still being cloned, and copies this
+// PodScheduled=False condition into the VMI (and the VM shows ErrorUnschedulable): part of every
+// start, not a failure. A disk that cannot bind says so in its own events.
+const unboundPVCsMessage = "unbound immediate PersistentVolumeClaims"
+
+// diagnose explains a VM that is not running from the signals KubeVirt and Harvester give only when
+// something is wrong: a disk that is missing, whose image failed to import or that has Warning
+// events, KubeVirt's Failure condition on the VM, the VMI failing to create its pod (a quota
+// refusing it, for example), and a scheduler that cannot place the VM for want of resources. It
+// returns nil while the VM is simply starting: KubeVirt's conditions while it starts
+// (Ready=False PodNotExists or GuestNotRunning, PodScheduled=False while its disk is cloned) are
+// not failures, and a start that takes too long is the caller's to judge (see Observation.Starting).
+// Errors while reading are ignored: a diagnosis is a hint, never a reason to fail.
+// pending names the VM's disks that are not bound yet.
+func (m *remoteMachines) diagnose(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, pending []string) *Diagnosis {
 	what := describe("VirtualMachine", vm.Namespace, vm.Name)
-	if vmi != nil {
-		for _, c := range vmi.Status.Conditions {
-			if string(c.Type) == string(corev1.PodScheduled) && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-				return &Diagnosis{v1alpha1.ReasonVMUnschedulable, fmt.Sprintf(
-					"%s cannot be scheduled: %s Free CPU or memory on Harvester, or lower spec.cpu / spec.memoryMB", what, strings.TrimSpace(c.Message))}
-			}
-		}
-	}
 	if d := m.diagnoseDisks(ctx, vm); d != nil {
 		return d
 	}
-	if vmi != nil && vmi.Status.Phase != kubevirtv1.Running {
-		for _, c := range vmi.Status.Conditions {
-			if c.Status != corev1.ConditionFalse || c.Message == "" {
-				continue
+	if msg := vm.Annotations[annotationInsufficientResourceQuota]; msg != "" && vm.Spec.RunStrategy != nil && *vm.Spec.RunStrategy == kubevirtv1.RunStrategyHalted {
+		return &Diagnosis{v1alpha1.ReasonQuotaExceeded, fmt.Sprintf(
+			"Harvester stopped %s (runStrategy Halted) because a ResourceQuota of namespace %s has no room for it: %s. Raise ResourceQuota %s or free resources, then start the VM again (Harvester's UI, or virtctl start)",
+			what, vm.Namespace, msg, orNone(quotaIn(msg)))}
+	}
+	for _, c := range vm.Status.Conditions {
+		if c.Type == kubevirtv1.VirtualMachineFailure && c.Status == corev1.ConditionTrue {
+			return &Diagnosis{v1alpha1.ReasonVMNotStarting, fmt.Sprintf("%s cannot start: KubeVirt reports %s: %s", what, c.Reason, strings.TrimSpace(c.Message))}
+		}
+	}
+	if vmi == nil {
+		return nil
+	}
+	if c := vmiCondition(vmi, kubevirtv1.VirtualMachineInstanceSynchronized); c != nil && c.Reason == failedPVCNotFoundReason {
+		// KubeVirt waits for a PVC to appear, and says so in PodScheduled=False too: the disk
+		// diagnosis above has found nothing wrong (CDI creates a DataVolume's PVC in a moment).
+		return nil
+	}
+	for _, c := range vmi.Status.Conditions {
+		switch {
+		case c.Type == kubevirtv1.VirtualMachineInstanceSynchronized && c.Status == corev1.ConditionFalse && quotaIn(c.Message) != "":
+			return &Diagnosis{v1alpha1.ReasonQuotaExceeded, fmt.Sprintf(
+				"%s cannot start: Harvester refused its virt-launcher pod, which would exceed ResourceQuota %s (%s); raise the quota or free resources in namespace %s, the VM starts once the quota allows",
+				what, quotaIn(c.Message), c.Message, vm.Namespace)}
+		case c.Type == kubevirtv1.VirtualMachineInstanceSynchronized && c.Status == corev1.ConditionFalse && c.Reason != failedPVCNotFoundReason:
+			return &Diagnosis{v1alpha1.ReasonVMNotStarting, fmt.Sprintf("%s cannot start: KubeVirt reports %s: %s", what, c.Reason, strings.TrimSpace(c.Message))}
+		case string(c.Type) == string(corev1.PodScheduled) && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable:
+			why := c.Message
+			if strings.Contains(why, unboundPVCsMessage) {
+				if len(pending) > 0 {
+					continue // the disks are still being provisioned: part of every start
+				}
+				// KubeVirt copies the pod's PodScheduled condition once and keeps it: with the
+				// disks bound, the scheduler's current reason is in the pod's latest event.
+				if why = m.launcherWarning(ctx, vmi, "FailedScheduling"); why == "" || strings.Contains(why, unboundPVCsMessage) {
+					continue
+				}
 			}
-			if strings.Contains(c.Message, "network-attachment-definition") && strings.Contains(c.Message, "not found") {
-				return &Diagnosis{v1alpha1.ReasonNetworkNotFound, fmt.Sprintf(
-					"%s cannot start: %s: create the VM network on Harvester or correct the ProviderConfig's harvester.networkName", what, c.Message)}
-			}
-			return &Diagnosis{v1alpha1.ReasonVMNotStarting, fmt.Sprintf("%s is %s: %s: %s", what, vmi.Status.Phase, c.Reason, c.Message)}
+			return &Diagnosis{v1alpha1.ReasonVMUnschedulable, fmt.Sprintf(
+				"%s cannot be scheduled: %s Free CPU or memory on Harvester, or lower spec.cpu / spec.memoryMB", what, strings.TrimSpace(why))}
 		}
 	}
 	return nil
 }
 
-// diagnoseDisks reports a missing or unbound disk, with the reason Harvester's events give.
+// launcherWarning returns the message of the newest Warning event of that reason about the VMI's
+// virt-launcher pod (named in status.activePods by UID; "" if none).
+func (m *remoteMachines) launcherWarning(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, reason string) string {
+	var newest *corev1.Event
+	for uid := range vmi.Status.ActivePods {
+		list := &corev1.EventList{}
+		if err := m.c.List(ctx, list, client.InNamespace(vmi.Namespace), client.MatchingFields{"involvedObject.uid": string(uid)}); err != nil {
+			return ""
+		}
+		for i, e := range list.Items {
+			if e.Type == corev1.EventTypeWarning && e.Reason == reason && (newest == nil || newerEvent(e, *newest)) {
+				newest = &list.Items[i]
+			}
+		}
+	}
+	if newest == nil {
+		return ""
+	}
+	return newest.Message
+}
+
+// annotationInsufficientResourceQuota is where Harvester's VM controllers say why they stopped a
+// VM whose virt-launcher pod a ResourceQuota refused (StopVMIfExceededQuota,
+// SetHaltIfInsufficientResourceQuota): they set its runStrategy to Halted.
+const annotationInsufficientResourceQuota = "harvesterhci.io/insufficient-resource-quota"
+
+// failedPVCNotFoundReason is KubeVirt's reason while a VMI's PVC does not exist (yet); the disk
+// diagnosis covers it.
+const failedPVCNotFoundReason = "FailedPvcNotFound"
+
+// quotaIn returns the ResourceQuota an "exceeded quota" message names ("" if none).
+func quotaIn(message string) string {
+	_, rest, ok := strings.Cut(message, quotaExceededPrefix)
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, ",")
+	return strings.TrimSpace(name)
+}
+
+// starting describes where a VM that is not running yet stands, for a start that takes longer
+// than it should: KubeVirt's status, the VMI's phase and the condition holding it up, the disks
+// not bound yet. It reads nothing: the caller decides when to say it.
+func starting(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, pending []string) string {
+	parts := []string{"KubeVirt reports status " + orNone(string(vm.Status.PrintableStatus))}
+	if vmi == nil {
+		parts = append(parts, "no VirtualMachineInstance yet")
+	} else {
+		vmiPart := "VirtualMachineInstance " + orNone(string(vmi.Status.Phase))
+		for _, t := range []kubevirtv1.VirtualMachineInstanceConditionType{kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled), kubevirtv1.VirtualMachineInstanceSynchronized, kubevirtv1.VirtualMachineInstanceReady} {
+			if c := vmiCondition(vmi, t); c != nil && c.Status == corev1.ConditionFalse {
+				vmiPart += fmt.Sprintf(", %s=False %s: %s", c.Type, c.Reason, strings.TrimSpace(c.Message))
+				break
+			}
+		}
+		parts = append(parts, vmiPart)
+	}
+	if len(pending) > 0 {
+		parts = append(parts, "disks not bound yet: "+strings.Join(pending, ", "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none yet)"
+	}
+	return s
+}
+
+func vmiCondition(vmi *kubevirtv1.VirtualMachineInstance, t kubevirtv1.VirtualMachineInstanceConditionType) *kubevirtv1.VirtualMachineInstanceCondition {
+	for i := range vmi.Status.Conditions {
+		if vmi.Status.Conditions[i].Type == t {
+			return &vmi.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// diagnoseDisks reports a disk that is missing, or Pending for a reason that is not the normal
+// wait for its volume (cloning an image takes a while): its image failed to import, its
+// DataVolume failed, or it has a Warning event (a missing storage class, a provisioner error).
 func (m *remoteMachines) diagnoseDisks(ctx context.Context, vm *kubevirtv1.VirtualMachine) *Diagnosis {
 	if vm.Spec.Template == nil {
 		return nil
@@ -66,26 +183,73 @@ func (m *remoteMachines) diagnoseDisks(ctx context.Context, vm *kubevirtv1.Virtu
 		err := m.read(ctx, client.ObjectKey{Namespace: vm.Namespace, Name: name}, pvc)
 		switch {
 		case apierrors.IsNotFound(err):
+			if m.dataVolumeExists(ctx, vm.Namespace, name) {
+				continue // CDI creates the PVC of a DataVolume in a moment
+			}
 			return &Diagnosis{v1alpha1.ReasonVolumeMissing, fmt.Sprintf(
 				"PersistentVolumeClaim %s/%s (disk %s) was deleted outside the provider: the VM cannot start; delete and recreate the MachineRequest", vm.Namespace, name, v.Name)}
 		case err != nil || pvc.Status.Phase != corev1.ClaimPending:
 			continue
 		}
-		why := m.latestWarning(ctx, pvc)
-		if id := pvc.Annotations[AnnotationImageID]; id != "" {
-			if ref, err := ParseObjectRef(id, vm.Namespace); err == nil {
-				if info, err := getImage(ctx, m.c, ref); err == nil && info.ImportFailure != "" && !info.Imported {
-					return &Diagnosis{v1alpha1.ReasonImageImportFailed, fmt.Sprintf(
-						"PersistentVolumeClaim %s/%s waits for VirtualMachineImage %s, whose import failed (%s): fix or re-upload the image", vm.Namespace, name, ref, info.ImportFailure)}
-				}
-			}
+		if d := m.diagnosePendingClaim(ctx, vm, v.Name, pvc); d != nil {
+			return d
 		}
-		if why == "" {
-			why = "no event explains it yet"
-		}
-		return &Diagnosis{v1alpha1.ReasonVolumeNotBound, fmt.Sprintf("PersistentVolumeClaim %s/%s (disk %s) is Pending: %s", vm.Namespace, name, v.Name, why)}
 	}
 	return nil
+}
+
+// diagnosePendingClaim explains a Pending disk if something is wrong with it.
+func (m *remoteMachines) diagnosePendingClaim(ctx context.Context, vm *kubevirtv1.VirtualMachine, disk string, pvc *corev1.PersistentVolumeClaim) *Diagnosis {
+	what := fmt.Sprintf("PersistentVolumeClaim %s/%s (disk %s)", pvc.Namespace, pvc.Name, disk)
+	if id := pvc.Annotations[AnnotationImageID]; id != "" {
+		if ref, err := ParseObjectRef(id, vm.Namespace); err == nil {
+			if info, err := getImage(ctx, m.read, ref); err == nil && info.ImportFailure != "" && !info.Imported {
+				return &Diagnosis{v1alpha1.ReasonImageImportFailed, fmt.Sprintf(
+					"%s waits for VirtualMachineImage %s, whose import failed (%s): fix or re-upload the image", what, ref, info.ImportFailure)}
+			}
+		}
+	}
+	if owner := metav1.GetControllerOf(pvc); owner != nil && owner.Kind == dataVolumeKind {
+		dv := &cdiv1.DataVolume{}
+		if m.c.Get(ctx, client.ObjectKey{Namespace: pvc.Namespace, Name: owner.Name}, dv) == nil && dv.Status.Phase == cdiv1.Failed {
+			return &Diagnosis{v1alpha1.ReasonVolumeNotBound, fmt.Sprintf("%s is Pending: DataVolume %s/%s failed: %s", what, dv.Namespace, dv.Name, dataVolumeFailure(dv))}
+		}
+	}
+	if why := m.latestWarning(ctx, pvc); why != "" {
+		return &Diagnosis{v1alpha1.ReasonVolumeNotBound, fmt.Sprintf("%s is Pending: %s", what, why)}
+	}
+	return nil
+}
+
+// dataVolumeKind is CDI's kind, the controller of the PVCs it fills.
+const dataVolumeKind = "DataVolume"
+
+// dataVolumeExists reports whether a DataVolume of that name exists (read live; false where
+// Harvester has no DataVolumes or the credentials may not read them).
+func (m *remoteMachines) dataVolumeExists(ctx context.Context, namespace, name string) bool {
+	return m.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &cdiv1.DataVolume{}) == nil
+}
+
+// dataVolumeFailure is the message of the condition that says why a DataVolume failed.
+func dataVolumeFailure(dv *cdiv1.DataVolume) string {
+	for _, c := range dv.Status.Conditions {
+		if c.Message != "" && c.Status != corev1.ConditionTrue {
+			return c.Reason + ": " + c.Message
+		}
+	}
+	return "no condition says why"
+}
+
+// pendingDisks names the VM's disks that are not bound yet (read from the cache, as diagnose did).
+func (m *remoteMachines) pendingDisks(ctx context.Context, vm *kubevirtv1.VirtualMachine) []string {
+	var pending []string
+	for _, name := range mountedClaims(vm) {
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := m.read(ctx, client.ObjectKey{Namespace: vm.Namespace, Name: name}, pvc); err == nil && pvc.Status.Phase != corev1.ClaimBound {
+			pending = append(pending, describe("PersistentVolumeClaim", vm.Namespace, name))
+		}
+	}
+	return pending
 }
 
 // latestWarning returns the message of the newest Warning event about obj ("" if none).
@@ -103,8 +267,19 @@ func (m *remoteMachines) latestWarning(ctx context.Context, obj client.Object) s
 	if len(warnings) == 0 {
 		return ""
 	}
-	sort.Slice(warnings, func(i, j int) bool { return eventTime(warnings[i]).Before(eventTime(warnings[j])) })
+	sort.Slice(warnings, func(i, j int) bool { return newerEvent(warnings[j], warnings[i]) })
 	return warnings[len(warnings)-1].Message
+}
+
+// newerEvent reports whether a was recorded after b. Event times have a resolution of one second:
+// of two in the same second, the one whose name sorts last is the newer, as recorders name events
+// after their object and the time they were created in nanoseconds, in hex ("<object>.<hex>").
+func newerEvent(a, b corev1.Event) bool {
+	ta, tb := eventTime(a), eventTime(b)
+	if !ta.Equal(tb) {
+		return ta.After(tb)
+	}
+	return a.Name > b.Name
 }
 
 func eventTime(e corev1.Event) time.Time {

@@ -5,12 +5,18 @@
 //
 // The controller only sees the Machines interface; object builders are pure functions so that the
 // shapes Harvester accepts are pinned by table tests, and the remote client is built by a Factory
-// that caches one client per credentials Secret version.
+// that caches one client (and one set of informers) per distinct kubeconfig content.
 //
 // Ownership: every object created here carries LabelMachineRequestUID (plus namespace, name and
 // role labels). An object without our UID label is never changed or deleted; a same-named foreign
 // object is reported as a NameConflict. Disks are created as PVCs by this package rather than
 // declared through Harvester's harvesterhci.io/volumeClaimTemplates annotation, so that each PVC
 // carries our ownership labels from its first moment and an interrupted create resumes on the very
-// same objects instead of racing Harvester's controller.
+// same objects instead of racing Harvester's controller; an admission webhook's refusal of a disk
+// reaches the MachineRequest's status instead of Harvester's controller logs.
+//
+// Order of creation: disks, then the cloud-init Secret owned by the root disk, then the VM, whose
+// harvesterhci.io/removedPersistentVolumeClaims annotation names the disks that are ours. Harvester
+// deletes those disks with the VM, and the garbage collector the Secret with its disk: deleting a
+// machine is one request when nothing goes wrong.
 package harvester

@@ -3,6 +3,7 @@ package harvester
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -56,13 +57,22 @@ func AsWaiting(err error) (*WaitingError, bool) {
 // permissionRetry is how long to wait before retrying after Harvester refused our credentials.
 const permissionRetry = time.Minute
 
-// classify turns a Harvester API error into a waiting error where the user must act (forbidden,
-// unauthorized) and leaves everything else transient. action says what we tried, e.g.
-// "create VirtualMachine default/cp-0".
+// quotaRetry is how long to wait before retrying after a ResourceQuota refused an object: quota is
+// freed by other people's deletions, which the provider does not watch.
+const quotaRetry = 15 * time.Second
+
+// classify turns a Harvester API error into a waiting error where the user must act (quota,
+// forbidden, unauthorized) and leaves everything else transient; a conflict stays recognisable
+// (apierrors.IsConflict) so that the caller retries it without reporting it. action says what we
+// tried, e.g. "create VirtualMachine default/cp-0".
 func classify(err error, action string) error {
 	switch {
 	case err == nil:
 		return nil
+	case apierrors.IsForbidden(err) && quotaOf(err) != "":
+		return Waiting(v1alpha1.ReasonQuotaExceeded, quotaRetry,
+			"Harvester refused to %s: it would exceed ResourceQuota %s (%s); raise the quota or free resources in that namespace, the provider retries",
+			action, quotaOf(err), quotaDetail(err))
 	case apierrors.IsForbidden(err):
 		return Waiting(v1alpha1.ReasonPermissionDenied, permissionRetry,
 			"Harvester refused to %s: the credentials lack permission (%s); grant it in the Harvester Role bound to these credentials", action, apierrors.ReasonForError(err))
@@ -72,4 +82,46 @@ func classify(err error, action string) error {
 	default:
 		return fmt.Errorf("%s on Harvester: %w", action, err)
 	}
+}
+
+// createError classifies the error of a create: an object refused by validation or admission (400,
+// 422) is a permanent InvalidSpec naming the object, since the same object would be refused
+// again; anything else is classified as usual.
+func createError(err error, what string) error {
+	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
+		return Permanent(v1alpha1.ReasonInvalidSpec, "Harvester rejected %s: %s", what, statusMessage(err))
+	}
+	return classify(err, "create "+what)
+}
+
+// quotaExceededPrefix starts the message of Kubernetes' ResourceQuota admission when it refuses an
+// object: "exceeded quota: <name>, requested: ..., used: ..., limited: ...".
+const quotaExceededPrefix = "exceeded quota: "
+
+// quotaOf returns the name of the ResourceQuota that refused a request ("" if none did).
+func quotaOf(err error) string {
+	_, rest, ok := strings.Cut(statusMessage(err), quotaExceededPrefix)
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, ",")
+	return strings.TrimSpace(name)
+}
+
+// quotaDetail is what the quota admission says was requested, used and limited.
+func quotaDetail(err error) string {
+	_, rest, _ := strings.Cut(statusMessage(err), quotaExceededPrefix)
+	if _, detail, ok := strings.Cut(rest, ", "); ok {
+		return detail
+	}
+	return "no detail given"
+}
+
+// statusMessage is the API server's message for err, else err's text.
+func statusMessage(err error) string {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) && status.Status().Message != "" {
+		return status.Status().Message
+	}
+	return err.Error()
 }

@@ -2,6 +2,8 @@ package harvester
 
 import (
 	"context"
+	"crypto/sha256"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -15,8 +17,8 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
@@ -31,8 +33,14 @@ type Credentials struct {
 	SecretName      string
 	// Key is the Secret data key holding the kubeconfig.
 	Key string
-	// Endpoint, when set, replaces the kubeconfig's server URL.
+	// Endpoint (the ProviderConfig's spec.harvester.endpoint), when set, replaces the
+	// kubeconfig's server URL if it cannot take the credentials elsewhere (KubeconfigOptions).
 	Endpoint string
+	// AllowInsecure (the ProviderConfig's annotation AnnotationAllowInsecureCredentials)
+	// accepts kubeconfigs that skip TLS verification, talk plain http or use a proxy. It is part
+	// of the cache key, so a client accepted for one ProviderConfig is never handed to another
+	// that did not opt in.
+	AllowInsecure bool
 }
 
 func (c Credentials) secret() string { return c.SecretNamespace + "/" + c.SecretName }
@@ -40,6 +48,8 @@ func (c Credentials) secret() string { return c.SecretNamespace + "/" + c.Secret
 // Factory hands out a client for a Harvester cluster.
 type Factory interface {
 	ClusterFor(ctx context.Context, creds Credentials) (Cluster, error)
+	// Invalidate makes the next ClusterFor read the credentials' Secret again: it changed.
+	Invalidate(creds Credentials)
 }
 
 // Default client rate limits per Harvester cluster (client-go's own, 5 and 10, would throttle a
@@ -52,11 +62,25 @@ const (
 // credentialsRetry is how soon to look again when the credentials are missing or unusable.
 const credentialsRetry = 30 * time.Second
 
-// CachingFactory builds one client per credentials Secret and Harvester namespace and reuses it
-// for as long as the Secret's resourceVersion stays the same; a changed Secret (rotated credentials)
-// gets a new client. Each client has informers on the objects the provider owns in that namespace
-// (see startCache), started on first use, stopped when the Secret changes or when no
-// ProviderConfig has used the client for IdleTimeout.
+// Defaults of the CachingFactory.
+const (
+	// DefaultIdleTimeout stops a client nobody has asked for in this long.
+	DefaultIdleTimeout = 15 * time.Minute
+	// DefaultSecretRecheck is how long a read of a credentials Secret is trusted before the Secret
+	// is read again: rotated credentials are noticed within it (the ProviderConfig checks notice
+	// them too, and call Invalidate), and reconciles do not read the Secret each time.
+	DefaultSecretRecheck = 10 * time.Second
+	// DefaultCacheRetry is how soon informers that did not sync (credentials without list or
+	// watch, an API that did not answer) are tried again, while reads go to the API meanwhile.
+	DefaultCacheRetry = time.Minute
+)
+
+// CachingFactory builds one client per distinct kubeconfig (content, endpoint and opt-in) and
+// Harvester namespace, and reuses it for as long as the credentials Secret holds that kubeconfig:
+// a change to the Secret's metadata alone keeps the client and its informers; new content (rotated
+// credentials) gets a new client and retires the old one. Each client has informers on the objects
+// the provider owns in its namespace (see startCache); informers that do not sync are retried in
+// the background. A janitor stops clients nobody has used for IdleTimeout.
 type CachingFactory struct {
 	// SecretReader reads credentials Secrets from the management cluster. It should not be a
 	// cached client, so that the manager needs no cluster-wide watch on Secrets.
@@ -64,24 +88,46 @@ type CachingFactory struct {
 	// QPS and Burst limit requests to each Harvester cluster (0: DefaultQPS and DefaultBurst).
 	QPS   float32
 	Burst int
-	// Notify, if set, receives an event naming a MachineRequest whenever Harvester changes one of
-	// its objects in a way that matters (the MachineRequest controller watches it).
-	Notify chan event.GenericEvent
-	// IdleTimeout stops a Harvester client nobody asked for in this long (default 15 minutes).
-	IdleTimeout time.Duration
-	// Context bounds the informers' lifetime (default: they live until stopped).
+	// Notify, if set, hears of every change on Harvester that matters to a MachineRequest or an
+	// ImageSync (see Notifier).
+	Notify Notifier
+	// IdleTimeout (default DefaultIdleTimeout), SecretRecheck (DefaultSecretRecheck) and
+	// CacheRetry (DefaultCacheRetry): see there.
+	IdleTimeout   time.Duration
+	SecretRecheck time.Duration
+	CacheRetry    time.Duration
+	// Context bounds the informers' and the janitor's lifetime (default: until Stop).
 	Context context.Context
 
+	// startInformers starts a client's informers, nil if they do not sync (default startCache;
+	// tests replace it).
+	startInformers func(ctx context.Context, cfg *rest.Config, namespace string, notify Notifier) client.Reader
+
 	mu       sync.Mutex
-	clients  map[Credentials]*cachedCluster
+	secrets  map[Credentials]*secretRead
+	clients  map[clientKey]*cachedCluster
 	building singleflight.Group
+	janitor  sync.Once
+	done     chan struct{}
+}
+
+// secretRead is what the last read of a credentials Secret gave.
+type secretRead struct {
+	at      time.Time
+	content [sha256.Size]byte
+	cfg     *rest.Config
+}
+
+// clientKey names a client: the kubeconfig it was built from, and the namespace it watches.
+type clientKey struct {
+	content   [sha256.Size]byte
+	namespace string
 }
 
 type cachedCluster struct {
-	resourceVersion string
-	cluster         Cluster
-	stop            context.CancelFunc
-	lastUsed        time.Time
+	cluster  Cluster
+	stop     context.CancelFunc
+	lastUsed time.Time
 }
 
 // RemoteScheme knows the kinds the provider reads and writes on Harvester as typed objects.
@@ -93,6 +139,9 @@ func RemoteScheme() *runtime.Scheme {
 	if err := kubevirtv1.AddToScheme(s); err != nil {
 		panic(err)
 	}
+	if err := cdiv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
 	return s
 }
 
@@ -100,6 +149,50 @@ var remoteScheme = RemoteScheme()
 
 // ClusterFor returns the Harvester cluster the credentials point at.
 func (f *CachingFactory) ClusterFor(ctx context.Context, creds Credentials) (Cluster, error) {
+	f.janitor.Do(f.startJanitor)
+	read, err := f.credentials(ctx, creds)
+	if err != nil {
+		return nil, err
+	}
+	key := clientKey{content: read.content, namespace: creds.Namespace}
+	if cluster := f.lookup(key); cluster != nil {
+		return cluster, nil
+	}
+	// Built without the lock, so that other clusters' reconciles do not wait for informers to
+	// sync, and once however many reconciles ask at the same time. The entry is complete and
+	// registered before singleflight hands it to every waiting caller: they share it.
+	built, err, _ := f.building.Do(fmt.Sprintf("%x/%s", key.content, key.namespace), func() (any, error) {
+		if cluster := f.lookup(key); cluster != nil {
+			return cluster, nil
+		}
+		entry, err := f.newCluster(rest.CopyConfig(read.cfg), creds.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.clients == nil {
+			f.clients = map[clientKey]*cachedCluster{}
+		}
+		f.clients[key] = entry
+		return entry.cluster, nil
+	})
+	if err != nil {
+		return nil, Waiting(v1alpha1.ReasonCredentialsUnavailable, credentialsRetry,
+			"credentials Secret %s key %q: cannot build a client: %v", creds.secret(), creds.Key, err)
+	}
+	return built.(Cluster), nil
+}
+
+// credentials returns the client config the credentials Secret holds, read again when the last
+// read is older than SecretRecheck. New kubeconfig content retires the clients of the old.
+func (f *CachingFactory) credentials(ctx context.Context, creds Credentials) (*secretRead, error) {
+	f.mu.Lock()
+	last := f.secrets[creds]
+	f.mu.Unlock()
+	if last != nil && time.Since(last.at) < orDefaultDuration(f.SecretRecheck, DefaultSecretRecheck) {
+		return last, nil
+	}
 	secret := &corev1.Secret{}
 	if err := f.SecretReader.Get(ctx, client.ObjectKey{Namespace: creds.SecretNamespace, Name: creds.SecretName}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -108,89 +201,135 @@ func (f *CachingFactory) ClusterFor(ctx context.Context, creds Credentials) (Clu
 		}
 		return nil, fmt.Errorf("read credentials Secret %s: %w", creds.secret(), err)
 	}
-
-	if cluster := f.cached(creds, secret.ResourceVersion); cluster != nil {
-		return cluster, nil
-	}
 	kubeconfig, ok := secret.Data[creds.Key]
 	if !ok || len(kubeconfig) == 0 {
 		return nil, Waiting(v1alpha1.ReasonCredentialsUnavailable, credentialsRetry,
 			"credentials Secret %s has no key %q: put the Harvester kubeconfig there, or set the ProviderConfig's credentialsRef.key", creds.secret(), creds.Key)
 	}
-	cfg, err := RESTConfigFromKubeconfig(kubeconfig, creds.Endpoint)
-	if err != nil {
-		return nil, Waiting(v1alpha1.ReasonCredentialsUnavailable, credentialsRetry,
-			"credentials Secret %s key %q: %v", creds.secret(), creds.Key, err)
-	}
-	// Built without the lock, so that other clusters' reconciles do not wait for informers to
-	// sync, and once per Secret version however many reconciles ask at the same time.
-	built, err, _ := f.building.Do(fmt.Sprintf("%v/%s", creds, secret.ResourceVersion), func() (any, error) {
-		if cluster := f.cached(creds, secret.ResourceVersion); cluster != nil {
-			return cluster, nil
+	read := &secretRead{at: time.Now(), content: contentKey(kubeconfig, creds)}
+	if last != nil && last.content == read.content {
+		read.cfg = last.cfg // the same kubeconfig: the same client
+	} else {
+		cfg, err := RESTConfigFromKubeconfig(kubeconfig, KubeconfigOptions{Endpoint: creds.Endpoint, AllowInsecure: creds.AllowInsecure})
+		if err != nil {
+			reason := v1alpha1.ReasonCredentialsUnavailable
+			if refused, ok := errors.AsType[*KubeconfigError](err); ok {
+				reason = refused.Reason
+			}
+			return nil, Waiting(reason, credentialsRetry, "credentials Secret %s key %q: %v", creds.secret(), creds.Key, err)
 		}
-		return f.newCluster(cfg, creds.Namespace)
-	})
-	if err != nil {
-		return nil, Waiting(v1alpha1.ReasonCredentialsUnavailable, credentialsRetry,
-			"credentials Secret %s key %q: cannot build a client: %v", creds.secret(), creds.Key, err)
+		read.cfg = cfg
 	}
-	entry, fresh := built.(*cachedCluster)
-	if !fresh {
-		return built.(Cluster), nil
-	}
-	entry.resourceVersion = secret.ResourceVersion
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if other, ok := f.clients[creds]; ok && other != entry {
-		other.stop()
+	if f.secrets == nil {
+		f.secrets = map[Credentials]*secretRead{}
 	}
-	if f.clients == nil {
-		f.clients = map[Credentials]*cachedCluster{}
+	f.secrets[creds] = read
+	if last != nil && last.content != read.content {
+		f.retire(last.content) // rotated: the old informers go with the old kubeconfig
 	}
-	f.clients[creds] = entry
-	return entry.cluster, nil
+	return read, nil
 }
 
-// cached returns the client built for this Secret version, if any, and stops clients of older
-// versions and idle ones.
-func (f *CachingFactory) cached(creds Credentials, resourceVersion string) Cluster {
+// contentKey identifies what a client is built from: the kubeconfig and the options applied to it.
+func contentKey(kubeconfig []byte, creds Credentials) [sha256.Size]byte {
+	h := sha256.New()
+	_, _ = fmt.Fprintf(h, "%d\x00%s\x00%t\x00", len(kubeconfig), creds.Endpoint, creds.AllowInsecure)
+	_, _ = h.Write(kubeconfig)
+	return [sha256.Size]byte(h.Sum(nil))
+}
+
+// Invalidate makes the next ClusterFor for these credentials read their Secret again, for example
+// because its resourceVersion changed.
+func (f *CachingFactory) Invalidate(creds Credentials) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.stopIdle()
-	c, ok := f.clients[creds]
-	switch {
-	case !ok:
-		return nil
-	case c.resourceVersion != resourceVersion:
-		c.stop() // rotated credentials: the old informers go with the old client
-		delete(f.clients, creds)
+	if r := f.secrets[creds]; r != nil {
+		r2 := *r
+		r2.at = time.Time{}
+		f.secrets[creds] = &r2
+	}
+}
+
+// lookup returns the client for key, if any, and marks it used.
+func (f *CachingFactory) lookup(key clientKey) Cluster {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.clients[key]
+	if !ok {
 		return nil
 	}
 	c.lastUsed = time.Now()
 	return c.cluster
 }
 
-// stopIdle stops the clients nobody has asked for in IdleTimeout. Called with f.mu held.
-func (f *CachingFactory) stopIdle() {
-	idle := f.IdleTimeout
-	if idle <= 0 {
-		idle = 15 * time.Minute
+// retire stops the clients built from content unless some credentials still hold it. Called with
+// f.mu held.
+func (f *CachingFactory) retire(content [sha256.Size]byte) {
+	for _, r := range f.secrets {
+		if r.content == content {
+			return
+		}
 	}
-	for creds, c := range f.clients {
-		if time.Since(c.lastUsed) > idle {
+	for key, c := range f.clients {
+		if key.content == content {
 			c.stop()
-			delete(f.clients, creds)
+			delete(f.clients, key)
 		}
 	}
 }
 
-// Stop stops every client's informers.
-func (f *CachingFactory) Stop() {
+// startJanitor stops idle clients in the background, until the factory's context ends or Stop.
+func (f *CachingFactory) startJanitor() {
+	done := make(chan struct{})
+	f.done = done
+	ctx := f.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	idle := orDefaultDuration(f.IdleTimeout, DefaultIdleTimeout)
+	go func() {
+		tick := time.NewTicker(min(idle/4, time.Minute))
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-done:
+				return
+			case <-tick.C:
+				f.stopIdle(idle)
+			}
+		}
+	}()
+}
+
+// stopIdle stops the clients nobody has asked for in idle.
+func (f *CachingFactory) stopIdle(idle time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for creds, c := range f.clients {
+	for key, c := range f.clients {
+		if time.Since(c.lastUsed) > idle {
+			c.stop()
+			delete(f.clients, key)
+		}
+	}
+}
+
+// Stop stops every client's informers and the janitor.
+func (f *CachingFactory) Stop() {
+	f.janitor.Do(func() { f.done = make(chan struct{}) }) // a janitor that never started is stopped
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.done:
+	default:
+		close(f.done)
+	}
+	for key, c := range f.clients {
 		c.stop()
-		delete(f.clients, creds)
+		delete(f.clients, key)
 	}
 }
 
@@ -207,7 +346,12 @@ func (f *CachingFactory) newCluster(cfg *rest.Config, namespace string) (*cached
 	if err != nil {
 		return nil, err
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	// The version request takes no context: it gets a timeout of its own. Everything else is
+	// bounded by the reconcile's context; the informers' watches must not be (a client timeout
+	// would cut every watch when it runs out).
+	versionCfg := rest.CopyConfig(cfg)
+	versionCfg.Timeout = versionTimeout
+	dc, err := discovery.NewDiscoveryClientForConfig(versionCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -216,9 +360,51 @@ func (f *CachingFactory) newCluster(cfg *rest.Config, namespace string) (*cached
 		parent = context.Background()
 	}
 	ctx, stop := context.WithCancel(parent)
-	var cached client.Reader
-	if informers := startCache(ctx, cfg, namespace, f.Notify); informers != nil {
-		cached = informers
+	m := NewCluster(c, nil, dc, cfg.Host).(*remoteMachines)
+	m.namespace = namespace
+	notify := f.Notify
+	if informers := f.informers(ctx, cfg, namespace, notify); informers != nil {
+		m.useCache(informers)
+	} else {
+		// Reads go to the API until the informers sync, which is tried again in the
+		// background: credentials granted list and watch later, or an API that answers again,
+		// bring the cache back without waiting for the Secret to change.
+		go f.retryCache(ctx, m, cfg, namespace, notify)
 	}
-	return &cachedCluster{cluster: NewCluster(c, cached, dc), stop: stop, lastUsed: time.Now()}, nil
+	return &cachedCluster{cluster: m, stop: stop, lastUsed: time.Now()}, nil
+}
+
+func (f *CachingFactory) retryCache(ctx context.Context, m *remoteMachines, cfg *rest.Config, namespace string, notify Notifier) {
+	every := orDefaultDuration(f.CacheRetry, DefaultCacheRetry)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+		if informers := f.informers(ctx, cfg, namespace, notify); informers != nil {
+			m.useCache(informers)
+			return
+		}
+	}
+}
+
+func (f *CachingFactory) informers(ctx context.Context, cfg *rest.Config, namespace string, notify Notifier) client.Reader {
+	if f.startInformers != nil {
+		return f.startInformers(ctx, cfg, namespace, notify)
+	}
+	if c := startCache(ctx, cfg, namespace, notify); c != nil {
+		return c
+	}
+	return nil // not a typed nil in the interface
+}
+
+// versionTimeout bounds the preflight's version request (discovery takes no context).
+const versionTimeout = 30 * time.Second
+
+func orDefaultDuration(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
 }

@@ -2,10 +2,12 @@ package harvester
 
 import (
 	"net/netip"
+	"net/url"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/clientcmd"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -13,13 +15,17 @@ import (
 // explores further.
 
 func FuzzRESTConfigFromKubeconfig(f *testing.F) {
-	f.Add(kubeconfig("    token: " + secretToken + "\n"))
-	f.Add(kubeconfig("    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n"))
-	f.Add(kubeconfig("    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token\n"))
-	f.Add([]byte("token: " + secretToken + "\n\t{{{"))
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, err := RESTConfigFromKubeconfig(data, "")
+	f.Add(kubeconfig(tokenUser), "", false)
+	f.Add(kubeconfig("    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n"), "", false)
+	f.Add(kubeconfig("    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token\n"), "", false)
+	f.Add(kubeconfig(tokenUser), "https://evil.example:6443", false)
+	f.Add(kubeconfigWith("https://harvester.example", "", tokenUser), "https://evil.example", true)
+	f.Add(kubeconfigWith("https://harvester.example", "    insecure-skip-tls-verify: true\n", tokenUser), "https://harvester.example:1", true)
+	f.Add(kubeconfigWith("http://harvester.example", "    proxy-url: http://p\n", tokenUser), "", false)
+	f.Add([]byte("token: "+secretToken+"\n\t{{{"), "", false)
+	f.Add([]byte{}, "", false)
+	f.Fuzz(func(t *testing.T, data []byte, endpoint string, allowInsecure bool) {
+		cfg, err := RESTConfigFromKubeconfig(data, KubeconfigOptions{Endpoint: endpoint, AllowInsecure: allowInsecure})
 		if err != nil {
 			if strings.Contains(err.Error(), secretToken) {
 				t.Fatalf("error echoes the token: %v", err)
@@ -29,6 +35,22 @@ func FuzzRESTConfigFromKubeconfig(f *testing.F) {
 		if cfg.ExecProvider != nil || cfg.AuthProvider != nil || cfg.BearerTokenFile != "" ||
 			cfg.CertFile != "" || cfg.KeyFile != "" || cfg.CAFile != "" {
 			t.Fatalf("accepted a kubeconfig that is not self-contained: %+v", cfg)
+		}
+		target, err := url.Parse(cfg.Host)
+		if err != nil {
+			t.Fatalf("accepted a server that is not a URL: %v", err)
+		}
+		if !allowInsecure && (cfg.Insecure || cfg.Proxy != nil || target.Scheme != "https") {
+			t.Fatalf("accepted an insecure kubeconfig without the opt-in: %+v", cfg)
+		}
+		if endpoint == "" || (len(cfg.CAData) > 0 && !cfg.Insecure && target.Scheme == "https") {
+			return
+		}
+		// Without a verified pinned CA, the endpoint may only move to another port or path.
+		raw, _ := clientcmd.Load(data)
+		server, _ := url.Parse(raw.Clusters[raw.Contexts[raw.CurrentContext].Cluster].Server)
+		if !sameHost(target.Hostname(), server.Hostname()) {
+			t.Fatalf("endpoint %q took the credentials from %q to %q", endpoint, server.Host, target.Host)
 		}
 	})
 }
@@ -66,6 +88,9 @@ func FuzzSelectAddresses(f *testing.F) {
 		}
 		if got.Primary == "" {
 			return
+		}
+		if got.All[0] != got.Primary {
+			t.Fatalf("ipAddresses[0] is %s, not the primary address %s", got.All[0], got.Primary)
 		}
 		ip, err := netip.ParseAddr(got.Primary)
 		if err != nil || !isRoutableIPv4(ip) || !seen[got.Primary] {

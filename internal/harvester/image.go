@@ -20,18 +20,24 @@ var VirtualMachineImageGVK = schema.GroupVersionKind{Group: "harvesterhci.io", V
 // imageNotReadyRetry is how often to look again at an image that is still importing.
 const imageNotReadyRetry = 5 * time.Second
 
+// getFunc reads one object: client.Client.Get, or remoteMachines.read for one the cache may hold.
+type getFunc func(ctx context.Context, key client.ObjectKey, obj client.Object) error
+
 // getImage reads the image's readiness, storage class and size.
-func getImage(ctx context.Context, c client.Reader, ref ObjectRef) (ImageInfo, error) {
+func getImage(ctx context.Context, get getFunc, ref ObjectRef) (ImageInfo, error) {
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(VirtualMachineImageGVK)
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, u); err != nil {
+	if err := get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, u); err != nil {
 		if apierrors.IsNotFound(err) {
 			return ImageInfo{}, Permanent(v1alpha1.ReasonImageNotFound,
 				"VirtualMachineImage %s does not exist on Harvester: upload it, or set spec.image (or the ProviderConfig's harvester.imageName) to an existing image", ref)
 		}
 		return ImageInfo{}, classify(err, "get VirtualMachineImage "+ref.String())
 	}
-	info := ImageInfo{Ref: ref}
+	info := ImageInfo{Ref: ref, Backend: BackendBackingImage}
+	if backend, _, _ := unstructured.NestedString(u.Object, "spec", "backend"); backend != "" {
+		info.Backend = backend
+	}
 	info.StorageClassName, _, _ = unstructured.NestedString(u.Object, "status", "storageClassName")
 	info.VirtualSizeBytes, _, _ = unstructured.NestedInt64(u.Object, "status", "virtualSize")
 	conditions, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
@@ -52,8 +58,31 @@ func getImage(ctx context.Context, c client.Reader, ref ObjectRef) (ImageInfo, e
 	return info, nil
 }
 
+// Image backends (the image's spec.backend): how Harvester stores an image and clones disks
+// from it.
+const (
+	// BackendBackingImage is a Longhorn backing image: a disk is a PVC annotated with the image,
+	// of the image's own storage class (the default backend).
+	BackendBackingImage = "backingimage"
+	// BackendCDI (Harvester 1.5+) is a PVC filled by CDI: a disk is a DataVolume cloned from it.
+	BackendCDI = "cdi"
+)
+
+// checkImageBackend refuses an image whose disks the provider cannot clone, before anything is
+// created: retrying would not help.
+func checkImageBackend(info ImageInfo) error {
+	if info.Backend != BackendBackingImage && info.Backend != BackendCDI {
+		return Permanent(v1alpha1.ReasonImageBackendUnsupported,
+			"VirtualMachineImage %s has spec.backend %q: the provider clones root disks from images of backend %s or %s only; use such an image", info.Ref, info.Backend, BackendBackingImage, BackendCDI)
+	}
+	return nil
+}
+
 // checkImageUsable turns an image that cannot back a root disk of diskGB into the right error.
 func checkImageUsable(info ImageInfo, diskGB int64) error {
+	if err := checkImageBackend(info); err != nil {
+		return err
+	}
 	if err := checkImageImported(info); err != nil {
 		return err
 	}

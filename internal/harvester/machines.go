@@ -1,21 +1,21 @@
 package harvester
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"maps"
 	"slices"
-	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/discovery"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
@@ -23,9 +23,12 @@ import (
 
 // Machines creates, observes and deletes machines on one Harvester cluster.
 type Machines interface {
+	// Identity names the cluster; machines record it where they are created.
+	Identity(ctx context.Context) (ClusterIdentity, error)
 	// Ensure creates whatever of the machine does not exist yet (cloud-init Secret, disks, VM) and
 	// returns what it observes. It is idempotent and resumes an interrupted create. It never
-	// changes an object that is not ours.
+	// changes an object that is not ours. When spec.VMUID is set, that VM must still exist: it is
+	// never replaced by a new one (a PermanentError with ReasonVMDeleted says so).
 	Ensure(ctx context.Context, spec *MachineSpec) (Observation, error)
 	// Observe reads the machine's VM and VMI without changing anything.
 	Observe(ctx context.Context, ref MachineRef) (Observation, error)
@@ -40,6 +43,11 @@ type Observation struct {
 	VMExists bool
 	// VMCreated is true when this call created the VM.
 	VMCreated bool
+	// VMUID is the VM's UID (empty when there is no VM).
+	VMUID types.UID
+	// TookOverFrom is set when this call took the VM over from an earlier MachineRequest of the
+	// same namespace and name: that MachineRequest's UID.
+	TookOverFrom types.UID
 	// ProviderID is "harvester://<VM uid>".
 	ProviderID string
 	// PrintableStatus is KubeVirt's one-word VM status (Starting, Running, Stopped, ...).
@@ -51,8 +59,15 @@ type Observation struct {
 	// RunningSince is when the VMI entered phase Running, if KubeVirt reported it.
 	RunningSince time.Time
 	Addresses    Addresses
-	// Diagnosis explains, when the machine is not up, what Harvester reports as the cause.
+	// VMCreatedAt is when the VM was created: how long its start has taken.
+	VMCreatedAt time.Time
+	// Diagnosis explains, when the VM is not running, what Harvester reports is wrong; nil while
+	// it is simply starting (see diagnose).
 	Diagnosis *Diagnosis
+	// Starting describes, when the VM is not running, where its start stands (KubeVirt's status,
+	// the VMI's phase and the condition holding it up, disks not bound yet), for a caller to
+	// report once the start takes longer than it should.
+	Starting string
 }
 
 // deletionRetry is how soon to look again at objects that are being deleted.
@@ -61,9 +76,11 @@ const deletionRetry = 5 * time.Second
 // ProviderIDPrefix starts every providerID this provider writes.
 const ProviderIDPrefix = "harvester://"
 
-// Cluster is one Harvester cluster: its machines, and the preflight checks of a ProviderConfig.
+// Cluster is one Harvester cluster: its machines, its images, and the preflight checks of a
+// ProviderConfig.
 type Cluster interface {
 	Machines
+	Images
 	// Preflight checks what a ProviderConfig needs on Harvester and returns the API server's
 	// version ("" if it did not answer) and one Check per ProviderConfig condition.
 	Preflight(ctx context.Context, spec PreflightSpec) (version string, checks []Check)
@@ -73,88 +90,162 @@ type Cluster interface {
 type remoteMachines struct {
 	// c writes, and reads what is not cached.
 	c client.Client
-	// cached reads the objects we own from the informers of the Harvester cluster (c if there are
-	// none). A cache can lag behind: absence is always confirmed with c (see read).
-	cached    client.Reader
+	// cache, once informers of the Harvester cluster have synced, reads the objects we own in
+	// namespace. A cache can lag behind: where absence decides something, it is confirmed with
+	// c (see read).
+	cache     atomic.Pointer[cacheReader]
+	namespace string
 	discovery discovery.ServerVersionInterface
+	*identity
 }
 
-// NewCluster returns a Cluster working through c, a client for the Harvester cluster whose scheme
-// knows core/v1 and kubevirt.io/v1, and dc, which asks for the server's version. cached, if not
-// nil, serves reads of the objects the provider owns.
-func NewCluster(c client.Client, cached client.Reader, dc discovery.ServerVersionInterface) Cluster {
-	if cached == nil {
-		cached = c
+type cacheReader struct{ client.Reader }
+
+// NewCluster returns a Cluster working through c, a client for the Harvester cluster at server
+// whose scheme knows core/v1 and kubevirt.io/v1, and dc, which asks for the server's version.
+// cached, if not nil, serves reads of the objects the provider owns.
+func NewCluster(c client.Client, cached client.Reader, dc discovery.ServerVersionInterface, server string) Cluster {
+	m := &remoteMachines{c: c, discovery: dc, identity: &identity{c: c, server: server}}
+	m.useCache(cached)
+	return m
+}
+
+// useCache starts serving reads from cached (nil: live reads only).
+func (m *remoteMachines) useCache(cached client.Reader) {
+	if cached != nil {
+		m.cache.Store(&cacheReader{cached})
 	}
-	return &remoteMachines{c: c, cached: cached, discovery: dc}
+}
+
+// cacheFor returns the cache that serves the namespace, nil if none does.
+func (m *remoteMachines) cacheFor(namespace string) client.Reader {
+	if m.namespace != "" && namespace != m.namespace {
+		return nil
+	}
+	if c := m.cache.Load(); c != nil {
+		return c
+	}
+	return nil
 }
 
 // read gets an object the provider may own from the cache, and confirms with a live read that
 // an object the cache does not have really is absent: a cache that has not yet seen a creation
-// must never make us create twice, report a VM deleted, or declare a deletion complete.
+// must never make us report a VM deleted, or declare a deletion complete.
 func (m *remoteMachines) read(ctx context.Context, key client.ObjectKey, obj client.Object) error {
-	err := m.cached.Get(ctx, key, obj)
-	if apierrors.IsNotFound(err) && m.cached != client.Reader(m.c) {
+	cached := m.cacheFor(key.Namespace)
+	if cached == nil {
+		return m.c.Get(ctx, key, obj)
+	}
+	err := cached.Get(ctx, key, obj)
+	if apierrors.IsNotFound(err) {
 		err = m.c.Get(ctx, key, obj)
 	}
 	return err
 }
 
+// live reads from the API.
+func (m *remoteMachines) live(ctx context.Context, key client.ObjectKey, obj client.Object) error {
+	return m.c.Get(ctx, key, obj)
+}
+
+// peek reads from the cache alone, where a cache that lags costs nothing: an object about to be
+// created (if it exists after all, the create says so), a VMI not seen yet (the machine is not
+// Running yet), a deletion looked at again later.
+func (m *remoteMachines) peek(ctx context.Context, key client.ObjectKey, obj client.Object) error {
+	if cached := m.cacheFor(key.Namespace); cached != nil {
+		return cached.Get(ctx, key, obj)
+	}
+	return m.c.Get(ctx, key, obj)
+}
+
 func (m *remoteMachines) Ensure(ctx context.Context, spec *MachineSpec) (Observation, error) {
-	vm, err := m.getOwnedVM(ctx, spec.Ref())
+	// The absence of a recorded VM is confirmed: it means the VM was deleted. A VM not created
+	// yet is looked for in the cache alone: if it exists after all, creating it says so.
+	vm, takenOver, err := m.findVM(ctx, spec, spec.VMUID != "")
 	if err != nil {
 		return Observation{}, err
 	}
+	if !isRecordedVM(vm, spec.Ref()) {
+		// The VM this machine was created with is gone: creating another would give the caller
+		// a new machine (a new disk, a new node) without telling it.
+		return Observation{}, vmGone(spec.Ref())
+	}
 	created := false
-	var secret *corev1.Secret
 	if vm == nil {
 		// The image decides whether the machine can be created at all: check it before
-		// creating anything, so a request that cannot work leaves nothing on Harvester.
+		// creating anything, so a request that cannot work leaves nothing on Harvester. Then
+		// the disks, the cloud-init Secret owned by the root disk (so that it goes with the
+		// disk, without a second write to name an owner), and the VM last: it starts only once
+		// everything it mounts is there.
 		image, err := m.usableImage(ctx, spec)
 		if err != nil {
 			return Observation{}, err
 		}
-		if secret, err = m.ensureCloudInitSecret(ctx, spec); err != nil {
+		root, err := m.ensureDisks(ctx, spec, image)
+		if err != nil {
 			return Observation{}, err
 		}
-		if err := m.ensureDisks(ctx, spec, image); err != nil {
+		if err := m.ensureCloudInitSecret(ctx, spec, root); err != nil {
 			return Observation{}, err
 		}
-		if vm, err = m.createVM(ctx, spec); err != nil {
+		if vm, takenOver, created, err = m.createVM(ctx, spec); err != nil {
 			return Observation{}, err
 		}
-		created = true
-	} else if secret, err = m.ensureCloudInitSecret(ctx, spec); err != nil {
-		return Observation{}, err
-	}
-	// The Secret's owner is the VM, so that Harvester collects it with the VM; the VM's UID
-	// exists only now, which is why this comes last and is repeated until it has happened.
-	if err := m.ensureSecretOwnedByVM(ctx, secret, vm); err != nil {
+	} else if err := m.ensureCloudInitSecret(ctx, spec, nil); err != nil {
 		return Observation{}, err
 	}
 	obs, err := m.observeVM(ctx, vm)
-	obs.VMCreated = created
+	obs.VMCreated, obs.TookOverFrom = created, takenOver
 	return obs, err
 }
 
+// findVM returns the machine's VM (nil if there is none), taking over a VM of an earlier
+// MachineRequest of the same name when no VM is recorded (see takeOverSuperseded).
+func (m *remoteMachines) findVM(ctx context.Context, spec *MachineSpec, confirmAbsence bool) (*kubevirtv1.VirtualMachine, types.UID, error) {
+	vm, err := m.getOwnedVM(ctx, spec.Ref(), confirmAbsence)
+	if p, ok := AsPermanent(err); ok && p.Reason == v1alpha1.ReasonNameConflict && spec.VMUID == "" {
+		return m.takeOverSuperseded(ctx, spec)
+	}
+	return vm, "", err
+}
+
 func (m *remoteMachines) Observe(ctx context.Context, ref MachineRef) (Observation, error) {
-	vm, err := m.getOwnedVM(ctx, ref)
-	if err != nil || vm == nil {
-		if _, conflict := AsPermanent(err); conflict {
-			// A foreign VM took the name: ours is gone.
-			return Observation{}, nil
-		}
+	vm, err := m.getOwnedVM(ctx, ref, true)
+	if _, conflict := AsPermanent(err); conflict {
+		return Observation{}, nil // a foreign VM took the name: ours is gone
+	}
+	if err != nil || vm == nil || !isRecordedVM(vm, ref) {
 		return Observation{}, err
 	}
 	return m.observeVM(ctx, vm)
 }
 
-// getOwnedVM returns our VM, nil if none exists, or a NameConflict error if a VM that is not
-// ours has the name. A VM of the published provider is adopted (see adoptable).
-func (m *remoteMachines) getOwnedVM(ctx context.Context, ref MachineRef) (*kubevirtv1.VirtualMachine, error) {
+// isRecordedVM reports whether vm (ours, or nil) is the VM the machine was created with: any VM
+// of ours while none is recorded yet, else only the recorded UID.
+func isRecordedVM(vm *kubevirtv1.VirtualMachine, ref MachineRef) bool {
+	if ref.VMUID == "" {
+		return true
+	}
+	return vm != nil && vm.UID == ref.VMUID
+}
+
+func vmGone(ref MachineRef) error {
+	return Permanent(v1alpha1.ReasonVMDeleted,
+		"%s (UID %s) was deleted outside the provider: set annotation %s=true on the MachineRequest (or change its spec) to create a new VM, or delete the MachineRequest",
+		describe("VirtualMachine", ref.Namespace, ref.Name), ref.VMUID, v1alpha1.AnnotationRetry)
+}
+
+// getOwnedVM returns our VM, nil if none exists (confirmed live if confirmAbsence), or a
+// NameConflict error if a VM that is not ours has the name. A VM of the published provider is
+// adopted (see adoptable).
+func (m *remoteMachines) getOwnedVM(ctx context.Context, ref MachineRef, confirmAbsence bool) (*kubevirtv1.VirtualMachine, error) {
 	vm := &kubevirtv1.VirtualMachine{}
 	key := client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}
-	if err := m.read(ctx, key, vm); err != nil {
+	get := m.peek
+	if confirmAbsence {
+		get = m.read
+	}
+	if err := get(ctx, key, vm); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, nil
 		}
@@ -178,7 +269,9 @@ func adoptable(vm *kubevirtv1.VirtualMachine, o Owner) bool {
 }
 
 func (m *remoteMachines) adopt(ctx context.Context, vm *kubevirtv1.VirtualMachine, o Owner) (*kubevirtv1.VirtualMachine, error) {
-	patch := client.MergeFromWithOptions(vm.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	// Labels and annotations merge key by key: no resourceVersion, so that KubeVirt's and
+	// Harvester's constant writes to the VM cannot make this patch fail.
+	patch := client.MergeFrom(vm.DeepCopy())
 	vm.Labels = mergeMaps(vm.Labels, ownerLabels(o, vm.Labels[LabelRole]))
 	vm.Annotations = mergeMaps(vm.Annotations, ownerAnnotations(o))
 	if err := m.c.Patch(ctx, vm, patch); err != nil {
@@ -187,130 +280,111 @@ func (m *remoteMachines) adopt(ctx context.Context, vm *kubevirtv1.VirtualMachin
 	return vm, nil
 }
 
+// takeOverSuperseded takes over the VM under the machine's name if this provider created it for an
+// earlier MachineRequest of the same namespace and name, with its disks and cloud-init Secret.
+// That MachineRequest no longer exists: a namespace holds one object of a name, and this one has
+// another UID. This is how a Butler bootstrap run again after a failed one (its management cluster
+// deleted, the MachineRequests with it) finds the VMs of the first run, as the published provider
+// did. A VM of anyone else stays a NameConflict.
+func (m *remoteMachines) takeOverSuperseded(ctx context.Context, spec *MachineSpec) (*kubevirtv1.VirtualMachine, types.UID, error) {
+	vm := &kubevirtv1.VirtualMachine{}
+	if err := m.read(ctx, client.ObjectKey{Namespace: spec.Namespace, Name: spec.Name}, vm); err != nil {
+		return nil, "", classify(err, "get "+describe("VirtualMachine", spec.Namespace, spec.Name))
+	}
+	old := types.UID(vm.Labels[LabelMachineRequestUID])
+	if old == "" || old == spec.Owner.UID || vm.Annotations[AnnotationMachineRequest] != spec.Owner.Namespace+"/"+spec.Owner.Name {
+		return nil, "", nameConflict("VirtualMachine", vm, spec.Owner)
+	}
+	// Disks and Secret first, the VM last: ownership is read from the VM, so an interrupted
+	// takeover is done again, and never leaves disks labelled for the earlier MachineRequest
+	// behind a VM that is already ours (they would not be removed with it).
+	claims, err := m.ownedClaims(ctx, MachineRef{Owner: Owner{UID: old}, Namespace: spec.Namespace}, true)
+	if err != nil {
+		return nil, "", err
+	}
+	for i := range claims {
+		if err := m.relabel(ctx, "PersistentVolumeClaim", &claims[i], spec.Owner); err != nil {
+			return nil, "", err
+		}
+	}
+	secret := secretMeta(spec.Namespace, cloudInitSecretName(spec.Name))
+	err = m.read(ctx, client.ObjectKeyFromObject(secret), secret)
+	switch {
+	case err == nil && isOwnedBy(secret.Labels, Owner{UID: old}):
+		if err := m.relabel(ctx, "Secret", secret, spec.Owner); err != nil {
+			return nil, "", err
+		}
+	case err != nil && !apierrors.IsNotFound(err):
+		return nil, "", classify(err, "get "+describe("Secret", spec.Namespace, cloudInitSecretName(spec.Name)))
+	}
+	if err := m.relabel(ctx, "VirtualMachine", vm, spec.Owner); err != nil {
+		return nil, "", err
+	}
+	return vm, old, nil
+}
+
+// relabel gives an object of ours the ownership labels of another MachineRequest. Labels merge
+// key by key: no resourceVersion, so that KubeVirt's and Harvester's own writes cannot fail it.
+func (m *remoteMachines) relabel(ctx context.Context, kind string, obj client.Object, o Owner) error {
+	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+	obj.SetLabels(mergeMaps(obj.GetLabels(), ownerLabels(o, obj.GetLabels()[LabelRole])))
+	obj.SetAnnotations(mergeMaps(obj.GetAnnotations(), ownerAnnotations(o)))
+	if err := m.c.Patch(ctx, obj, patch); err != nil {
+		return classify(err, "label "+describe(kind, obj.GetNamespace(), obj.GetName())+" as ours")
+	}
+	return nil
+}
+
 func nameConflict(kind string, obj client.Object, o Owner) error {
 	return Permanent(v1alpha1.ReasonNameConflict,
 		"%s exists on Harvester but was not created for MachineRequest %s/%s: it is left untouched; choose another spec.machineName or delete that %s",
 		describe(kind, obj.GetNamespace(), obj.GetName()), o.Namespace, o.Name, kind)
 }
 
-// ensureCloudInitSecret creates the Secret, or brings our existing one up to date.
-func (m *remoteMachines) ensureCloudInitSecret(ctx context.Context, spec *MachineSpec) (*corev1.Secret, error) {
-	want := BuildCloudInitSecret(spec)
-	what := describe("Secret", want.Namespace, want.Name)
-	have := &corev1.Secret{}
-	err := m.read(ctx, client.ObjectKeyFromObject(want), have)
-	switch {
-	case apierrors.IsNotFound(err):
-		if err := m.c.Create(ctx, want); err != nil {
-			if apierrors.IsAlreadyExists(err) {
-				return nil, fmt.Errorf("create %s: created concurrently, will look again", what)
-			}
-			return nil, classify(err, "create "+what)
-		}
-		return want, nil
-	case err != nil:
-		return nil, classify(err, "get "+what)
-	case !isOwnedBy(have.Labels, spec.Owner):
-		return nil, nameConflict("Secret", have, spec.Owner)
-	case maps.EqualFunc(have.Data, want.Data, bytes.Equal):
-		return have, nil
-	}
-	patch := client.MergeFromWithOptions(have.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	have.Data = want.Data
-	if err := m.c.Patch(ctx, have, patch); err != nil {
-		return nil, classify(err, "update "+what)
-	}
-	return have, nil
-}
-
-func (m *remoteMachines) ensureSecretOwnedByVM(ctx context.Context, secret *corev1.Secret, vm *kubevirtv1.VirtualMachine) error {
-	for _, ref := range secret.OwnerReferences {
-		if ref.UID == vm.UID {
-			return nil
-		}
-	}
-	patch := client.MergeFromWithOptions(secret.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	secret.OwnerReferences = append(secret.OwnerReferences, metav1.OwnerReference{
-		APIVersion: kubevirtv1.SchemeGroupVersion.String(),
-		Kind:       "VirtualMachine",
-		Name:       vm.Name,
-		UID:        vm.UID,
-	})
-	if err := m.c.Patch(ctx, secret, patch); err != nil {
-		return classify(err, "set the owner of "+describe("Secret", secret.Namespace, secret.Name))
-	}
-	return nil
-}
-
 // usableImage returns the image the root disk is cloned from, if it can be.
 func (m *remoteMachines) usableImage(ctx context.Context, spec *MachineSpec) (ImageInfo, error) {
-	image, err := getImage(ctx, m.c, spec.Image)
+	image, err := getImage(ctx, m.read, spec.Image)
 	if err != nil {
 		return image, err
 	}
-	return image, checkImageUsable(image, spec.DiskGB)
+	if err := checkImageUsable(image, spec.DiskGB); err != nil {
+		return image, err
+	}
+	if image.Backend == BackendCDI {
+		return image, m.checkDataVolumesServed(image)
+	}
+	return image, nil
 }
 
-// ensureDisks creates the PVCs that do not exist yet. An existing PVC of ours (from an interrupted
-// earlier attempt) is reused as it is.
-func (m *remoteMachines) ensureDisks(ctx context.Context, spec *MachineSpec, image ImageInfo) error {
-	claims := []*corev1.PersistentVolumeClaim{BuildRootDiskClaim(spec, image)}
-	for i := range spec.ExtraDisks {
-		claims = append(claims, BuildExtraDiskClaim(spec, i))
-	}
-	for _, want := range claims {
-		if err := m.ensureClaim(ctx, want, spec.Owner); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (m *remoteMachines) ensureClaim(ctx context.Context, want *corev1.PersistentVolumeClaim, o Owner) error {
-	what := describe("PersistentVolumeClaim", want.Namespace, want.Name)
-	have := &corev1.PersistentVolumeClaim{}
-	err := m.read(ctx, client.ObjectKeyFromObject(want), have)
-	switch {
-	case apierrors.IsNotFound(err):
-		if err := m.c.Create(ctx, want); err != nil && !apierrors.IsAlreadyExists(err) {
-			return classify(err, "create "+what)
-		}
-		return nil
-	case err != nil:
-		return classify(err, "get "+what)
-	case !isOwnedBy(have.Labels, o):
-		return nameConflict("PersistentVolumeClaim", have, o)
-	case have.DeletionTimestamp != nil:
-		return Waiting(v1alpha1.ReasonVMCreating, deletionRetry,
-			"%s from an earlier attempt is still being deleted; waiting until it is gone", what)
-	}
-	return nil
-}
-
-func (m *remoteMachines) createVM(ctx context.Context, spec *MachineSpec) (*kubevirtv1.VirtualMachine, error) {
-	vm := BuildVirtualMachine(spec)
+// createVM creates the machine's VM. If a VM of that name appeared since the cache was looked
+// at, it is looked for again live (ours, an adopted or superseded one, or a NameConflict).
+func (m *remoteMachines) createVM(ctx context.Context, spec *MachineSpec) (vm *kubevirtv1.VirtualMachine, takenOver types.UID, created bool, err error) {
+	vm = BuildVirtualMachine(spec)
 	what := describe("VirtualMachine", vm.Namespace, vm.Name)
-	if err := m.c.Create(ctx, vm); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			// Created since we looked: decide ownership on the next pass.
-			return nil, fmt.Errorf("create %s: it appeared concurrently, will look again", what)
+	err = m.c.Create(ctx, vm)
+	switch {
+	case err == nil:
+		return vm, "", true, nil
+	case apierrors.IsAlreadyExists(err):
+		vm, takenOver, err = m.findVM(ctx, spec, true)
+		if err == nil && vm == nil {
+			err = fmt.Errorf("create %s: it exists and is gone again, will look again", what)
 		}
-		if apierrors.IsInvalid(err) {
-			return nil, Permanent(v1alpha1.ReasonInvalidSpec, "Harvester rejected %s: %s", what, apierrors.ReasonForError(err))
-		}
-		return nil, classify(err, "create "+what)
+		return vm, takenOver, false, err
 	}
-	return vm, nil
+	return nil, "", false, createError(err, what)
 }
 
 func (m *remoteMachines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMachine) (Observation, error) {
 	obs := Observation{
 		VMExists:        true,
+		VMUID:           vm.UID,
 		ProviderID:      ProviderIDPrefix + string(vm.UID),
 		PrintableStatus: string(vm.Status.PrintableStatus),
+		VMCreatedAt:     vm.CreationTimestamp.Time,
 	}
 	vmi := &kubevirtv1.VirtualMachineInstance{}
-	if err := m.read(ctx, client.ObjectKeyFromObject(vm), vmi); err != nil {
+	if err := m.peek(ctx, client.ObjectKeyFromObject(vm), vmi); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return obs, classify(err, "get "+describe("VirtualMachineInstance", vm.Namespace, vm.Name))
 		}
@@ -323,17 +397,36 @@ func (m *remoteMachines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMa
 		obs.Addresses = SelectAddresses(vmi.Status.Interfaces)
 	}
 	if !obs.Running {
-		obs.Diagnosis = m.diagnose(ctx, vm, vmi)
+		pending := m.pendingDisks(ctx, vm)
+		obs.Diagnosis = m.diagnose(ctx, vm, vmi, pending)
+		obs.Starting = starting(vm, vmi, pending)
 	}
 	return obs, nil
 }
 
-// Delete removes the machine in Harvester's own way: it annotates the VM with the PVCs to remove
-// and deletes it, and Harvester removes those PVCs and collects the Secret the VM owns. Only once
-// the VM is gone does it delete what is left of ours itself. done is true when nothing of ours is
-// left (checked live).
+// Delete removes the machine in Harvester's own way: the VM's annotation names the disks Harvester
+// removes with it (only ours), the VM is deleted, Harvester removes those disks, and the garbage
+// collector the cloud-init Secret the root disk owns. Only once the VM is gone does it delete what
+// is left of ours itself. Any VM of ours under the machine's name is deleted, whatever its UID.
+//
+// What is left is looked for in the cache until nothing is, and only then confirmed live: a
+// lagging cache never releases the finalizer early, and a deletion costs a handful of reads
+// however many events it sees. done is true when nothing of ours is left.
 func (m *remoteMachines) Delete(ctx context.Context, ref MachineRef) (bool, string, error) {
-	vm, err := m.getOwnedVM(ctx, ref)
+	ref.VMUID = ""
+	if m.cacheFor(ref.Namespace) != nil {
+		done, remaining, err := m.deleteStep(ctx, ref, false)
+		if err != nil || !done {
+			return done, remaining, err
+		}
+	}
+	return m.deleteStep(ctx, ref, true)
+}
+
+// deleteStep deletes the VM, or once it is gone what is left of ours, looking through the cache
+// or, if live, at the API.
+func (m *remoteMachines) deleteStep(ctx context.Context, ref MachineRef, live bool) (bool, string, error) {
+	vm, err := m.getOwnedVM(ctx, ref, live)
 	if _, conflict := AsPermanent(err); conflict {
 		vm, err = nil, nil // not ours: never touched
 	}
@@ -341,107 +434,167 @@ func (m *remoteMachines) Delete(ctx context.Context, ref MachineRef) (bool, stri
 		return false, "", err
 	}
 	if vm != nil {
-		claimNames, err := m.ownedClaimNames(ctx, ref, vm)
-		if err != nil {
-			return false, "", err
-		}
-		if err := m.deleteVM(ctx, vm, claimNames); err != nil {
+		if err := m.deleteVM(ctx, vm, ref.Owner); err != nil {
 			return false, "", err
 		}
 		return false, describe("VirtualMachine", vm.Namespace, vm.Name), nil
 	}
-	var remaining []string
-	claimNames, err := m.ownedClaimNames(ctx, ref, nil)
+	secret, secretOwner, err := m.deleteCloudInitSecret(ctx, ref, live)
 	if err != nil {
 		return false, "", err
 	}
-	for _, name := range claimNames {
-		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: name}}
-		gone, err := m.deleteIfOurs(ctx, "PersistentVolumeClaim", pvc, ref.Owner)
-		if err != nil {
-			return false, "", err
-		}
-		if !gone {
-			remaining = append(remaining, describe("PersistentVolumeClaim", ref.Namespace, name))
-		}
-	}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ref.Namespace, Name: cloudInitSecretName(ref.Name)}}
-	gone, err := m.deleteIfOurs(ctx, "Secret", secret, ref.Owner)
+	// No informer watches DataVolumes: a CDI root disk is looked for live, in the live step,
+	// or when the Secret waits for it.
+	withDataVolume := live || secretOwner == "DataVolume"
+	remaining, inUse, err := m.deleteDisks(ctx, ref, live, withDataVolume)
 	if err != nil {
 		return false, "", err
 	}
-	if !gone {
-		remaining = append(remaining, describe("Secret", ref.Namespace, secret.Name))
+	remaining = append(remaining, secret...)
+	if len(inUse) > 0 {
+		return false, "", Waiting(v1alpha1.ReasonDiskInUse, deletionRetry,
+			"the VM is deleted, but %s: Harvester does not delete a volume a VM uses, and neither does the provider. Detach it there (or delete that VM); deletion then completes by itself",
+			strings.Join(inUse, "; "))
 	}
 	return len(remaining) == 0, strings.Join(remaining, ", "), nil
 }
 
-// ownedClaimNames lists our PVCs: those labelled for this MachineRequest, plus, given a VM, those
-// it mounts (an adopted VM of the published provider has disks without our labels; Harvester
-// removes them with the VM when they are listed in the annotation).
-func (m *remoteMachines) ownedClaimNames(ctx context.Context, ref MachineRef, vm *kubevirtv1.VirtualMachine) ([]string, error) {
-	list := &corev1.PersistentVolumeClaimList{}
-	if err := m.c.List(ctx, list, client.InNamespace(ref.Namespace),
-		client.MatchingLabels{LabelMachineRequestUID: string(ref.Owner.UID)}); err != nil {
-		return nil, classify(err, "list PersistentVolumeClaims in namespace "+ref.Namespace)
+// deleteCloudInitSecret waits for the garbage collector to delete the machine's cloud-init Secret,
+// which its root disk owns (Harvester removes the disk with the VM), and deletes a Secret of ours
+// that has no owner (one made by an earlier version, or when the root disk was missing). It names
+// the Secret while it exists, and the kind of its owner.
+func (m *remoteMachines) deleteCloudInitSecret(ctx context.Context, ref MachineRef, live bool) (remaining []string, ownerKind string, err error) {
+	secret := secretMeta(ref.Namespace, cloudInitSecretName(ref.Name))
+	what := describe("Secret", secret.Namespace, secret.Name)
+	get := m.peek
+	if live {
+		get = m.live
 	}
-	names := map[string]bool{}
-	for _, pvc := range list.Items {
-		names[pvc.Name] = true
-	}
-	if vm != nil && vm.Spec.Template != nil {
-		for _, v := range vm.Spec.Template.Spec.Volumes {
-			if v.PersistentVolumeClaim != nil {
-				names[v.PersistentVolumeClaim.ClaimName] = true
-			}
+	err = get(ctx, client.ObjectKeyFromObject(secret), secret)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, "", nil
+	case err != nil:
+		return nil, "", classify(err, "get "+what)
+	case !isOwnedBy(secret.Labels, ref.Owner):
+		return nil, "", nil
+	case secret.DeletionTimestamp == nil && len(secret.OwnerReferences) == 0:
+		uid := secret.UID
+		if err := m.c.Delete(ctx, secret, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+			return nil, "", classify(err, "delete "+what)
 		}
 	}
-	out := slices.Collect(maps.Keys(names))
-	sort.Strings(out)
-	return out, nil
+	for _, o := range secret.OwnerReferences {
+		ownerKind = o.Kind
+	}
+	return []string{what}, ownerKind, nil
 }
 
-// deleteVM asks Harvester to remove the VM's disks with it, then deletes the VM (only this UID).
-func (m *remoteMachines) deleteVM(ctx context.Context, vm *kubevirtv1.VirtualMachine, claimNames []string) error {
+// deleteDisks deletes what is left of the machine's disks once its VM is gone: the PVCs labelled
+// for it and (withDataVolume, read live) the DataVolume of a CDI root disk. A disk another VM uses is left alone (Harvester
+// would refuse, and it is that VM's now): inUse says which and where.
+func (m *remoteMachines) deleteDisks(ctx context.Context, ref MachineRef, live, withDataVolume bool) (remaining, inUse []string, err error) {
+	claims, err := m.ownedClaims(ctx, ref, live)
+	if err != nil {
+		return nil, nil, err
+	}
+	var dv *cdiv1.DataVolume
+	if withDataVolume {
+		if dv, err = m.ownedRootDataVolume(ctx, ref); err != nil {
+			return nil, nil, err
+		}
+	}
+	// The DataVolume before its PVC, so that CDI does not fill the PVC again.
+	var disks []client.Object
+	if dv != nil {
+		disks = append(disks, dv)
+	}
+	for i := range claims {
+		disks = append(disks, &claims[i])
+	}
+	var users map[string][]string
+	for _, disk := range disks {
+		what := describe(kindOf(disk), disk.GetNamespace(), disk.GetName())
+		remaining = append(remaining, what)
+		if disk.GetDeletionTimestamp() != nil {
+			continue
+		}
+		if users == nil { // listed once, and only when a disk is to be deleted
+			if users, err = m.volumeUsers(ctx, ref.Namespace); err != nil {
+				return nil, nil, err
+			}
+		}
+		if u := users[disk.GetName()]; len(u) > 0 {
+			inUse = append(inUse, fmt.Sprintf("%s is used by %s", what, strings.Join(u, ", ")))
+			continue
+		}
+		uid := disk.GetUID()
+		if err := m.c.Delete(ctx, disk, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+			if refused := inUseRefusal(err); refused != "" {
+				inUse = append(inUse, fmt.Sprintf("%s: %s", what, refused))
+				continue
+			}
+			return nil, nil, classify(err, "delete "+what)
+		}
+	}
+	return remaining, inUse, nil
+}
+
+// ownedRootDataVolume returns the machine's root disk DataVolume if it has one of ours (a machine
+// of an image of the CDI backend), read live. A Harvester without DataVolumes, or credentials that
+// may not read them, cannot have given the machine one.
+func (m *remoteMachines) ownedRootDataVolume(ctx context.Context, ref MachineRef) (*cdiv1.DataVolume, error) {
+	dv := &cdiv1.DataVolume{}
+	err := m.c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: diskClaimName(ref.Name, 0)}, dv)
+	switch {
+	case apierrors.IsNotFound(err) || meta.IsNoMatchError(err) || apierrors.IsForbidden(err):
+		return nil, nil
+	case err != nil:
+		return nil, classify(err, "get "+describe("DataVolume", ref.Namespace, diskClaimName(ref.Name, 0)))
+	case !isOwnedBy(dv.Labels, ref.Owner):
+		return nil, nil
+	}
+	return dv, nil
+}
+
+// deleteVM makes sure the VM's removed-claims annotation names exactly its disks that are ours
+// (set at creation, so usually nothing to do; a disk someone hot-plugged is never named), then
+// deletes the VM (only this UID).
+func (m *remoteMachines) deleteVM(ctx context.Context, vm *kubevirtv1.VirtualMachine, o Owner) error {
 	what := describe("VirtualMachine", vm.Namespace, vm.Name)
 	if vm.DeletionTimestamp != nil {
 		return nil
 	}
-	if want := strings.Join(claimNames, ","); vm.Annotations[AnnotationRemovedPVCs] != want {
-		patch := client.MergeFromWithOptions(vm.DeepCopy(), client.MergeFromWithOptimisticLock{})
-		vm.Annotations = mergeMaps(vm.Annotations, map[string]string{AnnotationRemovedPVCs: want})
+	ours, err := m.claimsRemovedWith(ctx, vm, o)
+	if err != nil {
+		return err
+	}
+	if !sameNames(vm.Annotations[AnnotationRemovedPVCs], ours) {
+		// An annotation patch merges key by key: no resourceVersion, so that KubeVirt's and
+		// Harvester's own writes to the VM cannot make it fail.
+		patch := client.MergeFrom(vm.DeepCopy())
+		vm.Annotations = mergeMaps(vm.Annotations, map[string]string{AnnotationRemovedPVCs: strings.Join(ours, ",")})
 		if err := m.c.Patch(ctx, vm, patch); err != nil {
 			return ignoreNotFound(classify(err, "annotate "+what))
 		}
 	}
-	err := m.c.Delete(ctx, vm, client.Preconditions{UID: ptr.To(vm.UID)}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	// Only the VM as read: the copy may come from a cache that has not seen a disk hot-plugged
+	// and named in the annotation since, which Harvester would then delete with the VM. A VM
+	// changed since is a conflict, and looked at again.
+	err = m.c.Delete(ctx, vm, client.Preconditions{UID: ptr.To(vm.UID), ResourceVersion: ptr.To(vm.ResourceVersion)},
+		client.PropagationPolicy(metav1.DeletePropagationBackground))
 	return ignoreNotFound(classify(err, "delete "+what))
 }
 
-// deleteIfOurs deletes obj if it exists and is ours; it reports gone=true when nothing of ours
-// is left under that name.
-func (m *remoteMachines) deleteIfOurs(ctx context.Context, kind string, obj client.Object, o Owner) (bool, error) {
-	what := describe(kind, obj.GetNamespace(), obj.GetName())
-	if err := m.read(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		return false, classify(err, "get "+what)
+func sameNames(annotation string, names []string) bool {
+	have := strings.Split(annotation, ",")
+	if annotation == "" {
+		have = nil
 	}
-	if !isOwnedBy(obj.GetLabels(), o) {
-		return true, nil
-	}
-	if obj.GetDeletionTimestamp() != nil {
-		return false, nil
-	}
-	uid := obj.GetUID()
-	if err := m.c.Delete(ctx, obj, client.Preconditions{UID: &uid}); err != nil {
-		if apierrors.IsNotFound(err) {
-			return true, nil
-		}
-		return false, classify(err, "delete "+what)
-	}
-	return false, nil
+	slices.Sort(have)
+	want := slices.Clone(names)
+	slices.Sort(want)
+	return slices.Equal(have, want)
 }
 
 func ignoreNotFound(err error) error {

@@ -9,8 +9,10 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
@@ -24,12 +26,17 @@ type Permission struct {
 	Verb, Group, Resource string
 	// Namespace is empty for cluster-scoped resources.
 	Namespace string
+	// Name, if set, limits the permission to the object of that name.
+	Name string
 }
 
 func (p Permission) String() string {
 	r := p.Resource
 	if p.Group != "" {
 		r += "." + p.Group
+	}
+	if p.Name != "" {
+		r += " " + p.Name
 	}
 	if p.Namespace == "" {
 		return p.Verb + " " + r
@@ -50,14 +57,31 @@ func RequiredPermissions(namespace, imageNamespace, networkNamespace string) []P
 	// list and watch feed the provider's label-selected informers in this namespace.
 	add(namespace, "kubevirt.io", "virtualmachines", "get", "list", "watch", "create", "patch", "delete")
 	add(namespace, "kubevirt.io", "virtualmachineinstances", "get", "list", "watch")
-	add(namespace, "", "persistentvolumeclaims", "get", "list", "watch", "create", "delete")
+	// patch: a VM taken over from an earlier MachineRequest of the same name has its disks
+	// relabelled.
+	add(namespace, "", "persistentvolumeclaims", "get", "list", "watch", "create", "patch", "delete")
 	add(namespace, "", "secrets", "get", "list", "watch", "create", "patch", "delete")
 	add(namespace, "", "events", "list")
-	if imageNamespace != "" {
+	// Images in the machines' namespace: ImageSyncs create them there, and the informers watch
+	// them (for ImageSyncs, and for the machines whose disks are cloned from them).
+	add(namespace, "harvesterhci.io", "virtualmachineimages", "get", "list", "watch", "create")
+	if imageNamespace != "" && imageNamespace != namespace {
 		add(imageNamespace, "harvesterhci.io", "virtualmachineimages", "get")
 	}
 	add(networkNamespace, "k8s.cni.cncf.io", "network-attachment-definitions", "get")
 	add("", "storage.k8s.io", "storageclasses", "get")
+	// The cluster's identity, recorded with every machine (see ClusterIdentity).
+	out = append(out, Permission{Verb: "get", Resource: "namespaces", Name: identityNamespace})
+	return out
+}
+
+// CDIPermissions is what the provider also needs in namespace for machines whose image is of the
+// CDI backend: their root disks are DataVolumes (read live, never watched).
+func CDIPermissions(namespace string) []Permission {
+	var out []Permission
+	for _, v := range []string{"get", "create", "delete"} {
+		out = append(out, Permission{Verb: v, Group: cdiv1.SchemeGroupVersion.Group, Resource: "datavolumes", Namespace: namespace})
+	}
 	return out
 }
 
@@ -108,7 +132,7 @@ func (m *remoteMachines) Preflight(ctx context.Context, spec PreflightSpec) (ver
 	checks = append(checks, Check{Type: v1alpha1.ConditionCredentialsValid, OK: true, Reason: v1alpha1.ReasonCheckPassed,
 		Message: "the Harvester API answers (Kubernetes " + version + ")"})
 	image, imageCheck := m.checkImage(ctx, spec.Image)
-	checks = append(checks, imageCheck, m.checkNetwork(ctx, spec.Network), m.checkStorage(ctx, image, spec.StorageClass), m.checkPermissions(ctx, spec))
+	checks = append(checks, imageCheck, m.checkNetwork(ctx, spec.Network), m.checkStorage(ctx, image, spec.StorageClass), m.checkPermissions(ctx, spec, image))
 	return version, checks
 }
 
@@ -118,7 +142,13 @@ func (m *remoteMachines) checkImage(ctx context.Context, ref *ObjectRef) (*Image
 		c.OK, c.Reason, c.Message = true, v1alpha1.ReasonNoDefaultImage, "no default image (harvester.imageName): every MachineRequest must set spec.image"
 		return nil, c
 	}
-	info, err := getImage(ctx, m.c, *ref)
+	info, err := getImage(ctx, m.live, *ref)
+	if err == nil {
+		err = checkImageBackend(info)
+	}
+	if err == nil && info.Backend == BackendCDI {
+		err = m.checkDataVolumesServed(info)
+	}
 	if err == nil {
 		err = checkImageImported(info)
 	}
@@ -126,8 +156,29 @@ func (m *remoteMachines) checkImage(ctx context.Context, ref *ObjectRef) (*Image
 		c.Reason, c.Message = reasonOf(err), err.Error()
 		return nil, c
 	}
-	c.OK, c.Reason, c.Message = true, v1alpha1.ReasonCheckPassed, fmt.Sprintf("VirtualMachineImage %s is imported", ref)
+	c.OK, c.Reason = true, v1alpha1.ReasonCheckPassed
+	switch info.Backend {
+	case BackendCDI:
+		c.Message = fmt.Sprintf("VirtualMachineImage %s is imported; backend cdi: root disks are DataVolumes cloned from its PVC, of storage class %s", ref, info.StorageClass())
+	default:
+		c.Message = fmt.Sprintf("VirtualMachineImage %s is imported; backend %s: root disks are PVCs cloned from it, of storage class %s", ref, info.Backend, info.StorageClass())
+	}
 	return &info, c
+}
+
+// checkDataVolumesServed refuses an image of the CDI backend on a Harvester that serves no
+// DataVolumes (no CDI): its root disks could not be created.
+func (m *remoteMachines) checkDataVolumesServed(info ImageInfo) error {
+	gvk := cdiv1.SchemeGroupVersion.WithKind(dataVolumeKind)
+	if _, err := m.c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+		if meta.IsNoMatchError(err) {
+			return Permanent(v1alpha1.ReasonImageBackendUnsupported,
+				"VirtualMachineImage %s is of backend %s, but Harvester serves no DataVolume API (%s): its root disks cannot be cloned; use an image of backend %s",
+				info.Ref, BackendCDI, gvk.GroupVersion(), BackendBackingImage)
+		}
+		return classify(err, "look up the DataVolume API")
+	}
+	return nil
 }
 
 func (m *remoteMachines) checkNetwork(ctx context.Context, ref ObjectRef) Check {
@@ -180,7 +231,7 @@ func (m *remoteMachines) checkStorage(ctx context.Context, image *ImageInfo, ext
 	return c
 }
 
-func (m *remoteMachines) checkPermissions(ctx context.Context, spec PreflightSpec) Check {
+func (m *remoteMachines) checkPermissions(ctx context.Context, spec PreflightSpec, image *ImageInfo) Check {
 	c := Check{Type: v1alpha1.ConditionPermissionsReady}
 	imageNs := ""
 	if spec.Image != nil {
@@ -188,13 +239,16 @@ func (m *remoteMachines) checkPermissions(ctx context.Context, spec PreflightSpe
 	}
 	// One review per permission, asked concurrently: a review is cheap, a slow round trip is not.
 	perms := RequiredPermissions(spec.Namespace, imageNs, spec.Network.Namespace)
+	if image != nil && image.Backend == BackendCDI {
+		perms = append(perms, CDIPermissions(spec.Namespace)...)
+	}
 	allowed := make([]bool, len(perms))
 	errs := make([]error, len(perms))
 	var wg sync.WaitGroup
 	for i, p := range perms {
 		wg.Go(func() {
 			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: p.Verb, Group: p.Group, Resource: p.Resource, Namespace: p.Namespace},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: p.Verb, Group: p.Group, Resource: p.Resource, Namespace: p.Namespace, Name: p.Name},
 			}}
 			errs[i] = m.c.Create(ctx, review)
 			allowed[i] = review.Status.Allowed

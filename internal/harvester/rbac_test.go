@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 )
 
-// The documented Harvester RBAC (config/harvester/rbac.yaml) grants exactly RequiredPermissions:
-// what the preflight checks, nothing it does not.
+// The documented Harvester RBAC (config/harvester/rbac.yaml) grants exactly RequiredPermissions
+// and CDIPermissions: what the preflight checks, nothing it does not.
 func TestDocumentedHarvesterRBACIsRequiredPermissions(t *testing.T) {
 	data, err := os.ReadFile("../../config/harvester/rbac.yaml")
 	if err != nil {
@@ -39,14 +39,21 @@ func TestDocumentedHarvesterRBACIsRequiredPermissions(t *testing.T) {
 			for _, g := range r.APIGroups {
 				for _, res := range r.Resources {
 					for _, v := range r.Verbs {
-						granted = append(granted, Permission{Verb: v, Group: g, Resource: res, Namespace: obj.Metadata.Namespace}.String())
+						p := Permission{Verb: v, Group: g, Resource: res, Namespace: obj.Metadata.Namespace}
+						if len(r.ResourceNames) == 0 {
+							granted = append(granted, p.String())
+						}
+						for _, name := range r.ResourceNames {
+							p.Name = name
+							granted = append(granted, p.String())
+						}
 					}
 				}
 			}
 		}
 	}
 	var required []string
-	for _, p := range RequiredPermissions("default", "default", "default") {
+	for _, p := range append(RequiredPermissions("default", "default", "default"), CDIPermissions("default")...) {
 		required = append(required, p.String())
 	}
 	slices.Sort(granted)

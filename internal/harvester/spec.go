@@ -3,6 +3,8 @@ package harvester
 import (
 	"fmt"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // MachineSpec is everything needed to create one machine on Harvester. The controller derives it
@@ -12,7 +14,9 @@ type MachineSpec struct {
 	// Namespace is the Harvester namespace the VM and its disks live in.
 	Namespace string
 	// Name is the VM name (the MachineRequest's spec.machineName).
-	Name     string
+	Name string
+	// VMUID is the UID of the machine's VM once it has been recorded; Ensure never replaces it.
+	VMUID    types.UID
 	Role     string
 	CPU      uint32
 	MemoryMB int64
@@ -30,6 +34,11 @@ type MachineSpec struct {
 	// Labels are the user's labels for the VM (spec.labels); ours take precedence.
 	Labels map[string]string
 }
+
+// HasCloudInit reports whether the machine has cloud-init data. Without any (what the Butler
+// bootstrap sends: Talos gets its configuration pushed to the booted node), the VM gets no
+// cloud-init disk and no Secret is created for it.
+func (s *MachineSpec) HasCloudInit() bool { return s.UserData != "" || s.NetworkData != "" }
 
 // DiskSpec is one extra disk.
 type DiskSpec struct {
@@ -63,11 +72,14 @@ type MachineRef struct {
 	Owner     Owner
 	Namespace string
 	Name      string
+	// VMUID is the recorded UID of the machine's VM (empty until recorded). A VM of ours under
+	// the name with another UID is not this machine's VM.
+	VMUID types.UID
 }
 
 // Ref returns the reference to the machine this spec describes.
 func (s *MachineSpec) Ref() MachineRef {
-	return MachineRef{Owner: s.Owner, Namespace: s.Namespace, Name: s.Name}
+	return MachineRef{Owner: s.Owner, Namespace: s.Namespace, Name: s.Name, VMUID: s.VMUID}
 }
 
 // Names of the objects derived from a machine name.

@@ -1,12 +1,14 @@
 package harvester
 
 import (
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 )
 
 // Only updates that can change a MachineRequest's status wake it: the provider's own writes
@@ -52,20 +54,52 @@ func TestWatchedUpdatesThatMatter(t *testing.T) {
 	}
 }
 
+// recordingNotifier records notifications.
+type recordingNotifier struct {
+	machines []types.NamespacedName
+	urgent   []bool
+	images   []types.NamespacedName
+}
+
+func (r *recordingNotifier) MachineChanged(key types.NamespacedName, urgent bool) {
+	r.machines, r.urgent = append(r.machines, key), append(r.urgent, urgent)
+}
+
+func (r *recordingNotifier) ImageChanged(key types.NamespacedName) { r.images = append(r.images, key) }
+
+// Changes are reported for the MachineRequest the object's annotation names; a VMI's phase or
+// addresses and deletions are urgent (they can make a machine Running or complete a deletion).
 func TestNotifierMapsToTheMachineRequest(t *testing.T) {
-	ch := make(chan event.GenericEvent, 1)
-	h := notifier(ch)
-	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{AnnotationMachineRequest: "butler-system/cp-0"}}}
+	n := &recordingNotifier{}
+	h := notifier(n)
+	ours := map[string]string{AnnotationMachineRequest: "butler-system/cp-0"}
+	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Annotations: ours}}
 	h.OnAdd(vmi, false)
-	got := <-ch
-	if got.Object.GetNamespace() != "butler-system" || got.Object.GetName() != "cp-0" {
-		t.Fatalf("event for %s/%s", got.Object.GetNamespace(), got.Object.GetName())
+	running := vmi.DeepCopy()
+	running.Status.Phase = kubevirtv1.Running
+	h.OnUpdate(vmi, running)
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Annotations: ours}}
+	bound := pvc.DeepCopy()
+	bound.Status.Phase = corev1.ClaimBound
+	h.OnUpdate(pvc, bound)
+	h.OnDelete(&kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Annotations: ours}})
+	h.OnAdd(&kubevirtv1.VirtualMachineInstance{}, false) // not ours: no annotation, no notification
+	h.OnUpdate(&corev1.Secret{}, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Annotations: ours}})
+	want := types.NamespacedName{Namespace: "butler-system", Name: "cp-0"}
+	if len(n.machines) != 4 || !slices.Equal(n.urgent, []bool{false, true, false, true}) {
+		t.Fatalf("notifications %v urgent %v", n.machines, n.urgent)
 	}
-	h.OnAdd(&kubevirtv1.VirtualMachineInstance{}, false) // not ours: no annotation, no event
-	h.OnUpdate(&corev1.Secret{}, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Annotations: vmi.Annotations}})
-	select {
-	case e := <-ch:
-		t.Fatalf("unexpected event %v", e.Object)
-	default:
+	for _, got := range n.machines {
+		if got != want {
+			t.Fatalf("notified %v, want %v", got, want)
+		}
+	}
+	imgs := imageNotifier(n)
+	image := &unstructured.Unstructured{}
+	image.SetNamespace("default")
+	image.SetName("talos")
+	imgs.OnAdd(image, false)
+	if len(n.images) != 1 || n.images[0] != (types.NamespacedName{Namespace: "default", Name: "talos"}) {
+		t.Fatalf("image notifications %v", n.images)
 	}
 }

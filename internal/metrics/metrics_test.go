@@ -1,17 +1,21 @@
 package metrics
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	clientmetrics "k8s.io/client-go/tools/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
@@ -133,5 +137,18 @@ butler_harvester_machinerequests{phase="Unknown"} 0
 	}
 	if err := RegisterPhaseCollector(prometheus.NewRegistry(), reader, elected); err != nil {
 		t.Error(err)
+	}
+}
+
+// A request held by client-go's rate limiter shows in the wait histogram of its host.
+func TestRateLimiterWaitObserved(t *testing.T) {
+	InstrumentRateLimiter()
+	clientmetrics.RateLimiterLatency.Observe(context.Background(), "GET", url.URL{Scheme: "https", Host: "harvester.example:6443"}, 250*time.Millisecond)
+	m := &dto.Metric{}
+	if err := RateLimiterWait.WithLabelValues("harvester.example:6443").(prometheus.Histogram).Write(m); err != nil {
+		t.Fatal(err)
+	}
+	if m.GetHistogram().GetSampleCount() != 1 || m.GetHistogram().GetSampleSum() != 0.25 {
+		t.Fatalf("histogram count %d sum %g, want 1 and 0.25", m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum())
 	}
 }

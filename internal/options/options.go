@@ -28,6 +28,9 @@ const (
 	DefaultKubeQPS          = 100
 	DefaultKubeBurst        = 200
 	DefaultSyncPeriod       = 10 * time.Hour
+	// DefaultGracefulShutdownTimeout leaves 10s of the Pod's 30s termination grace period (the
+	// chart's and config/manager's) for releasing the leader Lease and exiting.
+	DefaultGracefulShutdownTimeout = 20 * time.Second
 )
 
 // Options are the manager's settings.
@@ -35,10 +38,14 @@ type Options struct {
 	MetricsAddr             string
 	MetricsSecure           bool
 	MetricsCertDir          string
+	MetricsCertName         string
+	MetricsCertKey          string
+	EnableHTTP2             bool
 	ProbeAddr               string
 	LeaderElect             bool
 	LeaderElectionID        string
 	LeaderElectionNamespace string
+	GracefulShutdownTimeout time.Duration
 	WatchNamespaces         []string
 	SyncPeriod              time.Duration
 	Concurrency             int
@@ -47,11 +54,17 @@ type Options struct {
 	RecheckInterval         time.Duration
 	ProvisioningTimeout     time.Duration
 	IPReportTimeout         time.Duration
+	ConfigGracePeriod       time.Duration
 	HarvesterQPS            float64
 	HarvesterBurst          int
 	KubeQPS                 float64
 	KubeBurst               int
 	LogLevel, LogFormat     string
+	// Kubeconfig, if set, is the kubeconfig file of the management cluster.
+	Kubeconfig string
+	// FlagNotes say what Parse did with each flag of the published provider's manager it was
+	// given (mapped onto which flag, or ignored and why): the manager logs them at start-up.
+	FlagNotes []string
 }
 
 // NewFlagSet returns the manager's flag set, bound to a new Options holding the defaults.
@@ -62,16 +75,22 @@ func NewFlagSet(output io.Writer) (*flag.FlagSet, *Options) {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: manager [flags]\n\n"+
 			"Provisions a VM on Harvester for every MachineRequest whose ProviderConfig has provider \"harvester\".\n"+
-			"Finds the management cluster through the in-cluster config or KUBECONFIG.\n\nFlags:\n")
+			"Finds the management cluster through --kubeconfig, KUBECONFIG or the in-cluster config.\n"+
+			"Accepts the flags of the published provider's manager too (zap's logging flags, --metrics-cert-path,\n"+
+			"--webhook-cert-*): mapped onto this manager's where one fits, else ignored; the log says which.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", DefaultMetricsAddr, "Address the metrics endpoint binds to; \"0\" disables it.")
 	fs.BoolVar(&o.MetricsSecure, "metrics-secure", true, "Serve metrics over HTTPS, to clients whose token passes a TokenReview and that may \"get\" the non-resource URL /metrics (SubjectAccessReview). false serves plain HTTP to anyone.")
-	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "Directory holding tls.crt and tls.key for the metrics endpoint; empty: a self-signed certificate made at start-up.")
+	fs.StringVar(&o.MetricsCertDir, "metrics-cert-dir", "", "Directory holding the metrics endpoint's certificate and key (--metrics-cert-name, --metrics-cert-key); empty: a self-signed certificate made at start-up.")
+	fs.StringVar(&o.MetricsCertName, "metrics-cert-name", "tls.crt", "File name of the metrics endpoint's certificate in --metrics-cert-dir.")
+	fs.StringVar(&o.MetricsCertKey, "metrics-cert-key", "tls.key", "File name of the metrics endpoint's private key in --metrics-cert-dir.")
+	fs.BoolVar(&o.EnableHTTP2, "enable-http2", false, "Offer HTTP/2 on the HTTPS metrics endpoint. Off: HTTP/1.1 only, so that HTTP/2's stream-reset floods (CVE-2023-44487, CVE-2023-39325) cannot reach the manager; scrapers need nothing more.")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", DefaultProbeAddr, "Address the /healthz and /readyz probes bind to; \"0\" disables them. /readyz passes once the caches have synced.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time (needed with more than one replica).")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", DefaultLeaderElectionID, "Name of the Lease used for leader election.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty: the Pod's own namespace (required when running outside a cluster with --leader-elect).")
+	fs.DurationVar(&o.GracefulShutdownTimeout, "graceful-shutdown-timeout", DefaultGracefulShutdownTimeout, "How long the manager waits on SIGTERM for reconciles in flight before it releases the leader Lease and exits; 0: no wait. Keep it well under the Pod's terminationGracePeriodSeconds, or the kubelet kills the manager before the Lease is released and the next leader waits for it to expire.")
 	fs.Func("watch-namespaces", "Comma-separated namespaces whose MachineRequests and ProviderConfigs are reconciled; empty: all namespaces. A MachineRequest's ProviderConfig must be in a watched namespace too.", func(v string) error {
 		ns, err := parseNamespaces(v)
 		o.WatchNamespaces = ns
@@ -81,7 +100,8 @@ func NewFlagSet(output io.Writer) (*flag.FlagSet, *Options) {
 	fs.IntVar(&o.Concurrency, "max-concurrent-reconciles", DefaultConcurrency, "How many MachineRequests are reconciled in parallel.")
 	fs.DurationVar(&o.CreatingPoll, "creating-poll-interval", controller.DefaultCreatingPollInterval, "How often a Creating machine is looked at again while waiting for its IP address (Harvester's events usually come first).")
 	fs.DurationVar(&o.HealthInterval, "health-check-interval", controller.DefaultHealthCheckInterval, "How often a Running machine's VM is checked on Harvester.")
-	fs.DurationVar(&o.ProvisioningTimeout, "provisioning-timeout", controller.DefaultProvisioningTimeout, "How long a machine may stay Creating before its Degraded condition reports the diagnosis (it keeps waiting).")
+	fs.DurationVar(&o.ProvisioningTimeout, "provisioning-timeout", controller.DefaultProvisioningTimeout, "How long a machine may take to become Running (from its creation or last retry) before it is Failed with reason ProvisioningTimeout and the diagnosis as its message, so that a caller waiting for Running or Failed (the Butler bootstrap) can act; 0 waits for ever. Transient Harvester errors never make a machine Failed by themselves.")
+	fs.DurationVar(&o.ConfigGracePeriod, "config-grace-period", controller.DefaultConfigGracePeriod, "How long a MachineRequest that has no VM yet, or an ImageSync, waits on a problem only you can fix (missing or unusable credentials, a missing setting, missing permissions, a ProviderConfig not shared, no ButlerConfig) before it becomes Failed with that reason, which the Butler bootstrap acts on. It is retried by itself once the problem is fixed.")
 	fs.DurationVar(&o.IPReportTimeout, "ip-report-timeout", controller.DefaultIPReportTimeout, "How long a running VM may go without reporting an IPv4 address before the diagnosis points at the guest agent and DHCP.")
 	fs.DurationVar(&o.RecheckInterval, "providerconfig-recheck-interval", controller.DefaultRecheckInterval, "How often a ProviderConfig's checks (credentials, image, network, storage, permissions) run again; a changed credentials Secret is noticed within 30s.")
 	fs.Float64Var(&o.HarvesterQPS, "harvester-qps", harvester.DefaultQPS, "Requests per second to each Harvester cluster.")
@@ -90,11 +110,13 @@ func NewFlagSet(output io.Writer) (*flag.FlagSet, *Options) {
 	fs.IntVar(&o.KubeBurst, "kube-api-burst", DefaultKubeBurst, "Request burst to the management cluster's API server.")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "Log level: debug, info, warn or error.")
 	fs.StringVar(&o.LogFormat, "log-format", "json", "Log format: json or text.")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Kubeconfig file of the management cluster (its current context); empty: KUBECONFIG if set, else the in-cluster config, else ~/.kube/config.")
+	addPublishedFlags(fs)
 	return fs, o
 }
 
-// Parse parses and validates args. Asking for --help returns flag.ErrHelp after printing the help
-// to output.
+// Parse parses and validates args, mapping the published provider's flags onto this manager's
+// (see FlagNotes). Asking for --help returns flag.ErrHelp after printing the help to output.
 func Parse(args []string, output io.Writer) (*Options, error) {
 	fs, o := NewFlagSet(output)
 	if err := fs.Parse(args); err != nil {
@@ -102,6 +124,9 @@ func Parse(args []string, output io.Writer) (*Options, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q: the manager takes flags only (see --help)", fs.Args())
+	}
+	if err := o.adoptPublishedFlags(fs); err != nil {
+		return nil, err
 	}
 	return o, o.Validate()
 }
@@ -118,14 +143,23 @@ func (o *Options) Validate() error {
 	positive("sync-period", o.SyncPeriod > 0, "a positive duration")
 	positive("creating-poll-interval", o.CreatingPoll > 0, "a positive duration")
 	positive("health-check-interval", o.HealthInterval > 0, "a positive duration")
-	positive("provisioning-timeout", o.ProvisioningTimeout > 0, "a positive duration")
+	positive("provisioning-timeout", o.ProvisioningTimeout >= 0, "zero (wait for ever) or a positive duration")
 	positive("ip-report-timeout", o.IPReportTimeout > 0, "a positive duration")
+	positive("config-grace-period", o.ConfigGracePeriod > 0, "a positive duration")
 	positive("providerconfig-recheck-interval", o.RecheckInterval > 0, "a positive duration")
 	positive("harvester-qps", o.HarvesterQPS > 0, "positive")
 	positive("harvester-burst", o.HarvesterBurst > 0, "at least 1")
 	positive("kube-api-qps", o.KubeQPS > 0, "positive")
 	positive("kube-api-burst", o.KubeBurst > 0, "at least 1")
 	positive("leader-election-id", o.LeaderElectionID != "", "set")
+	// controller-runtime would wait for ever on a negative timeout: no grace period fits that.
+	positive("graceful-shutdown-timeout", o.GracefulShutdownTimeout >= 0, "zero or a positive duration")
+	positive("metrics-cert-name", o.MetricsCertName != "", "set")
+	positive("metrics-cert-key", o.MetricsCertKey != "", "set")
+	// Without a directory the certificate is self-signed: file names would be ignored silently.
+	if o.MetricsCertDir == "" && (o.MetricsCertName != "tls.crt" || o.MetricsCertKey != "tls.key") {
+		errs = append(errs, errors.New("--metrics-cert-name and --metrics-cert-key name files in --metrics-cert-dir (or --metrics-cert-path), which is not set: set it, or drop them"))
+	}
 	if _, err := NewLogger(o.LogLevel, o.LogFormat, io.Discard); err != nil {
 		errs = append(errs, err)
 	}

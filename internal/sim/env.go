@@ -98,8 +98,8 @@ type Harvester struct {
 	Client client.Client
 	Sim    *Simulator
 	// Proxy is set when the Harvester was started WithProxy.
-	Proxy *FaultProxy
-	macs  *macWebhook
+	Proxy    *FaultProxy
+	webhooks *webhooks
 	// Kubeconfig is what a user of this Harvester gets: self-contained, through the proxy if any.
 	Kubeconfig []byte
 }
@@ -135,10 +135,10 @@ func StartHarvester(ctx context.Context, opts Options) (*Harvester, error) {
 	if err := ApplyPolicies(ctx, h.Client); err != nil {
 		return nil, fmt.Errorf("apply admission policies: %w", err)
 	}
-	if h.macs, err = startMACWebhook(ctx, h.Client); err != nil {
+	if h.Sim, err = New(opts.Sim); err != nil {
 		return nil, err
 	}
-	if h.Sim, err = New(opts.Sim); err != nil {
+	if h.webhooks, err = startWebhooks(ctx, h.Client, h.Sim.cfg.Overcommit); err != nil {
 		return nil, err
 	}
 	if err := h.Sim.Start(ctx, h.Config); err != nil {
@@ -160,8 +160,8 @@ func (h *Harvester) Stop() error {
 	if h.Proxy != nil {
 		h.Proxy.Close()
 	}
-	if h.macs != nil {
-		h.macs.close()
+	if h.webhooks != nil {
+		h.webhooks.close()
 	}
 	return h.Env.Stop()
 }

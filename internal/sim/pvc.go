@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/tools/record"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,15 +31,24 @@ const (
 	pvcProtectionFinalizer = "kubernetes.io/pvc-protection"
 	// reasonWaitingForImage is the event reason of a PVC that cannot be provisioned (yet).
 	reasonWaitingForImage = "ProvisioningFailed"
+	// longhornProvisioner is Longhorn's CSI driver, the provisioner of Harvester's storage classes.
+	longhornProvisioner = "driver.longhorn.io"
+	// Annotations the PV controller sets on a claim it provisions and binds.
+	annotationStorageProvisioner     = "volume.kubernetes.io/storage-provisioner"
+	annotationBetaStorageProvisioner = "volume.beta.kubernetes.io/storage-provisioner"
+	annotationBindCompleted          = "pv.kubernetes.io/bind-completed"
+	annotationBoundByController      = "pv.kubernetes.io/bound-by-controller"
 )
 
-// pvcReconciler binds PVCs the way Harvester's storage does, and releases deleted ones once no
-// VMI uses them (the pvc-protection controller's part).
+// pvcReconciler provisions and binds PVCs as the PV controller and Longhorn's CSI provisioner do,
+// and releases deleted ones once no VMI uses them (the pvc-protection controller's part). PVCs a
+// DataVolume owns are CDI's (cdi.go).
 type pvcReconciler struct {
-	sim      *Simulator
-	recorder record.EventRecorder
+	sim *Simulator
 	// reported remembers the last reason given per PVC, so each new reason is one event.
 	reported sync.Map
+	// provisioning records when the provisioner started on each PVC (by UID).
+	provisioning sync.Map
 }
 
 func (r *pvcReconciler) setup(mgr ctrl.Manager) error {
@@ -61,14 +73,15 @@ func (r *pvcReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if pvc.DeletionTimestamp != nil {
+		r.forget(pvc.UID)
 		return ctrl.Result{}, r.release(ctx, pvc)
 	}
-	if pvc.Status.Phase == corev1.ClaimBound {
+	if owner := metav1.GetControllerOf(pvc); pvc.Status.Phase == corev1.ClaimBound || (owner != nil && owner.Kind == DataVolumeGVK.Kind) {
 		return ctrl.Result{}, nil
 	}
-	if why := r.whyNotBindable(ctx, pvc); why != "" {
+	if component, why := r.whyNotBindable(ctx, pvc); why != "" {
 		if last, _ := r.reported.Swap(pvc.UID, why); last != why {
-			r.recorder.Event(pvc, corev1.EventTypeWarning, reasonWaitingForImage, why)
+			r.sim.event(component, pvc, corev1.EventTypeWarning, reasonWaitingForImage, why)
 		}
 		if pvc.Status.Phase != corev1.ClaimPending {
 			return ctrl.Result{}, r.setPhase(ctx, pvc, corev1.ClaimPending)
@@ -76,21 +89,96 @@ func (r *pvcReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{}, nil
 	}
 	r.reported.Delete(pvc.UID)
-	return ctrl.Result{}, r.setPhase(ctx, pvc, corev1.ClaimBound)
+	since, started := r.provisioning.LoadOrStore(pvc.UID, time.Now())
+	if !started {
+		return retryConflict(r.startProvisioning(ctx, pvc))
+	}
+	// Longhorn clones the image's backing image into the new volume: it takes a while.
+	delay := time.Duration(0)
+	if pvc.Annotations[harvester.AnnotationImageID] != "" {
+		delay = r.sim.cfg.CloneDelay
+	}
+	if wait := time.Until(since.(time.Time).Add(delay)); wait > 0 {
+		if pvc.Status.Phase != corev1.ClaimPending {
+			return ctrl.Result{RequeueAfter: wait}, r.setPhase(ctx, pvc, corev1.ClaimPending)
+		}
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	return retryConflict(r.bind(ctx, pvc))
 }
 
-// whyNotBindable says why a PVC cannot be provisioned yet ("" if it can): its storage class is
-// missing, or, for an image-backed PVC, its image is missing, not imported or of another class.
-func (r *pvcReconciler) whyNotBindable(ctx context.Context, pvc *corev1.PersistentVolumeClaim) string {
+// forget drops what the reconciler remembers of a PVC.
+func (r *pvcReconciler) forget(uid types.UID) {
+	r.reported.Delete(uid)
+	r.provisioning.Delete(uid)
+}
+
+// startProvisioning is the PV controller handing the claim to its external provisioner (the
+// annotations and ExternalProvisioning event) and the provisioner starting on it.
+func (r *pvcReconciler) startProvisioning(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
+	provisioner := r.provisionerOf(ctx, pvc)
+	pvc.Annotations = mergeAnnotations(pvc.Annotations, map[string]string{annotationStorageProvisioner: provisioner, annotationBetaStorageProvisioner: provisioner})
+	if err := r.sim.c.Update(ctx, pvc); err != nil {
+		r.provisioning.Delete(pvc.UID)
+		return err
+	}
+	if pvc.Status.Phase != corev1.ClaimPending {
+		if err := r.setPhase(ctx, pvc, corev1.ClaimPending); err != nil {
+			return err
+		}
+	}
+	r.sim.event(componentPVC, pvc, corev1.EventTypeNormal, "ExternalProvisioning", fmt.Sprintf(
+		"Waiting for a volume to be created either by the external provisioner '%s' or manually by the system administrator. If volume creation is delayed, please verify that the provisioner is running and correctly registered.", provisioner))
+	r.sim.event(componentProvisioner, pvc, corev1.EventTypeNormal, "Provisioning", fmt.Sprintf("External provisioner is provisioning volume for claim %q", pvc.Namespace+"/"+pvc.Name))
+	return nil
+}
+
+// bind is the provisioner's volume created and the PV controller binding the claim to it.
+func (r *pvcReconciler) bind(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
+	volume := "pvc-" + string(pvc.UID)
+	if pvc.Spec.VolumeName == "" {
+		pvc.Spec.VolumeName = volume
+		pvc.Annotations = mergeAnnotations(pvc.Annotations, map[string]string{annotationBindCompleted: "yes", annotationBoundByController: "yes"})
+		if err := r.sim.c.Update(ctx, pvc); err != nil {
+			return err
+		}
+	}
+	if err := r.setPhase(ctx, pvc, corev1.ClaimBound); err != nil {
+		return err
+	}
+	r.provisioning.Delete(pvc.UID)
+	r.sim.event(componentProvisioner, pvc, corev1.EventTypeNormal, "ProvisioningSucceeded", "Successfully provisioned volume "+volume)
+	return nil
+}
+
+// provisionerOf is the provisioner of the PVC's storage class (Longhorn's if it names none: the
+// default class of Harvester is Longhorn's).
+func (r *pvcReconciler) provisionerOf(ctx context.Context, pvc *corev1.PersistentVolumeClaim) string {
+	sc := &storagev1.StorageClass{}
+	if name := ptr.Deref(pvc.Spec.StorageClassName, ""); name != "" && r.sim.c.Get(ctx, client.ObjectKey{Name: name}, sc) == nil {
+		return sc.Provisioner
+	}
+	return longhornProvisioner
+}
+
+// whyNotBindable says why a PVC cannot be provisioned yet, and who says so ("" if it can): its
+// storage class is missing (the PV controller), or, for an image-backed PVC, its image is
+// missing, not imported or of another class (the provisioner).
+func (r *pvcReconciler) whyNotBindable(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (component, why string) {
 	if sc := pvc.Spec.StorageClassName; sc != nil && *sc != "" {
 		if err := r.sim.c.Get(ctx, client.ObjectKey{Name: *sc}, &storagev1.StorageClass{}); apierrors.IsNotFound(err) {
-			return fmt.Sprintf("storageclass.storage.k8s.io %q not found", *sc)
+			return componentPVC, fmt.Sprintf("storageclass.storage.k8s.io %q not found", *sc)
 		}
 	}
 	imageID := pvc.Annotations[harvester.AnnotationImageID]
 	if imageID == "" {
-		return ""
+		return "", ""
 	}
+	return componentProvisioner, r.whyImageNotReady(ctx, pvc, imageID)
+}
+
+// whyImageNotReady says why an image-backed PVC cannot be cloned from its image yet ("" if it can).
+func (r *pvcReconciler) whyImageNotReady(ctx context.Context, pvc *corev1.PersistentVolumeClaim, imageID string) string {
 	ns, name, _ := strings.Cut(imageID, "/")
 	image := &unstructured.Unstructured{}
 	image.SetGroupVersionKind(VirtualMachineImageGVK)

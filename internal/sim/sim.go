@@ -1,41 +1,67 @@
-// Package sim is a simulated Harvester: against a real API server that has the KubeVirt and
-// Harvester CRDs installed (see manifests/), it plays the parts KubeVirt and Harvester play for the
-// objects the provider creates.
+// Package sim is a simulated Harvester: against a real API server that has the KubeVirt, Harvester
+// and CDI CRDs installed (see manifests/), it plays the parts KubeVirt, Harvester, Longhorn, CDI,
+// the scheduler, the kubelet and kube-controller-manager play for the objects the provider
+// creates, following their sources (docs/simulator.md lists each behaviour, the upstream file it
+// follows and the test that covers it).
 //
-//   - VirtualMachine (runStrategy Always) -> VirtualMachineInstance through Pending, Scheduling,
-//     Scheduled and Running, with the VM's printableStatus, ready flag and conditions as KubeVirt
-//     reports them; a stopped VM loses its VMI.
+//   - VirtualMachine (runStrategy Always) -> VirtualMachineInstance as virt-controller moves it:
+//     Pending (Ready=False PodNotExists) until its volumes are ready to attach, Scheduling once the
+//     virt-launcher pod exists (Ready=False GuestNotRunning; the pod's PodScheduled=False copied
+//     while the scheduler cannot place it, as it cannot while a PVC is unbound), Scheduled, Running
+//     (Ready=True). The pod waits for its cloud-init Secret and its network (FailedMount and
+//     FailedCreatePodSandBox Warning events on the pod, as the kubelet reports them). The VM's
+//     status follows as KubeVirt's VM controller writes it: created, ready, runStrategy, the VMI's
+//     conditions, and printableStatus by KubeVirt's precedence (WaitingForVolumeBinding,
+//     ErrorUnschedulable, Starting, Running, Stopped, ...).
 //   - After IPDelay, the guest agent's report in the VMI's status.interfaces: an IPv4 address from a
 //     pool per network (CIDR from the NetworkAttachmentDefinition's network.harvesterhci.io/route
 //     annotation, else its ipam.subnet, else Config.DefaultCIDR), with the noise real guests add
 //     (loopback, link-local and global IPv6 addresses).
-//   - PVCs annotated with harvesterhci.io/imageId bind only when the image exists, is imported and
-//     the storage class is the image's; otherwise they stay Pending with an event.
-//   - VirtualMachineImages import after ImportDelay (or fail to, as a fault), and get their storage
-//     class longhorn-<image>, as Harvester creates it.
-//   - VM deletion removes the VMI and the PVCs listed in harvesterhci.io/removedPersistentVolumeClaims,
-//     and garbage-collects Secrets owned by the VM.
+//   - Metadata churn: KubeVirt and Harvester rewrite VMs and VMIs on their own (API version and
+//     run strategy annotations, MAC addresses, labels synced to the VMI, finalizers, status), with
+//     updates that carry a resourceVersion, so that a writer holding a stale copy gets a 409.
+//   - PVCs are provisioned as the PV controller and Longhorn's CSI provisioner do (Normal
+//     ExternalProvisioning, Provisioning and ProvisioningSucceeded events); a root disk cloned
+//     from an image (harvesterhci.io/imageId) binds only when the image exists and is imported and
+//     the storage class is the image's, CloneDelay after it could start; otherwise it stays
+//     Pending with a Warning event.
+//   - VirtualMachineImages go through Harvester's import states: Initialized (with their storage
+//     class lh-<image uid>, created with it) and Importing at once, Imported after ImportDelay. A
+//     download from a URL the simulator is told is unreachable fails each attempt, retried
+//     spec.retry times (status.failed, RetryLimitExceeded=False with the error) before Harvester
+//     gives up (RetryLimitExceeded=True, Imported=False); the import-failed fault fails for good at
+//     once. Images with spec.backend cdi import into a DataVolume of spec.targetStorageClassName,
+//     and DataVolumes cloned from an image's PVC are played as CDI plays them.
+//   - VM deletion removes the VMI and the PVCs listed in harvesterhci.io/removedPersistentVolumeClaims;
+//     the garbage collector deletes objects whose owner is gone (Secrets owned by a VM, PVCs owned
+//     by a DataVolume) GCDelay later.
 //   - Namespace deletion empties the namespace of these kinds and finalizes it (the namespace
 //     controller's part).
 //   - Faults: unschedulable VMs, no DHCP lease, failed image imports, slow boots (globally through
 //     SetFaults, or per object through AnnotationFault); API errors, latency and timeouts through
-//     FaultProxy.
+//     FaultProxy, which also injects 409 Conflicts into writes and drops the responses of writes
+//     it has applied.
 //
-// Admission rules Harvester and KubeVirt enforce are ValidatingAdmissionPolicies in
-// manifests/policies (inline cloud-init size, image storage class), and a webhook served by the
-// simulator for the rule that needs other objects (duplicate MAC addresses); StartHarvester installs
-// both.
+// Admission: KubeVirt's rules that need only the object are ValidatingAdmissionPolicies in
+// manifests/policies (inline cloud-init size); Harvester's webhooks, which need other objects, are
+// served by the simulator (webhook.go): the VM validator (duplicate MAC addresses), the VM mutator
+// (requests, guest memory and CPU defaults from the overcommit settings), and the PVC validator
+// (a volume a VM uses cannot be deleted; a volume cloned from an image must use the image's
+// storage class). The API server's own ResourceQuota admission refuses what exceeds a quota.
+// StartHarvester installs all of them.
 package sim
 
 import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -74,7 +100,26 @@ type Config struct {
 	DefaultCIDR string
 	// ImageVirtualSize is the virtual size reported for imported images (default 2 GiB).
 	ImageVirtualSize int64
+	// CloneDelay is how long a root disk cloned from an image stays Pending once its image is
+	// imported, as Longhorn takes to clone the backing image (and CDI to clone an image's PVC).
+	CloneDelay time.Duration
+	// GCDelay is how long the garbage collector takes to delete an object after its owner is
+	// gone (kube-controller-manager works through a queue, never in the same instant).
+	GCDelay time.Duration
+	// Overcommit is Harvester's overcommit-config setting, in percent (default Harvester's own:
+	// cpu 1000, memory 150).
+	Overcommit Overcommit
 }
+
+// Overcommit is Harvester's overcommit-config setting: how much more CPU and memory VMs may be
+// given (their limits) than they request, in percent.
+type Overcommit struct {
+	CPU, Memory int64
+}
+
+// imageRetries is Harvester's default spec.retry of a VirtualMachineImage: the failed downloads
+// it retries before it gives up.
+const imageRetries = 3
 
 // Faults apply to every object; SetFaults changes them at run time.
 type Faults struct {
@@ -82,12 +127,19 @@ type Faults struct {
 	NoDHCP        bool
 	SlowBoot      bool
 	ImportFailed  bool
+	// UnreachableURLs are URL prefixes Harvester cannot download from: images of sourceType
+	// download with such a URL fail every attempt, as an unreachable factory makes them.
+	UnreachableURLs []string
 }
 
 // Simulator runs the simulated controllers.
 type Simulator struct {
-	cfg   Config
-	c     client.Client
+	cfg Config
+	c   client.Client
+	// gcClient deletes as the garbage collector does, as its ServiceAccount.
+	gcClient client.Client
+	// live reads from the API server, bypassing the caches.
+	live  client.Reader
 	pools *pools
 
 	mu     sync.RWMutex
@@ -95,6 +147,11 @@ type Simulator struct {
 
 	// ipReported records when each VMI ("namespace/name") first reported its IPv4 address.
 	ipReported sync.Map
+	// launchers holds the virt-launcher pod of each VMI (by VMI UID): the simulator plays the
+	// pod without creating it (see launcher).
+	launchers sync.Map
+	// recorders record events as the component that emits them on a real cluster.
+	recorders map[string]record.EventRecorder
 }
 
 // IPReportedAt returns when the VMI namespace/name first reported its IPv4 address (zero if it
@@ -124,6 +181,12 @@ func New(cfg Config) (*Simulator, error) {
 	if cfg.ImageVirtualSize == 0 {
 		cfg.ImageVirtualSize = 2 << 30
 	}
+	if cfg.Overcommit == (Overcommit{}) {
+		cfg.Overcommit = Overcommit{CPU: 1000, Memory: 150} // Harvester's default overcommit-config
+	}
+	if cfg.Overcommit.CPU <= 0 || cfg.Overcommit.Memory <= 0 {
+		return nil, fmt.Errorf("overcommit percentages must be positive: %+v", cfg.Overcommit)
+	}
 	return &Simulator{cfg: cfg, pools: newPools()}, nil
 }
 
@@ -138,6 +201,16 @@ func (s *Simulator) currentFaults() Faults {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.faults
+}
+
+// unreachable reports whether Harvester cannot download from url.
+func (s *Simulator) unreachable(url string) bool {
+	for _, prefix := range s.currentFaults().UnreachableURLs {
+		if prefix != "" && strings.HasPrefix(url, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // hasFault reports whether a fault applies to an object, globally or through its annotation.
@@ -177,7 +250,12 @@ func (s *Simulator) Start(ctx context.Context, restConfig *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	s.c = mgr.GetClient()
+	s.c, s.live = mgr.GetClient(), mgr.GetAPIReader()
+	gcConfig := rest.CopyConfig(restConfig)
+	gcConfig.Impersonate = rest.ImpersonationConfig{UserName: gcUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
+	if s.gcClient, err = client.New(gcConfig, client.Options{Scheme: Scheme()}); err != nil {
+		return err
+	}
 	if err := s.setup(mgr); err != nil {
 		return err
 	}
@@ -196,19 +274,41 @@ func (s *Simulator) Start(ctx context.Context, restConfig *rest.Config) error {
 	}
 }
 
+// Components that record events, named as on a real Harvester (the events' source.component).
+const (
+	componentKubeVirt    = "virtualmachine-controller"   // virt-controller, for VMs and VMIs
+	componentPVC         = "persistentvolume-controller" // kube-controller-manager
+	componentProvisioner = "driver.longhorn.io_csi-provisioner-7b9f8d9c8d-x2k4q_5d1e1f3a-6c1b-4a0e-9d7e-3f2b1c0a9e8d"
+	componentScheduler   = "default-scheduler"
+	componentKubelet     = "kubelet"
+	componentHarvester   = "VMController.SetHaltIfInsufficientResourceQuota" // Harvester's VM controller recorder
+	componentCDI         = "datavolume-pvc-clone-controller"
+)
+
 func (s *Simulator) setup(mgr manager.Manager) error {
 	// The old (core/v1) events API on purpose: KubeVirt and kube-controller-manager report through
 	// it, so the provider's diagnosis is tested against Events with lastTimestamp, count and source
 	// set, as on a real Harvester. The new API would write eventTime and reportingController instead.
-	recorder := mgr.GetEventRecorderFor("harvester-sim") //nolint:staticcheck // imitates Harvester's components, which emit core/v1 Events (see above)
-	if err := (&vmReconciler{sim: s, recorder: recorder}).setup(mgr); err != nil {
-		return err
+	s.recorders = map[string]record.EventRecorder{}
+	for _, c := range []string{componentKubeVirt, componentPVC, componentProvisioner, componentScheduler, componentKubelet, componentHarvester, componentCDI} {
+		s.recorders[c] = mgr.GetEventRecorderFor(c) //nolint:staticcheck // imitates Harvester's components, which emit core/v1 Events (see above)
 	}
-	if err := (&pvcReconciler{sim: s, recorder: recorder}).setup(mgr); err != nil {
-		return err
+	for _, r := range []interface{ setup(ctrl.Manager) error }{
+		&vmReconciler{sim: s},
+		&pvcReconciler{sim: s},
+		&namespaceReconciler{sim: s},
+		&imageReconciler{sim: s},
+		&dataVolumeReconciler{sim: s},
+		&garbageCollector{sim: s},
+	} {
+		if err := r.setup(mgr); err != nil {
+			return err
+		}
 	}
-	if err := (&namespaceReconciler{sim: s}).setup(mgr); err != nil {
-		return err
-	}
-	return (&imageReconciler{sim: s}).setup(mgr)
+	return nil
+}
+
+// event records an event as component does.
+func (s *Simulator) event(component string, obj runtime.Object, eventType, reason, message string) {
+	s.recorders[component].Event(obj, eventType, reason, message)
 }

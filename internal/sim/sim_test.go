@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -31,7 +35,11 @@ import (
 
 var h *Harvester
 
-const bootDelay = 600 * time.Millisecond
+const (
+	bootDelay  = 600 * time.Millisecond
+	cloneDelay = 800 * time.Millisecond
+	gcDelay    = 800 * time.Millisecond
+)
 
 func TestMain(m *testing.M) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
@@ -41,7 +49,9 @@ func TestMain(m *testing.M) {
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	ctx, cancel := context.WithCancel(context.Background())
 	var err error
-	h, err = StartHarvester(ctx, Options{WithProxy: true, Sim: Config{BootDelay: bootDelay, IPDelay: 200 * time.Millisecond, SlowBootDelay: time.Hour}})
+	h, err = StartHarvester(ctx, Options{WithProxy: true, Sim: Config{
+		BootDelay: bootDelay, IPDelay: 200 * time.Millisecond, SlowBootDelay: time.Hour, CloneDelay: cloneDelay, GCDelay: gcDelay,
+	}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -107,6 +117,24 @@ func (f *fixture) image(name string, annotations map[string]string) *unstructure
 	return img
 }
 
+// classOf waits until Harvester has initialized the image and returns its storage class.
+func (f *fixture) classOf(image string) string {
+	f.t.Helper()
+	var sc string
+	f.eventually("image "+image+" initialized", func() error {
+		img := &unstructured.Unstructured{}
+		img.SetGroupVersionKind(VirtualMachineImageGVK)
+		if err := h.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: image}, img); err != nil {
+			return err
+		}
+		if sc, _, _ = unstructured.NestedString(img.Object, "status", "storageClassName"); sc == "" {
+			return errors.New("no status.storageClassName yet")
+		}
+		return nil
+	})
+	return sc
+}
+
 func (f *fixture) rootDisk(name, image, storageClass string) *corev1.PersistentVolumeClaim {
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Annotations: map[string]string{harvester.AnnotationImageID: f.ns + "/" + image}},
@@ -121,7 +149,14 @@ func (f *fixture) rootDisk(name, image, storageClass string) *corev1.PersistentV
 }
 
 func (f *fixture) vm(name, claim, network string, annotations map[string]string) *kubevirtv1.VirtualMachine {
-	vm := &kubevirtv1.VirtualMachine{
+	vm := f.vmObject(name, claim, network, annotations)
+	f.must(h.Client.Create(f.ctx, vm))
+	return vm
+}
+
+// vmObject is the VM f.vm creates.
+func (f *fixture) vmObject(name, claim, network string, annotations map[string]string) *kubevirtv1.VirtualMachine {
+	return &kubevirtv1.VirtualMachine{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Annotations: annotations},
 		Spec: kubevirtv1.VirtualMachineSpec{
 			RunStrategy: ptr.To(kubevirtv1.RunStrategyAlways),
@@ -132,8 +167,6 @@ func (f *fixture) vm(name, claim, network string, annotations map[string]string)
 			}},
 		},
 	}
-	f.must(h.Client.Create(f.ctx, vm))
-	return vm
 }
 
 func (f *fixture) getVMI(name string) (*kubevirtv1.VirtualMachineInstance, error) {
@@ -157,7 +190,7 @@ func (f *fixture) waitBound(pvc *corev1.PersistentVolumeClaim) {
 // readyMachine sets up network, image, PVC and VM and returns once the VM has its IP.
 func (f *fixture) readyMachine(name string) *kubevirtv1.VirtualMachineInstance {
 	f.t.Helper()
-	pvc := f.rootDisk(name+"-disk-0", "talos", "longhorn-talos")
+	pvc := f.rootDisk(name+"-disk-0", "talos", f.classOf("talos"))
 	f.must(h.Client.Create(f.ctx, pvc))
 	f.vm(name, pvc.Name, "vlan40", nil)
 	var vmi *kubevirtv1.VirtualMachineInstance
@@ -178,7 +211,7 @@ func TestVMBootsThroughPhasesAndReportsIP(t *testing.T) {
 	f := newFixture(t)
 	f.network("vlan40", "10.40.0.0/24")
 	f.image("talos", nil)
-	pvc := f.rootDisk("cp-0-disk-0", "talos", "longhorn-talos")
+	pvc := f.rootDisk("cp-0-disk-0", "talos", f.classOf("talos"))
 	f.must(h.Client.Create(f.ctx, pvc))
 	f.waitBound(pvc)
 	start := time.Now()
@@ -251,55 +284,36 @@ func TestNetworkCIDRFromCNIConfigOrDefault(t *testing.T) {
 
 func TestPVCBindsOnlyOnAnImportedImageOfItsStorageClass(t *testing.T) {
 	f := newFixture(t)
-	// No image yet: Pending, with an event saying why.
-	pvc := f.rootDisk("early", "later", "longhorn-later")
-	f.must(h.Client.Create(f.ctx, pvc))
-	f.eventually("PVC Pending with an event", func() error {
-		got := &corev1.PersistentVolumeClaim{}
-		if err := h.Client.Get(f.ctx, client.ObjectKeyFromObject(pvc), got); err != nil {
-			return err
-		}
-		events := &corev1.EventList{}
-		if err := h.Client.List(f.ctx, events, client.InNamespace(f.ns)); err != nil {
-			return err
-		}
-		for _, e := range events.Items {
-			if e.InvolvedObject.Name == "early" && e.Reason == reasonWaitingForImage && strings.Contains(e.Message, "not found") && got.Status.Phase == corev1.ClaimPending {
-				return nil
+	pendingWithEvent := func(pvc *corev1.PersistentVolumeClaim, want string) func() error {
+		return func() error {
+			got := &corev1.PersistentVolumeClaim{}
+			if err := h.Client.Get(f.ctx, client.ObjectKeyFromObject(pvc), got); err != nil {
+				return err
 			}
+			events := &corev1.EventList{}
+			if err := h.Client.List(f.ctx, events, client.InNamespace(f.ns)); err != nil {
+				return err
+			}
+			for _, e := range events.Items {
+				if e.InvolvedObject.Name == pvc.Name && e.Type == corev1.EventTypeWarning && e.Reason == reasonWaitingForImage &&
+					strings.Contains(e.Message, want) && got.Status.Phase == corev1.ClaimPending {
+					return nil
+				}
+			}
+			return fmt.Errorf("phase %q, no %s event saying %q", got.Status.Phase, reasonWaitingForImage, want)
 		}
-		return fmt.Errorf("phase %q, no %s event", got.Status.Phase, reasonWaitingForImage)
-	})
-	// The image is being imported: still Pending.
-	f.image("later", map[string]string{AnnotationImportDelay: "3s"}) // creation times have 1s granularity
-	time.Sleep(300 * time.Millisecond)
-	got := &corev1.PersistentVolumeClaim{}
-	f.must(h.Client.Get(f.ctx, client.ObjectKeyFromObject(pvc), got))
-	if got.Status.Phase == corev1.ClaimBound {
-		t.Fatal("bound before the image was imported")
 	}
-	// Imported: bound.
-	f.waitBound(pvc)
-}
+	// No image: Pending, with an event saying why.
+	orphan := f.rootDisk("orphan", "missing", "lh-00000000-0000-0000-0000-000000000000")
+	f.must(h.Client.Create(f.ctx, orphan))
+	f.eventually("PVC of a missing image Pending with an event", pendingWithEvent(orphan, "not found"))
 
-func TestAdmissionPolicies(t *testing.T) {
-	f := newFixture(t)
-	mismatch := f.rootDisk("wrong-class", "talos", "longhorn")
-	if err := h.Client.Create(f.ctx, mismatch); err == nil || !strings.Contains(err.Error(), "longhorn-talos") {
-		t.Fatalf("PVC with the wrong storage class for its image: %v", err)
-	}
-	for size, allowed := range map[int]bool{2048: true, 2049: false} {
-		vm := &kubevirtv1.VirtualMachine{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("inline-%d", size), Namespace: f.ns},
-			Spec: kubevirtv1.VirtualMachineSpec{RunStrategy: ptr.To(kubevirtv1.RunStrategyHalted), Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{
-				Volumes: []kubevirtv1.Volume{{Name: "ci", VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{NetworkData: strings.Repeat("n", size)}}}},
-			}}},
-		}
-		err := h.Client.Create(f.ctx, vm)
-		if allowed != (err == nil) || (!allowed && !strings.Contains(err.Error(), "2048")) {
-			t.Fatalf("inline networkData of %d bytes: %v", size, err)
-		}
-	}
+	// The image is being imported: Pending, then bound once imported.
+	f.image("later", map[string]string{AnnotationImportDelay: "3s"}) // creation times have 1s granularity
+	pvc := f.rootDisk("early", "later", f.classOf("later"))
+	f.must(h.Client.Create(f.ctx, pvc))
+	f.eventually("PVC Pending while the image imports", pendingWithEvent(pvc, "not imported yet"))
+	f.waitBound(pvc)
 }
 
 func TestDuplicateMACRejected(t *testing.T) {
@@ -330,7 +344,7 @@ func TestVMDeletionRemovesVMIListedPVCsAndOwnedSecrets(t *testing.T) {
 	owned := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "cp-0-cloudinit", Namespace: f.ns,
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine", Name: vm.Name, UID: vm.UID}}}}
 	unrelated := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "keep-me", Namespace: f.ns}}
-	keptPVC := f.rootDisk("keep-disk", "talos", "longhorn-talos")
+	keptPVC := f.rootDisk("keep-disk", "talos", f.classOf("talos"))
 	for _, o := range []client.Object{owned, unrelated, keptPVC} {
 		f.must(h.Client.Create(f.ctx, o))
 	}
@@ -367,7 +381,7 @@ func TestFaults(t *testing.T) {
 	f.network("vlan40", "10.40.0.0/24")
 	f.image("talos", nil)
 	disk := func(name string) string {
-		pvc := f.rootDisk(name+"-disk-0", "talos", "longhorn-talos")
+		pvc := f.rootDisk(name+"-disk-0", "talos", f.classOf("talos"))
 		f.must(h.Client.Create(f.ctx, pvc))
 		return pvc.Name
 	}
@@ -383,7 +397,7 @@ func TestFaults(t *testing.T) {
 				return err
 			}
 			if got.Status.PrintableStatus != kubevirtv1.VirtualMachineStatusUnschedulable || vmi.Status.Phase != kubevirtv1.Scheduling ||
-				len(vmi.Status.Conditions) == 0 || vmi.Status.Conditions[0].Reason != corev1.PodReasonUnschedulable {
+				vmiCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)).Reason != corev1.PodReasonUnschedulable {
 				return fmt.Errorf("VM %s, VMI %s %+v", got.Status.PrintableStatus, vmi.Status.Phase, vmi.Status.Conditions)
 			}
 			return nil
@@ -419,9 +433,8 @@ func TestFaults(t *testing.T) {
 		img := f.image("broken", map[string]string{AnnotationFault: FaultImportFailed})
 		f.eventually("import failed", func() error {
 			f.must(h.Client.Get(f.ctx, client.ObjectKeyFromObject(img), img))
-			conds, _, _ := unstructured.NestedSlice(img.Object, "status", "conditions")
-			if len(conds) != 1 || conds[0].(map[string]any)["reason"] != "ImportFailed" || conds[0].(map[string]any)["status"] != "False" {
-				return fmt.Errorf("conditions %v", conds)
+			if c := conditionsOf(img); c["Imported"] != "False" || c["RetryLimitExceeded"] != "True" {
+				return fmt.Errorf("conditions %v", c)
 			}
 			return nil
 		})
@@ -481,13 +494,21 @@ func TestStoppedVMHasNoVMI(t *testing.T) {
 	})
 }
 
-func TestFaultProxy(t *testing.T) {
+// proxyClient is a client of the simulated Harvester through its fault proxy that gives up on a
+// request after a second.
+func (f *fixture) proxyClient() (client.Client, *rest.Config) {
+	f.t.Helper()
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(h.Proxy.Kubeconfig())
-	f := newFixture(t)
 	f.must(err)
 	cfg.Timeout = time.Second
 	c, err := client.New(cfg, client.Options{Scheme: Scheme()})
 	f.must(err)
+	return c, cfg
+}
+
+func TestFaultProxy(t *testing.T) {
+	f := newFixture(t)
+	c, cfg := f.proxyClient()
 	get := func() error { return c.Get(f.ctx, client.ObjectKey{Name: f.ns}, &corev1.Namespace{}) }
 
 	f.must(get()) // no faults: passes through
@@ -525,4 +546,177 @@ func TestFaultProxy(t *testing.T) {
 	}
 }
 
+// TestFaultProxyConflicts: an injected 409 is what client-go makes of the API server's own
+// (apierrors.IsConflict, the object named), it is injected into writes only, and the write never
+// reaches the API server.
+func TestFaultProxyConflicts(t *testing.T) {
+	f := newFixture(t)
+	c, _ := f.proxyClient()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "conflict", Namespace: f.ns}, Data: map[string]string{"k": "v"}}
+	f.must(h.Client.Create(f.ctx, cm.DeepCopy()))
+	h.Proxy.SetFaults(ProxyFaults{ConflictRate: 1})
+	defer h.Proxy.SetFaults(ProxyFaults{})
+	before := h.Proxy.Conflicts.Load()
+
+	f.must(c.Get(f.ctx, client.ObjectKeyFromObject(cm), &corev1.ConfigMap{})) // reads pass
+	patch := client.RawPatch(types.MergePatchType, []byte(`{"data":{"k":"changed"}}`))
+	err := c.Patch(f.ctx, cm.DeepCopy(), patch)
+	var status apierrors.APIStatus
+	if !apierrors.IsConflict(err) || !errorsAs(err, &status) {
+		t.Fatalf("patch: want a Conflict, got %v", err)
+	}
+	if d := status.Status().Details; d == nil || d.Name != "conflict" || d.Kind != "configmaps" {
+		t.Fatalf("patch: Status details %+v do not name the ConfigMap", d)
+	}
+	created := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Name: "conflict", Namespace: f.ns}}
+	err = c.Create(f.ctx, created)
+	if !apierrors.IsConflict(err) || !errorsAs(err, &status) {
+		t.Fatalf("create: want a Conflict, got %v", err)
+	}
+	if d := status.Status().Details; d == nil || d.Group != "kubevirt.io" || d.Kind != "virtualmachines" {
+		t.Fatalf("create: Status details %+v do not name the resource", d)
+	}
+	if err := c.Delete(f.ctx, cm.DeepCopy()); !apierrors.IsConflict(err) {
+		t.Fatalf("delete: want a Conflict, got %v", err)
+	}
+
+	// None of the writes happened.
+	got := &corev1.ConfigMap{}
+	f.must(h.Client.Get(f.ctx, client.ObjectKeyFromObject(cm), got))
+	if got.Data["k"] != "v" {
+		t.Fatalf("the ConfigMap was patched: %v", got.Data)
+	}
+	if err := h.Client.Get(f.ctx, client.ObjectKeyFromObject(created), created); !apierrors.IsNotFound(err) {
+		t.Fatalf("the VM was created: %v", err)
+	}
+	if n := h.Proxy.Conflicts.Load() - before; n != 3 {
+		t.Fatalf("%d conflicts counted, want 3", n)
+	}
+}
+
+// TestFaultProxyDroppedResponses: a write whose response is dropped is applied on the API server,
+// while the client gets a connection reset or a timeout (both are seen), never a response.
+func TestFaultProxyDroppedResponses(t *testing.T) {
+	f := newFixture(t)
+	c, _ := f.proxyClient()
+	h.Proxy.SetFaults(ProxyFaults{DropRate: 1})
+	defer h.Proxy.SetFaults(ProxyFaults{})
+	before := h.Proxy.Dropped.Load()
+
+	f.must(c.Get(f.ctx, client.ObjectKey{Name: f.ns}, &corev1.Namespace{})) // reads pass
+	// droppedErr fails unless err is a reset or a timeout, and says which.
+	droppedErr := func(what string, err error) string {
+		t.Helper()
+		var ne net.Error
+		switch {
+		case err == nil:
+			t.Fatalf("%s: succeeded through a dropped response", what)
+		case utilnet.IsConnectionReset(err) || utilnet.IsProbableEOF(err):
+			return "reset"
+		case errors.As(err, &ne) && ne.Timeout():
+			return "timeout"
+		}
+		t.Fatalf("%s: want a connection reset or a timeout, got %v", what, err)
+		return ""
+	}
+	seen := map[string]int{}
+	writes := 0
+	for i := 0; seen["reset"] == 0 || seen["timeout"] == 0; i++ {
+		if i == 20 { // each draw is even: 2^-19 that one kind is missing by chance
+			t.Fatalf("after %d creates: %v", i, seen)
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("dropped-%d", i), Namespace: f.ns}}
+		seen[droppedErr("create "+cm.Name, c.Create(f.ctx, cm))]++
+		writes++
+		f.must(h.Client.Get(f.ctx, client.ObjectKeyFromObject(cm), cm)) // created all the same
+	}
+
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "dropped-0", Namespace: f.ns}}
+	droppedErr("patch", c.Patch(f.ctx, cm.DeepCopy(), client.RawPatch(types.MergePatchType, []byte(`{"data":{"k":"patched"}}`))))
+	f.must(h.Client.Get(f.ctx, client.ObjectKeyFromObject(cm), cm))
+	if cm.Data["k"] != "patched" {
+		t.Fatalf("the patch was not applied: %v", cm.Data)
+	}
+	droppedErr("delete", c.Delete(f.ctx, cm.DeepCopy()))
+	if err := h.Client.Get(f.ctx, client.ObjectKeyFromObject(cm), cm); !apierrors.IsNotFound(err) {
+		t.Fatalf("the delete was not applied: %v", err)
+	}
+	if n := h.Proxy.Dropped.Load() - before; n != int64(writes+2) {
+		t.Fatalf("%d dropped responses counted, want %d", n, writes+2)
+	}
+	t.Logf("dropped responses seen by the client: %v", seen)
+}
+
+func TestResourceOf(t *testing.T) {
+	for path, want := range map[string]string{
+		"/api/v1/namespaces/ns/secrets/s":                              "secrets s",
+		"/api/v1/namespaces/ns/secrets":                                "secrets ",
+		"/api/v1/namespaces/ns":                                        "namespaces ns",
+		"/apis/kubevirt.io/v1/namespaces/ns/virtualmachines/vm":        "virtualmachines.kubevirt.io vm",
+		"/apis/kubevirt.io/v1/namespaces/ns/virtualmachines/vm/status": "virtualmachines.kubevirt.io vm",
+		"/apis/storage.k8s.io/v1/storageclasses/longhorn":              "storageclasses.storage.k8s.io longhorn",
+		"/apis/authorization.k8s.io/v1/selfsubjectaccessreviews":       "selfsubjectaccessreviews.authorization.k8s.io ",
+		"/healthz": " ",
+	} {
+		gr, name := resourceOf(path)
+		if got := gr.String() + " " + name; got != want {
+			t.Errorf("resourceOf(%q) = %q, want %q", path, got, want)
+		}
+	}
+}
+
 func errorsAs(err error, target *apierrors.APIStatus) bool { return errors.As(err, target) }
+
+// Images go through Harvester's import states; a download from an unreachable URL is retried
+// spec.retry times, each failure counted, before Harvester gives up.
+func TestImageImportFollowsHarvesterStates(t *testing.T) {
+	f := newFixture(t)
+	t.Run("imported after the delay", func(t *testing.T) {
+		img := f.image("slow-import", map[string]string{AnnotationImportDelay: "3s"})
+		f.eventually("importing", func() error {
+			f.must(h.Client.Get(f.ctx, client.ObjectKeyFromObject(img), img))
+			sc, _, _ := unstructured.NestedString(img.Object, "status", "storageClassName")
+			if c := conditionsOf(img); c["Initialized"] != "True" || c["Imported"] != "Unknown" || sc != "lh-"+string(img.GetUID()) {
+				return fmt.Errorf("conditions %v, storage class %q", c, sc)
+			}
+			return nil
+		})
+		f.eventually("imported", func() error {
+			f.must(h.Client.Get(f.ctx, client.ObjectKeyFromObject(img), img))
+			if c := conditionsOf(img); c["Imported"] != "True" {
+				return fmt.Errorf("conditions %v", c)
+			}
+			return nil
+		})
+	})
+	t.Run("unreachable URL", func(t *testing.T) {
+		h.Sim.SetFaults(Faults{UnreachableURLs: []string{"https://unreachable.example.invalid/"}})
+		defer h.Sim.SetFaults(Faults{})
+		img := &unstructured.Unstructured{}
+		img.SetGroupVersionKind(VirtualMachineImageGVK)
+		img.SetNamespace(f.ns)
+		img.SetName("unreachable")
+		img.SetAnnotations(map[string]string{AnnotationImportDelay: "200ms"})
+		_ = unstructured.SetNestedField(img.Object, "https://unreachable.example.invalid/image/abc/v1.9.0/nocloud-amd64.qcow2", "spec", "url")
+		f.must(h.Client.Create(f.ctx, img))
+		var retries []string
+		f.eventually("gave up", func() error {
+			f.must(h.Client.Get(f.ctx, client.ObjectKeyFromObject(img), img))
+			list, _, _ := unstructured.NestedSlice(img.Object, "status", "conditions")
+			for _, c := range list {
+				if m := c.(map[string]any); m["type"] == "RetryLimitExceeded" && !slices.Contains(retries, m["message"].(string)) {
+					retries = append(retries, m["message"].(string))
+				}
+			}
+			if c := conditionsOf(img); c["RetryLimitExceeded"] != "True" || c["Imported"] != "False" {
+				return fmt.Errorf("conditions %v", c)
+			}
+			return nil
+		})
+		failed, _, _ := unstructured.NestedInt64(img.Object, "status", "failed")
+		if failed != imageRetries+1 || !strings.Contains(retries[len(retries)-1], "retry attempted 3/3 failed due to error") ||
+			!strings.Contains(retries[len(retries)-1], "unreachable.example.invalid") {
+			t.Fatalf("failed %d, messages %q", failed, retries)
+		}
+	})
+}

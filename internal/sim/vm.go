@@ -2,8 +2,10 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"strings"
 	"time"
@@ -12,39 +14,79 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
 const (
-	// vmFinalizer is the finalizer Harvester's VM controller puts on VMs to clean up after them.
-	vmFinalizer = "harvesterhci.io/VMController.UnsetOwnerOfPVCs"
-	// annotationStarted records when a VMI started, to the nanosecond, for the boot timeline.
-	annotationStarted = "sim.butler.butlerlabs.dev/started-at"
+	// harvesterVMFinalizer is the finalizer of Harvester's VM controller (the wrangler OnRemove
+	// handler VMController.CleanupPVCAndSnapshot), which deletes the removed PVCs of a deleted VM.
+	harvesterVMFinalizer = "wrangler.cattle.io/VMController.CleanupPVCAndSnapshot"
+	// Annotations Harvester's VM controllers write on VMs (pkg/util/constants.go).
+	annotationRunStrategy = "harvesterhci.io/vmRunStrategy"
+	annotationMACAddress  = "harvesterhci.io/mac-address"
+	// annotationVMGeneration is the VM generation KubeVirt records on the VMI it starts.
+	annotationVMGeneration = "kubevirt.io/vm-generation"
 	// recheck is how often a VM that waits on something outside the simulator is looked at.
 	recheck = 500 * time.Millisecond
+	// conflictRetry is how soon a write that lost a race with another controller is retried.
+	conflictRetry = 50 * time.Millisecond
+	// nodeName is the one Harvester node VMs run on.
+	nodeName = "harvester-node-1"
 )
 
-type vmReconciler struct {
-	sim      *Simulator
-	recorder record.EventRecorder
-}
+// Messages KubeVirt (pkg/virt-controller/watch/vmi/lifecycle.go) and the scheduler write.
+const (
+	msgPodNotExists    = "virt-launcher pod has not yet been scheduled"
+	msgGuestNotRunning = "Guest VM is not reported as running"
+	// The scheduler's message while a pod's immediate-binding PVC is unbound (volume binding
+	// plugin, PreFilter), and when no node has room for it.
+	msgUnboundPVCs          = "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+	msgInsufficientMemory   = "0/3 nodes are available: 3 Insufficient memory. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
+	reasonFailedPVCNotFound = "FailedPvcNotFound"
+)
+
+type vmReconciler struct{ sim *Simulator }
 
 func (r *vmReconciler) setup(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).Named("sim-virtualmachine").
 		For(&kubevirtv1.VirtualMachine{}).
 		Owns(&kubevirtv1.VirtualMachineInstance{}).
+		// The scheduler places a pod as soon as its PVCs bind; the kubelet starts it as soon as
+		// its cloud-init Secret exists.
+		Watches(&corev1.PersistentVolumeClaim{}, handler.EnqueueRequestsFromMapFunc(r.vmsUsing)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.vmsUsing)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 8}).
 		Complete(r)
 }
 
+// vmsUsing names the VMs of obj's namespace that mount it (a PVC) or read cloud-init from it (a
+// Secret).
+func (r *vmReconciler) vmsUsing(ctx context.Context, obj client.Object) []ctrl.Request {
+	vms := &kubevirtv1.VirtualMachineList{}
+	if err := r.sim.c.List(ctx, vms, client.InNamespace(obj.GetNamespace())); err != nil {
+		return nil
+	}
+	var reqs []ctrl.Request
+	for i := range vms.Items {
+		vm := &vms.Items[i]
+		_, isSecret := obj.(*corev1.Secret)
+		if (isSecret && containsName(cloudInitSecrets(vm), obj.GetName())) || (!isSecret && containsName(claimsOf(vm), obj.GetName())) {
+			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(vm)})
+		}
+	}
+	return reqs
+}
+
+// Reconcile plays KubeVirt's VM controller and Harvester's VM controllers for one VM, and
+// virt-controller, the scheduler and the kubelet for its VMI.
 func (r *vmReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	c := r.sim.c
 	vm := &kubevirtv1.VirtualMachine{}
@@ -52,60 +94,140 @@ func (r *vmReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if vm.DeletionTimestamp != nil {
-		return ctrl.Result{}, r.remove(ctx, vm)
+		return retryConflict(r.remove(ctx, vm))
 	}
-	if !controllerutil.ContainsFinalizer(vm, vmFinalizer) {
-		patch := client.MergeFrom(vm.DeepCopy())
-		controllerutil.AddFinalizer(vm, vmFinalizer)
-		if err := c.Patch(ctx, vm, patch); err != nil {
-			return ctrl.Result{}, err
-		}
+	// The writes KubeVirt and Harvester make to a VM of their own accord, each an update that
+	// carries the resourceVersion it read: one per pass, as each controller writes separately.
+	if changed := r.churnVM(vm); changed {
+		return retryConflict(c.Update(ctx, vm))
 	}
 	vmi, err := r.getVMI(ctx, vm)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if !wantsRunning(vm) {
+	var syncErr *syncError
+	switch {
+	case !wantsRunning(vm):
 		if vmi != nil {
 			r.sim.pools.release(vm.UID)
+			r.sim.launchers.Delete(vmi.UID)
 			if err := client.IgnoreNotFound(c.Delete(ctx, vmi)); err != nil {
 				return ctrl.Result{}, err
 			}
+			vmi = nil
 		}
-		return ctrl.Result{}, r.setVMStatus(ctx, vm, kubevirtv1.VirtualMachineStatusStopped, false)
-	}
-	if vmi == nil {
+	case vmi == nil:
 		if vmi, err = r.createVMI(ctx, vm); err != nil {
-			return ctrl.Result{}, err
+			syncErr = &syncError{reason: "FailedCreate", err: err}
+			vmi = nil
 		}
 	}
-	st, printable, next := r.timeline(ctx, vm, vmi)
-	if !equality.Semantic.DeepEqual(vmi.Status, st) {
-		patch := client.MergeFrom(vmi.DeepCopy())
-		vmi.Status = st
-		if err := c.Status().Patch(ctx, vmi, patch); err != nil {
-			return ctrl.Result{}, err
+	next := time.Duration(0)
+	if vmi != nil {
+		if next, err = r.syncVMI(ctx, vm, vmi); err != nil {
+			return retryConflict(err)
 		}
-		if hasIPv4(st.Interfaces) {
-			r.sim.ipReported.LoadOrStore(vmi.Namespace+"/"+vmi.Name, time.Now())
+		if changed := r.recordMACs(vm, vmi); changed {
+			return retryConflict(c.Update(ctx, vm))
 		}
 	}
-	if err := r.setVMStatus(ctx, vm, printable, st.Phase == kubevirtv1.Running); err != nil {
-		return ctrl.Result{}, err
+	if err := r.setVMStatus(ctx, vm, vmi, syncErr); err != nil {
+		return retryConflict(err)
+	}
+	if syncErr != nil {
+		return ctrl.Result{RequeueAfter: recheck}, nil
 	}
 	return ctrl.Result{RequeueAfter: next}, nil
 }
 
-func wantsRunning(vm *kubevirtv1.VirtualMachine) bool {
-	if vm.Spec.RunStrategy != nil {
-		switch *vm.Spec.RunStrategy {
-		case kubevirtv1.RunStrategyAlways, kubevirtv1.RunStrategyRerunOnFailure, kubevirtv1.RunStrategyOnce:
-			return true
-		}
+// retryConflict turns a lost race with another writer into a quick retry, as the controllers it
+// plays do (their queues requeue a conflict), rather than an error with backoff.
+func retryConflict(err error) (ctrl.Result, error) {
+	if apierrors.IsConflict(err) {
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return ctrl.Result{}, client.IgnoreNotFound(err)
+}
+
+// syncError is what KubeVirt's VM controller records in the VM's Failure condition.
+type syncError struct {
+	reason string
+	err    error
+}
+
+// churnVM applies the next of the metadata writes KubeVirt and Harvester make to every VM, and
+// reports whether it changed vm:
+//   - KubeVirt records the API version it observed (vm.go execute, "must be first step");
+//   - KubeVirt's and Harvester's controllers add their finalizers;
+//   - Harvester stores the run strategy (StoreRunStrategy, a workaround for kubevirt#7295).
+func (r *vmReconciler) churnVM(vm *kubevirtv1.VirtualMachine) bool {
+	version := kubevirtv1.SchemeGroupVersion.Version
+	if vm.Annotations[kubevirtv1.ControllerAPILatestVersionObservedAnnotation] != version ||
+		vm.Annotations[kubevirtv1.ControllerAPIStorageVersionObservedAnnotation] != version {
+		vm.Annotations = mergeAnnotations(vm.Annotations, map[string]string{
+			kubevirtv1.ControllerAPILatestVersionObservedAnnotation:  version,
+			kubevirtv1.ControllerAPIStorageVersionObservedAnnotation: version,
+		})
+		return true
+	}
+	if !controllerutil.ContainsFinalizer(vm, kubevirtv1.VirtualMachineControllerFinalizer) || !controllerutil.ContainsFinalizer(vm, harvesterVMFinalizer) {
+		controllerutil.AddFinalizer(vm, kubevirtv1.VirtualMachineControllerFinalizer)
+		controllerutil.AddFinalizer(vm, harvesterVMFinalizer)
+		return true
+	}
+	if strategy := runStrategy(vm); strategy != kubevirtv1.RunStrategyHalted && vm.Annotations[annotationRunStrategy] != string(strategy) {
+		vm.Annotations = mergeAnnotations(vm.Annotations, map[string]string{annotationRunStrategy: string(strategy)})
+		return true
+	}
+	return false
+}
+
+// recordMACs is Harvester's VMNetworkController.SetDefaultNetworkMacAddress: once the VMI runs,
+// the MAC address of each interface is kept in the VM's annotation, so that a restart keeps it.
+func (r *vmReconciler) recordMACs(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) bool {
+	if vmi.Status.Phase != kubevirtv1.Running || len(vmi.Status.Interfaces) == 0 {
 		return false
 	}
+	macs := map[string]string{}
+	for _, iface := range vmi.Status.Interfaces {
+		if iface.MAC != "" && iface.Name != "" {
+			macs[iface.Name] = iface.MAC
+		}
+	}
+	raw, _ := json.Marshal(macs)
+	if vm.Annotations[annotationMACAddress] == string(raw) {
+		return false
+	}
+	vm.Annotations = mergeAnnotations(vm.Annotations, map[string]string{annotationMACAddress: string(raw)})
+	return true
+}
+
+func mergeAnnotations(have, add map[string]string) map[string]string {
+	out := maps.Clone(have)
+	if out == nil {
+		out = map[string]string{}
+	}
+	maps.Copy(out, add)
+	return out
+}
+
+func runStrategy(vm *kubevirtv1.VirtualMachine) kubevirtv1.VirtualMachineRunStrategy {
+	if vm.Spec.RunStrategy != nil {
+		return *vm.Spec.RunStrategy
+	}
 	// spec.running is deprecated in favour of spec.runStrategy, but KubeVirt still honours it.
-	return ptr.Deref(vm.Spec.Running, false)
+	if ptr.Deref(vm.Spec.Running, false) {
+		return kubevirtv1.RunStrategyAlways
+	}
+	return kubevirtv1.RunStrategyHalted
+}
+
+func wantsRunning(vm *kubevirtv1.VirtualMachine) bool {
+	switch runStrategy(vm) {
+	case kubevirtv1.RunStrategyAlways, kubevirtv1.RunStrategyRerunOnFailure, kubevirtv1.RunStrategyOnce:
+		return true
+	}
+	return false
 }
 
 func (r *vmReconciler) getVMI(ctx context.Context, vm *kubevirtv1.VirtualMachine) (*kubevirtv1.VirtualMachineInstance, error) {
@@ -119,96 +241,78 @@ func (r *vmReconciler) getVMI(ctx context.Context, vm *kubevirtv1.VirtualMachine
 	return vmi, nil
 }
 
+// createVMI starts the VM as KubeVirt's SetupVMIFromVM does: the template's metadata and spec, the
+// VM as controller, and an event on the VM.
 func (r *vmReconciler) createVMI(ctx context.Context, vm *kubevirtv1.VirtualMachine) (*kubevirtv1.VirtualMachineInstance, error) {
-	vmi := &kubevirtv1.VirtualMachineInstance{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: vm.Name, Namespace: vm.Namespace,
-			Annotations: map[string]string{annotationStarted: time.Now().UTC().Format(time.RFC3339Nano)},
-		},
+	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: vm.Name, Namespace: vm.Namespace}}
+	if vm.Spec.Template != nil {
+		vmi.Labels = maps.Clone(vm.Spec.Template.ObjectMeta.Labels)
+		vmi.Annotations = maps.Clone(vm.Spec.Template.ObjectMeta.Annotations)
+		vmi.Spec = *vm.Spec.Template.Spec.DeepCopy()
 	}
-	if vm.Spec.Template != nil { // KubeVirt copies the template's labels and annotations
-		vmi.Labels = vm.Spec.Template.ObjectMeta.Labels
-		for k, v := range vm.Spec.Template.ObjectMeta.Annotations {
-			vmi.Annotations[k] = v
-		}
-		vmi.Spec = vm.Spec.Template.Spec
-	}
+	vmi.Annotations = mergeAnnotations(vmi.Annotations, map[string]string{annotationVMGeneration: fmt.Sprint(vm.Generation)})
 	if err := controllerutil.SetControllerReference(vm, vmi, r.sim.c.Scheme()); err != nil {
 		return nil, err
 	}
 	if err := r.sim.c.Create(ctx, vmi); err != nil {
+		r.sim.event(componentKubeVirt, vm, corev1.EventTypeWarning, "FailedCreate", "Error creating virtual machine instance: "+err.Error())
 		return nil, err
 	}
+	r.sim.event(componentKubeVirt, vm, corev1.EventTypeNormal, "SuccessfulCreate", "Started the virtual machine by creating the new virtual machine instance "+vmi.Name)
 	return vmi, nil
 }
 
-// timeline computes the VMI's status from how long it has existed and what it depends on, and
-// when to look again.
-func (r *vmReconciler) timeline(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) (kubevirtv1.VirtualMachineInstanceStatus, kubevirtv1.VirtualMachinePrintableStatus, time.Duration) {
-	st := kubevirtv1.VirtualMachineInstanceStatus{Phase: kubevirtv1.Pending}
-	if printable, msg := r.volumesReady(ctx, vmi); msg != "" {
-		st.Conditions = []kubevirtv1.VirtualMachineInstanceCondition{condition(kubevirtv1.VirtualMachineInstanceReady, corev1.ConditionFalse, string(printable), msg)}
-		return st, printable, recheck
-	}
-	if r.sim.hasFault(vm, FaultUnschedulable) {
-		st.Phase = kubevirtv1.Scheduling
-		st.Conditions = []kubevirtv1.VirtualMachineInstanceCondition{condition(kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled), corev1.ConditionFalse, corev1.PodReasonUnschedulable,
-			"0/3 nodes are available: 3 Insufficient memory. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod.")}
-		return st, kubevirtv1.VirtualMachineStatusUnschedulable, recheck
-	}
-	network, prefix, err := r.network(ctx, vm)
-	if err != nil {
-		st.Phase = kubevirtv1.Scheduled
-		st.Conditions = []kubevirtv1.VirtualMachineInstanceCondition{condition(kubevirtv1.VirtualMachineInstanceReady, corev1.ConditionFalse, "FailedCreatePodSandBox",
-			"Failed to create pod sandbox: plugin type=\"multus\" failed: "+err.Error())}
-		return st, kubevirtv1.VirtualMachineStatusStarting, recheck
-	}
-
-	boot := r.sim.cfg.BootDelay
-	if r.sim.hasFault(vm, FaultSlowBoot) {
-		boot = r.sim.cfg.SlowBootDelay
-	}
-	elapsed := time.Since(startedAt(vmi))
-	switch {
-	case elapsed < boot/2:
-		st.Phase = kubevirtv1.Scheduling
-		return st, kubevirtv1.VirtualMachineStatusStarting, boot/2 - elapsed
-	case elapsed < boot:
-		st.Phase = kubevirtv1.Scheduled
-		st.Conditions = []kubevirtv1.VirtualMachineInstanceCondition{condition(kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled), corev1.ConditionTrue, "", "")}
-		return st, kubevirtv1.VirtualMachineStatusStarting, boot - elapsed
-	}
-	st.Phase = kubevirtv1.Running
-	st.NodeName = "harvester-node-1"
-	st.PhaseTransitionTimestamps = []kubevirtv1.VirtualMachineInstancePhaseTransitionTimestamp{
-		{Phase: kubevirtv1.Running, PhaseTransitionTimestamp: metav1.NewTime(startedAt(vmi).Add(boot).Truncate(time.Second))},
-	}
-	st.Conditions = []kubevirtv1.VirtualMachineInstanceCondition{condition(kubevirtv1.VirtualMachineInstanceReady, corev1.ConditionTrue, "", "")}
-	mac := macFor(vm.UID)
-	// Before the guest agent connects, KubeVirt knows the NIC from the domain only.
-	st.Interfaces = []kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: "nic-1", MAC: mac, InfoSource: "domain"}}
-	if wait := boot + r.sim.cfg.IPDelay - elapsed; wait > 0 {
-		return st, kubevirtv1.VirtualMachineStatusRunning, wait
-	}
-	st.Conditions = append(st.Conditions, condition(kubevirtv1.VirtualMachineInstanceAgentConnected, corev1.ConditionTrue, "", ""))
-	linkLocal := "fe80::5054:ff:fe" + strings.ReplaceAll(mac[9:], ":", "")[:2] + ":" + strings.ReplaceAll(mac[9:], ":", "")[2:]
-	nic := kubevirtv1.VirtualMachineInstanceNetworkInterface{
-		Name: "nic-1", InterfaceName: "eth0", MAC: mac, InfoSource: "domain, guest-agent", QueueCount: 1,
-		IP: linkLocal, IPs: []string{linkLocal},
-	}
-	if !r.sim.hasFault(vm, FaultNoDHCP) {
-		if ip, err := r.sim.pools.allocate(network, prefix, vm.UID); err == nil {
-			nic.IP = ip.String()
-			nic.IPs = []string{ip.String(), "2001:db8:" + fmt.Sprintf("%x", ip.As4()[2]) + "::" + fmt.Sprintf("%x", ip.As4()[3]), linkLocal}
-		} else {
-			r.recorder.Event(vm, corev1.EventTypeWarning, "DHCPExhausted", err.Error())
+// syncVMI brings the VMI's metadata and status to what its launcher pod's progress makes them,
+// and says when to look again.
+func (r *vmReconciler) syncVMI(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) (time.Duration, error) {
+	st, next := r.lifecycle(ctx, vm, vmi)
+	if labels := r.vmiLabels(vm, vmi, st); !equality.Semantic.DeepEqual(labels, vmi.Labels) {
+		vmi.Labels = labels
+		if err := r.sim.c.Update(ctx, vmi); err != nil {
+			return 0, err
 		}
 	}
-	st.Interfaces = []kubevirtv1.VirtualMachineInstanceNetworkInterface{
-		{InterfaceName: "lo", IP: "127.0.0.1", IPs: []string{"127.0.0.1", "::1"}, InfoSource: "guest-agent"},
-		nic,
+	if !equality.Semantic.DeepEqual(vmi.Status, *st) {
+		vmi.Status = *st
+		if err := r.sim.c.Status().Update(ctx, vmi); err != nil {
+			return 0, err
+		}
+		if hasIPv4(st.Interfaces) {
+			r.sim.ipReported.LoadOrStore(vmi.Namespace+"/"+vmi.Name, time.Now())
+		}
 	}
-	return st, kubevirtv1.VirtualMachineStatusRunning, 0
+	return next, nil
+}
+
+// vmiLabels are the VMI's labels as KubeVirt and Harvester keep them: Harvester's SyncLabelsToVmi
+// copies the VM template's labels (kubevirt.io/ ones excepted, which KubeVirt guards), and
+// KubeVirt labels a scheduled VMI with its node.
+func (r *vmReconciler) vmiLabels(vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, st *kubevirtv1.VirtualMachineInstanceStatus) map[string]string {
+	out := maps.Clone(vmi.Labels)
+	if out == nil {
+		out = map[string]string{}
+	}
+	var template map[string]string
+	if vm.Spec.Template != nil {
+		template = vm.Spec.Template.ObjectMeta.Labels
+	}
+	for k := range out {
+		if _, keep := template[k]; !keep && !strings.HasPrefix(k, "kubevirt.io") {
+			delete(out, k)
+		}
+	}
+	for k, v := range template {
+		if !strings.HasPrefix(k, "kubevirt.io") {
+			out[k] = v
+		}
+	}
+	if st.NodeName != "" {
+		out[kubevirtv1.NodeNameLabel] = st.NodeName
+	}
+	if len(out) == 0 && vmi.Labels == nil {
+		return nil
+	}
+	return out
 }
 
 func hasIPv4(ifaces []kubevirtv1.VirtualMachineInstanceNetworkInterface) bool {
@@ -220,120 +324,215 @@ func hasIPv4(ifaces []kubevirtv1.VirtualMachineInstanceNetworkInterface) bool {
 	return false
 }
 
-func condition(t kubevirtv1.VirtualMachineInstanceConditionType, status corev1.ConditionStatus, reason, message string) kubevirtv1.VirtualMachineInstanceCondition {
-	return kubevirtv1.VirtualMachineInstanceCondition{Type: t, Status: status, Reason: reason, Message: message}
-}
-
-func startedAt(vmi *kubevirtv1.VirtualMachineInstance) time.Time {
-	if t, err := time.Parse(time.RFC3339Nano, vmi.Annotations[annotationStarted]); err == nil {
-		return t
-	}
-	return vmi.CreationTimestamp.Time
-}
-
-// volumesReady reports why the VMI cannot start yet because of its PVCs, if it cannot.
-func (r *vmReconciler) volumesReady(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) (kubevirtv1.VirtualMachinePrintableStatus, string) {
-	for _, v := range vmi.Spec.Volumes {
-		if v.PersistentVolumeClaim == nil {
-			continue
-		}
-		pvc := &corev1.PersistentVolumeClaim{}
-		err := r.sim.c.Get(ctx, client.ObjectKey{Namespace: vmi.Namespace, Name: v.PersistentVolumeClaim.ClaimName}, pvc)
-		switch {
-		case apierrors.IsNotFound(err):
-			return kubevirtv1.VirtualMachineStatusPvcNotFound, fmt.Sprintf("PVC %s/%s does not exist", vmi.Namespace, v.PersistentVolumeClaim.ClaimName)
-		case err != nil:
-			return kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding, err.Error()
-		case pvc.Status.Phase != corev1.ClaimBound:
-			return kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding, fmt.Sprintf("PVC %s/%s is not bound", pvc.Namespace, pvc.Name)
-		}
-	}
-	return "", ""
-}
-
-// network returns the VM's first multus network and its address range.
-func (r *vmReconciler) network(ctx context.Context, vm *kubevirtv1.VirtualMachine) (string, netip.Prefix, error) {
-	if vm.Spec.Template == nil {
-		return "", netip.Prefix{}, errors.New("VM has no template")
-	}
-	for _, n := range vm.Spec.Template.Spec.Networks {
-		if n.Multus == nil {
-			continue
-		}
-		ns, name, ok := strings.Cut(n.Multus.NetworkName, "/")
-		if !ok {
-			ns, name = vm.Namespace, n.Multus.NetworkName
-		}
-		prefix, err := r.sim.networkCIDR(ctx, ns, name)
-		return ns + "/" + name, prefix, err
-	}
-	// Pod network only: KubeVirt's masquerade range.
-	return "pod", netip.MustParsePrefix("10.0.2.0/24"), nil
-}
-
-func (r *vmReconciler) setVMStatus(ctx context.Context, vm *kubevirtv1.VirtualMachine, printable kubevirtv1.VirtualMachinePrintableStatus, ready bool) error {
+// setVMStatus writes the VM's status as KubeVirt's VM controller computes it (vm.go updateStatus):
+// created and ready from the VMI, the run strategy once it started, the VMI's conditions, the
+// Failure condition of a sync error, and the printable status.
+func (r *vmReconciler) setVMStatus(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, syncErr *syncError) error {
 	want := vm.Status.DeepCopy()
-	want.PrintableStatus = printable
-	want.Ready = ready
-	want.Created = printable != kubevirtv1.VirtualMachineStatusStopped
-	readyStatus := corev1.ConditionFalse
-	if ready {
-		readyStatus = corev1.ConditionTrue
+	want.Created = vmi != nil
+	want.Ready = vmi != nil && vmiCondition(vmi, kubevirtv1.VirtualMachineInstanceReady).Status == corev1.ConditionTrue
+	if want.RunStrategy != "" || want.Created {
+		want.RunStrategy = runStrategy(vm)
 	}
-	want.Conditions = []kubevirtv1.VirtualMachineCondition{{Type: kubevirtv1.VirtualMachineReady, Status: readyStatus}}
+	syncVMConditions(want, vmi, syncErr)
+	want.PrintableStatus = r.printableStatus(ctx, vm, vmi)
 	if equality.Semantic.DeepEqual(&vm.Status, want) {
 		return nil
 	}
-	patch := client.MergeFrom(vm.DeepCopy())
 	vm.Status = *want
-	return client.IgnoreNotFound(r.sim.c.Status().Patch(ctx, vm, patch))
+	return r.sim.c.Status().Update(ctx, vm)
 }
 
-// remove does what Harvester does when a VM is deleted: the VMI goes, the PVCs named in the
-// removedPersistentVolumeClaims annotation go, and Secrets owned by the VM are collected.
-func (r *vmReconciler) remove(ctx context.Context, vm *kubevirtv1.VirtualMachine) error {
-	c := r.sim.c
-	if !controllerutil.ContainsFinalizer(vm, vmFinalizer) {
-		return nil
+// printableStatus is KubeVirt's setPrintableStatus: the first status whose predicate holds, in
+// KubeVirt's order of precedence (those the simulator cannot reach are left out: Stopping,
+// Migrating, Paused, DataVolumeError, image pull errors, CrashLoopBackOff, WaitingForReceiver).
+func (r *vmReconciler) printableStatus(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) kubevirtv1.VirtualMachinePrintableStatus {
+	has := func(t kubevirtv1.VirtualMachineInstanceConditionType, reason string) bool {
+		c := vmiCondition(vmi, t)
+		return c.Status == corev1.ConditionFalse && c.Reason == reason
 	}
-	r.sim.pools.release(vm.UID)
-	r.sim.ipReported.Delete(vm.Namespace + "/" + vm.Name)
-	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, Name: vm.Name}}
-	if err := client.IgnoreNotFound(c.Delete(ctx, vmi)); err != nil {
-		return err
+	startExpected := vmi == nil && wantsRunning(vm)
+	switch {
+	case vm.DeletionTimestamp != nil:
+		return kubevirtv1.VirtualMachineStatusTerminating
+	case vmi != nil && vmi.Status.Phase == kubevirtv1.Running:
+		return kubevirtv1.VirtualMachineStatusRunning
+	case has(kubevirtv1.VirtualMachineInstanceSynchronized, reasonFailedPVCNotFound):
+		return kubevirtv1.VirtualMachineStatusPvcNotFound
+	case has(kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled), corev1.PodReasonUnschedulable):
+		return kubevirtv1.VirtualMachineStatusUnschedulable
+	case (startExpected || (vmi != nil && !isFinal(vmi))) && r.hasUnboundPVC(ctx, vm):
+		return kubevirtv1.VirtualMachineStatusWaitingForVolumeBinding
+	case startExpected || (vmi != nil && !isFinal(vmi)):
+		return kubevirtv1.VirtualMachineStatusStarting
 	}
-	for _, name := range strings.Split(vm.Annotations[harvester.AnnotationRemovedPVCs], ",") {
-		if name = strings.TrimSpace(name); name == "" {
+	return kubevirtv1.VirtualMachineStatusStopped
+}
+
+func isFinal(vmi *kubevirtv1.VirtualMachineInstance) bool {
+	return vmi.Status.Phase == kubevirtv1.Succeeded || vmi.Status.Phase == kubevirtv1.Failed
+}
+
+// hasUnboundPVC is KubeVirt's HasUnboundPVC: a PVC of the VM exists and is not Bound.
+func (r *vmReconciler) hasUnboundPVC(ctx context.Context, vm *kubevirtv1.VirtualMachine) bool {
+	for _, name := range claimsOf(vm) {
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := r.sim.c.Get(ctx, client.ObjectKey{Namespace: vm.Namespace, Name: name}, pvc); err == nil && pvc.Status.Phase != corev1.ClaimBound {
+			return true
+		}
+	}
+	return false
+}
+
+// syncVMConditions is KubeVirt's syncConditions: Ready mirrors the VMI's Ready condition (or says
+// there is no VMI), the VMI's other conditions are copied, and a sync error is the Failure
+// condition.
+func syncVMConditions(status *kubevirtv1.VirtualMachineStatus, vmi *kubevirtv1.VirtualMachineInstance, syncErr *syncError) {
+	ready := kubevirtv1.VirtualMachineCondition{Type: kubevirtv1.VirtualMachineReady, Status: corev1.ConditionFalse, Reason: "VMINotExists", Message: "VMI does not exist"}
+	if vmi != nil {
+		c := vmiCondition(vmi, kubevirtv1.VirtualMachineInstanceReady)
+		ready = kubevirtv1.VirtualMachineCondition{Type: kubevirtv1.VirtualMachineReady, Status: c.Status, Reason: c.Reason, Message: c.Message, LastTransitionTime: c.LastTransitionTime}
+		if c.Status == "" {
+			ready.Status, ready.Reason, ready.Message = corev1.ConditionFalse, "VMIConditionMissing", "VMI is missing the Ready condition"
+		}
+	}
+	updateVMCondition(status, ready)
+	if syncErr != nil {
+		updateVMCondition(status, kubevirtv1.VirtualMachineCondition{Type: kubevirtv1.VirtualMachineFailure, Status: corev1.ConditionTrue, Reason: syncErr.reason, Message: syncErr.err.Error()})
+	} else {
+		removeVMCondition(status, kubevirtv1.VirtualMachineFailure)
+	}
+	if vmi == nil {
+		return // KubeVirt leaves the other conditions as they were
+	}
+	fromVMI := map[kubevirtv1.VirtualMachineConditionType]bool{}
+	for _, c := range vmi.Status.Conditions {
+		if c.Type == kubevirtv1.VirtualMachineInstanceReady {
 			continue
 		}
-		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, Name: name}}
-		if err := client.IgnoreNotFound(c.Delete(ctx, pvc)); err != nil {
-			return err
+		t := kubevirtv1.VirtualMachineConditionType(c.Type)
+		fromVMI[t] = true
+		updateVMCondition(status, kubevirtv1.VirtualMachineCondition{Type: t, Status: c.Status, Reason: c.Reason, Message: c.Message, LastTransitionTime: c.LastTransitionTime})
+	}
+	for _, c := range status.Conditions {
+		if c.Type != kubevirtv1.VirtualMachineReady && c.Type != kubevirtv1.VirtualMachineFailure && !fromVMI[c.Type] {
+			removeVMCondition(status, c.Type)
 		}
 	}
-	if err := collectOwned(ctx, c, vm); err != nil {
-		return err
-	}
-	patch := client.MergeFrom(vm.DeepCopy())
-	controllerutil.RemoveFinalizer(vm, vmFinalizer)
-	return client.IgnoreNotFound(c.Patch(ctx, vm, patch))
 }
 
-// collectOwned deletes the Secrets whose owner is the VM, as the garbage collector would (no
-// kube-controller-manager runs next to the simulated Harvester).
-func collectOwned(ctx context.Context, c client.Client, vm *kubevirtv1.VirtualMachine) error {
-	secrets := &corev1.SecretList{}
-	if err := c.List(ctx, secrets, client.InNamespace(vm.Namespace)); err != nil {
-		return err
+// updateVMCondition is KubeVirt's UpdateCondition: a condition changes only when its status or
+// reason does, so that an unchanged state costs no write.
+func updateVMCondition(status *kubevirtv1.VirtualMachineStatus, c kubevirtv1.VirtualMachineCondition) {
+	for i, have := range status.Conditions {
+		if have.Type == c.Type {
+			if have.Status != c.Status || have.Reason != c.Reason {
+				if c.LastTransitionTime.IsZero() {
+					c.LastTransitionTime = metav1.Now()
+				}
+				status.Conditions[i] = c
+			}
+			return
+		}
 	}
-	for i := range secrets.Items {
-		for _, ref := range secrets.Items[i].OwnerReferences {
-			if ref.UID == vm.UID {
-				if err := client.IgnoreNotFound(c.Delete(ctx, &secrets.Items[i])); err != nil {
-					return err
+	if c.LastTransitionTime.IsZero() {
+		c.LastTransitionTime = metav1.Now()
+	}
+	status.Conditions = append(status.Conditions, c)
+}
+
+func removeVMCondition(status *kubevirtv1.VirtualMachineStatus, t kubevirtv1.VirtualMachineConditionType) {
+	out := status.Conditions[:0]
+	for _, c := range status.Conditions {
+		if c.Type != t {
+			out = append(out, c)
+		}
+	}
+	status.Conditions = out
+}
+
+// remove does what Harvester and KubeVirt do when a VM is deleted: Harvester deletes the PVCs
+// named in the removedPersistentVolumeClaims annotation (its webhook refuses one another VM still
+// uses, and the VM then waits), KubeVirt deletes the VMI; each then drops its finalizer. Secrets
+// the VM owns are the garbage collector's (gc.go).
+func (r *vmReconciler) remove(ctx context.Context, vm *kubevirtv1.VirtualMachine) error {
+	c := r.sim.c
+	if controllerutil.ContainsFinalizer(vm, harvesterVMFinalizer) {
+		for _, name := range strings.Split(vm.Annotations[harvester.AnnotationRemovedPVCs], ",") {
+			if name = strings.TrimSpace(name); name == "" {
+				continue
+			}
+			pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: vm.Namespace, Name: name}}
+			if err := client.IgnoreNotFound(c.Delete(ctx, pvc)); err != nil {
+				return fmt.Errorf("can't delete PVC %s/%s, err: %w", vm.Namespace, name, err)
+			}
+		}
+		controllerutil.RemoveFinalizer(vm, harvesterVMFinalizer)
+		return c.Update(ctx, vm)
+	}
+	if controllerutil.ContainsFinalizer(vm, kubevirtv1.VirtualMachineControllerFinalizer) {
+		vmi, err := r.getVMI(ctx, vm)
+		if err != nil {
+			return err
+		}
+		if vmi != nil {
+			r.sim.launchers.Delete(vmi.UID)
+			return client.IgnoreNotFound(c.Delete(ctx, vmi))
+		}
+		r.sim.pools.release(vm.UID)
+		r.sim.ipReported.Delete(vm.Namespace + "/" + vm.Name)
+		controllerutil.RemoveFinalizer(vm, kubevirtv1.VirtualMachineControllerFinalizer)
+		return c.Update(ctx, vm)
+	}
+	return nil
+}
+
+// claimsOf lists the PVCs a VM's template mounts.
+func claimsOf(vm *kubevirtv1.VirtualMachine) []string {
+	if vm.Spec.Template == nil {
+		return nil
+	}
+	return claimsOfSpec(&vm.Spec.Template.Spec)
+}
+
+func claimsOfSpec(spec *kubevirtv1.VirtualMachineInstanceSpec) []string {
+	var names []string
+	for _, v := range spec.Volumes {
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			names = append(names, v.PersistentVolumeClaim.ClaimName)
+		case v.DataVolume != nil:
+			names = append(names, v.DataVolume.Name)
+		}
+	}
+	return names
+}
+
+// cloudInitSecrets lists the Secrets a VM reads cloud-init from.
+func cloudInitSecrets(vm *kubevirtv1.VirtualMachine) []string {
+	if vm.Spec.Template == nil {
+		return nil
+	}
+	var names []string
+	for _, v := range vm.Spec.Template.Spec.Volumes {
+		if ci := v.CloudInitNoCloud; ci != nil {
+			for _, ref := range []*corev1.LocalObjectReference{ci.UserDataSecretRef, ci.NetworkDataSecretRef} {
+				if ref != nil && ref.Name != "" {
+					names = append(names, ref.Name)
 				}
 			}
 		}
 	}
-	return nil
+	return names
 }
+
+func containsName(names []string, name string) bool {
+	for _, n := range names {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
+var errNoTemplate = errors.New("VM has no template")

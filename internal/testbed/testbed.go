@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	platformv1alpha1 "github.com/butlerdotdev/butler-provider-harvester/api/platform/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
 )
@@ -39,6 +40,9 @@ const (
 	NetworkCIDR        = "10.40.0.0/24" // the samples' VLAN: 244 leases, plenty for a demo
 	ImageName          = "talos-1-9"
 	CredentialsSecret  = "harvester-kubeconfig" //nolint:gosec // G101: the name of the Secret, not a credential
+	// FactoryURL is the Butler Image Factory of the ButlerConfig the testbed creates; the
+	// simulated Harvester downloads nothing from it.
+	FactoryURL = "https://factory.butlerlabs.example"
 )
 
 // Options configure Start.
@@ -121,8 +125,9 @@ func Start(ctx context.Context, opts Options) (*Testbed, error) {
 }
 
 func (t *Testbed) startManagement(context.Context) error {
+	// Our CRDs, and Butler's ButlerConfig (reduced, see api/platform), which Butler installs.
 	t.mgmtEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(t.opts.RepoRoot, "config", "crd", "bases")},
+		CRDDirectoryPaths:     []string{filepath.Join(t.opts.RepoRoot, "config", "crd", "bases"), filepath.Join(t.opts.RepoRoot, "config", "crd", "platform")},
 		ErrorIfCRDPathMissing: true,
 	}
 	var err error
@@ -133,6 +138,7 @@ func (t *Testbed) startManagement(context.Context) error {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
+	_ = platformv1alpha1.AddToScheme(scheme)
 	if t.Mgmt, err = client.New(t.MgmtConfig, client.Options{Scheme: scheme}); err != nil {
 		return err
 	}
@@ -237,8 +243,8 @@ func (t *Testbed) ManagerLogTail() string {
 }
 
 // Seed creates what the samples expect: on Harvester a VLAN network and an imported image, on the
-// management cluster the namespace and the credentials Secret holding the simulated Harvester's
-// kubeconfig.
+// management cluster the namespace, the credentials Secret holding the simulated Harvester's
+// kubeconfig, and Butler's ButlerConfig with an image factory (for ImageSyncs).
 func (t *Testbed) Seed(ctx context.Context) error {
 	hv := t.Harvester.Client
 	nad := &unstructured.Unstructured{}
@@ -267,6 +273,12 @@ func (t *Testbed) Seed(ctx context.Context) error {
 	if err := t.Mgmt.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil {
 		return err
 	}
+	if err := t.Mgmt.Create(ctx, &platformv1alpha1.ButlerConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: platformv1alpha1.ButlerConfigName},
+		Spec:       platformv1alpha1.ButlerConfigSpec{ImageFactory: &platformv1alpha1.ImageFactoryConfig{URL: FactoryURL}},
+	}); err != nil {
+		return err
+	}
 	return t.Mgmt.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: CredentialsSecret, Namespace: Namespace},
 		Data:       map[string][]byte{"kubeconfig": t.Harvester.Kubeconfig},
@@ -292,8 +304,8 @@ func waitImported(ctx context.Context, c client.Client, img *unstructured.Unstru
 	}
 }
 
-// ApplyFile creates every object of a YAML file on the management cluster.
-func (t *Testbed) ApplyFile(ctx context.Context, path string) ([]*unstructured.Unstructured, error) {
+// DecodeFile decodes the objects of a YAML file.
+func (t *Testbed) DecodeFile(path string) ([]*unstructured.Unstructured, error) {
 	data, err := os.ReadFile(path) //nolint:gosec // G304: callers (tests, demo, bench) pass manifests of this repository's config/samples
 	if err != nil {
 		return nil, err
@@ -301,6 +313,15 @@ func (t *Testbed) ApplyFile(ctx context.Context, path string) ([]*unstructured.U
 	objs, err := DecodeManifests(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return objs, nil
+}
+
+// ApplyFile creates every object of a YAML file on the management cluster.
+func (t *Testbed) ApplyFile(ctx context.Context, path string) ([]*unstructured.Unstructured, error) {
+	objs, err := t.DecodeFile(path)
+	if err != nil {
+		return nil, err
 	}
 	for i, u := range objs {
 		if err := t.Mgmt.Create(ctx, u); err != nil {
@@ -350,6 +371,20 @@ func (t *Testbed) HarvesterLeft(ctx context.Context) (vms, vmis, pvcs, secrets i
 		}
 	}
 	return len(vmList.Items), len(vmiList.Items), len(pvcList.Items), len(secretList.Items), nil
+}
+
+// HarvesterImages names the VirtualMachineImages of the Harvester namespace.
+func (t *Testbed) HarvesterImages(ctx context.Context) ([]string, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(sim.VirtualMachineImageGVK.GroupVersion().WithKind("VirtualMachineImageList"))
+	if err := t.Harvester.Client.List(ctx, list, client.InNamespace(HarvesterNamespace)); err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(list.Items))
+	for _, img := range list.Items {
+		names = append(names, img.GetName())
+	}
+	return names, nil
 }
 
 // Stop stops the manager (gracefully), the simulator and both API servers.

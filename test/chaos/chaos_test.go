@@ -2,11 +2,12 @@
 
 // Package chaos provisions and deletes many machines while the manager is killed (SIGKILL) at
 // random moments and a share of the Harvester API requests fail, and checks that nothing is lost,
-// duplicated, orphaned or leaked into logs. Run it with `make test-chaos` (CI does).
+// duplicated, recreated, orphaned or leaked into logs. Run it with `make test-chaos` (CI does).
 package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -28,14 +29,49 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
 )
 
 const (
 	machines = 200
-	kills    = 10
+	kills    = 10 // while the machines are created; one more while they are deleted
 )
+
+// defaultFaults are the Harvester API faults: shares of all requests (errors, hangs) and of writes
+// (conflicts, and writes applied whose response is lost). CHAOS_FAULTS overrides them.
+var defaultFaults = sim.ProxyFaults{ErrorRate: 0.10, TimeoutRate: 0.01, ConflictRate: 0.05, DropRate: 0.05}
+
+// parseFaults reads CHAOS_FAULTS, "error=0.1,timeout=0.01,conflict=0.05,drop=0.05" (any subset),
+// into a copy of base.
+func parseFaults(s string, base sim.ProxyFaults) (sim.ProxyFaults, error) {
+	rates := map[string]*float64{"error": &base.ErrorRate, "timeout": &base.TimeoutRate, "conflict": &base.ConflictRate, "drop": &base.DropRate}
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		name, value, _ := strings.Cut(item, "=")
+		rate, ok := rates[name]
+		if !ok {
+			return base, fmt.Errorf("CHAOS_FAULTS: unknown fault %q (error, timeout, conflict, drop)", name)
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil || v < 0 || v > 1 {
+			return base, fmt.Errorf("CHAOS_FAULTS: %s=%q is not a share between 0 and 1", name, value)
+		}
+		*rate = v
+	}
+	if base.ErrorRate+base.TimeoutRate+base.ConflictRate+base.DropRate > 1 {
+		return base, errors.New("CHAOS_FAULTS: the shares add up to more than 1")
+	}
+	return base, nil
+}
+
+// describeFaults spells faults as CHAOS_FAULTS takes them.
+func describeFaults(f sim.ProxyFaults) string {
+	return fmt.Sprintf("error=%g,timeout=%g,conflict=%g,drop=%g", f.ErrorRate, f.TimeoutRate, f.ConflictRate, f.DropRate)
+}
 
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
@@ -49,9 +85,14 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 	if s := os.Getenv("CHAOS_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
 	}
-	t.Logf("seed %d (replay with CHAOS_SEED=%d make test-chaos)", seed, seed)
+	faults, err := parseFaults(os.Getenv("CHAOS_FAULTS"), defaultFaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	faults.Seed = seed
+	t.Logf("seed %d, faults %s (replay with CHAOS_SEED=%d CHAOS_FAULTS=%s make test-chaos)", seed, describeFaults(faults), seed, describeFaults(faults))
 	rng := rand.New(rand.NewPCG(seed, 0)) //nolint:gosec // G404: seeded so a failing run can be replayed with CHAOS_SEED; nothing secret depends on it
-	ctx := context.Background()
+	ctx, cancel := context.WithCancel(context.Background())
 
 	tb, err := testbed.Start(ctx, testbed.Options{
 		RepoRoot: repoRoot(), WorkDir: t.TempDir(), WithProxy: true, NetworkCIDR: "10.40.0.0/20",
@@ -59,15 +100,21 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 		ManagerArgs: []string{"--metrics-bind-address=0", "--creating-poll-interval=5s", "--log-level=debug"},
 	})
 	defer tb.Stop()
+	defer cancel() // first: the VM watch ends before the API servers
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Directly, not through the fault proxy: the test's own view must not be blinded by its faults.
+	uids, err := watchVMUIDs(ctx, tb.Harvester.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := 0
 	if err := tb.Seed(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// 10% of the Harvester API requests fail (500, 503, 429) and 1% hang until the client gives up,
-	// from before the ProviderConfig's first checks on.
-	tb.Harvester.Proxy.SetFaults(sim.ProxyFaults{ErrorRate: 0.10, TimeoutRate: 0.01, Seed: seed})
+	// From before the ProviderConfig's first checks on.
+	tb.Harvester.Proxy.SetFaults(faults)
 	if _, err := tb.ApplyFile(ctx, filepath.Join(repoRoot(), "config", "samples", "providerconfig.yaml")); err != nil {
 		t.Fatal(err)
 	}
@@ -93,11 +140,12 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 		if err := tb.KillManager(); err != nil {
 			t.Fatalf("kill %d: %v", k+1, err)
 		}
+		killed++
 	}
-	t.Logf("%d SIGKILLs survived", kills)
+	t.Logf("%d SIGKILLs survived", killed)
 
 	// Everything converges: all Running, none Failed, exactly one VM, root PVC and Secret each.
-	waitFor(t, tb, 10*time.Minute, func() error {
+	waitFor(t, tb, uids, 10*time.Minute, func() error {
 		list := &v1alpha1.MachineRequestList{}
 		if err := tb.Mgmt.List(ctx, list, client.InNamespace(testbed.Namespace)); err != nil {
 			return err
@@ -114,7 +162,7 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 		}
 		return nil
 	})
-	counts := harvesterCounts(t, tb)
+	counts, vmList := harvesterObjects(ctx, t, tb)
 	for i := range machines {
 		name := fmt.Sprintf("chaos-%03d", i)
 		for _, obj := range []string{"vm/" + name, "pvc/" + name + "-disk-0", "secret/" + name + "-cloudinit"} {
@@ -126,8 +174,8 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 	if n := len(counts); n != 3*machines {
 		t.Errorf("%d objects on Harvester, want %d", n, 3*machines)
 	}
-	t.Logf("faults injected by the proxy: %d errors, %d timeouts, of %d requests",
-		tb.Harvester.Proxy.Errors.Load(), tb.Harvester.Proxy.Timeouts.Load(), tb.Harvester.Proxy.Requests.Load())
+	checkProviderIDs(ctx, t, tb, uids, vmList)
+	logFaults(t, tb.Harvester.Proxy, "while creating")
 
 	// Delete everything, with one more kill in the middle: nothing of ours is left.
 	if err := tb.Mgmt.DeleteAllOf(ctx, &v1alpha1.MachineRequest{}, client.InNamespace(testbed.Namespace)); err != nil {
@@ -137,7 +185,8 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 	if err := tb.KillManager(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, tb, 10*time.Minute, func() error {
+	killed++
+	waitFor(t, tb, uids, 10*time.Minute, func() error {
 		list := &v1alpha1.MachineRequestList{}
 		if err := tb.Mgmt.List(ctx, list, client.InNamespace(testbed.Namespace)); err != nil {
 			return err
@@ -155,6 +204,13 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 	if vms+vmis+pvcs+secrets != 0 {
 		t.Fatal("objects left behind")
 	}
+	// The VMs' deletion too went without a VM recreated behind the provider's back.
+	if err := uids.Err(); err != nil {
+		t.Fatal(err)
+	}
+	vmNames, vmEvents := uids.Counts()
+	t.Logf("%d VM UIDs recorded from %d watch events: none changed across %d SIGKILLs", vmNames, vmEvents, killed)
+	logFaults(t, tb.Harvester.Proxy, "in all")
 
 	// No secret material in any log line or event.
 	logs, err := tb.ManagerLog()
@@ -189,12 +245,16 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 	t.Logf("scanned %d log bytes and %d events for secret material", len(logs), len(events.Items))
 }
 
-func waitFor(t *testing.T, tb *testbed.Testbed, timeout time.Duration, check func() error) {
+// waitFor waits until check passes, failing at once if the manager exits or a VM's identity breaks.
+func waitFor(t *testing.T, tb *testbed.Testbed, uids *vmUIDs, timeout time.Duration, check func() error) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		if err := tb.ManagerExited(); err != nil {
 			t.Fatal(err)
+		}
+		if err := uids.Err(); err != nil {
+			t.Fatalf("%v\n%s", err, tb.ManagerLogTail())
 		}
 		err := check()
 		if err == nil {
@@ -207,10 +267,9 @@ func waitFor(t *testing.T, tb *testbed.Testbed, timeout time.Duration, check fun
 	}
 }
 
-// harvesterCounts counts our objects on Harvester by kind and name.
-func harvesterCounts(t *testing.T, tb *testbed.Testbed) map[string]int {
+// harvesterObjects counts our objects on Harvester by kind and name, and returns the VMs.
+func harvesterObjects(ctx context.Context, t *testing.T, tb *testbed.Testbed) (map[string]int, []kubevirtv1.VirtualMachine) {
 	t.Helper()
-	ctx := context.Background()
 	in := client.InNamespace(testbed.HarvesterNamespace)
 	out := map[string]int{}
 	var mu sync.Mutex
@@ -232,5 +291,55 @@ func harvesterCounts(t *testing.T, tb *testbed.Testbed) map[string]int {
 	for _, o := range secrets.Items {
 		add("secret/" + o.Name)
 	}
-	return out
+	return out, vms.Items
+}
+
+// checkProviderIDs checks that every Running machine's VM is the one first seen under its name,
+// labelled with the machine's UID, and that the machine's providerID (and placement, once the
+// provider records it) names that VM's UID.
+func checkProviderIDs(ctx context.Context, t *testing.T, tb *testbed.Testbed, uids *vmUIDs, vms []kubevirtv1.VirtualMachine) {
+	t.Helper()
+	byName := map[string]*kubevirtv1.VirtualMachine{}
+	for i := range vms {
+		byName[vms[i].Name] = &vms[i]
+	}
+	list := &v1alpha1.MachineRequestList{}
+	if err := tb.Mgmt.List(ctx, list, client.InNamespace(testbed.Namespace)); err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, mr := range list.Items {
+		if mr.Status.Phase != v1alpha1.MachinePhaseRunning {
+			continue
+		}
+		vm := byName[mr.Spec.MachineName]
+		if vm == nil {
+			t.Errorf("MachineRequest %s is Running without a VM %s", mr.Name, mr.Spec.MachineName)
+			continue
+		}
+		first, seen := uids.FirstUID(client.ObjectKeyFromObject(vm))
+		want := harvester.ProviderIDPrefix + string(vm.UID)
+		switch {
+		case !seen:
+			t.Errorf("VM %s (UID %s) was never seen by the watch", vm.Name, vm.UID)
+		case vm.UID != first:
+			t.Errorf("VM %s has UID %s, but was first seen with UID %s", vm.Name, vm.UID, first)
+		case vm.Labels[harvester.LabelMachineRequestUID] != string(mr.UID):
+			t.Errorf("VM %s is labelled for MachineRequest UID %q, not %s's %s", vm.Name, vm.Labels[harvester.LabelMachineRequestUID], mr.Name, mr.UID)
+		case mr.Status.ProviderID != want:
+			t.Errorf("MachineRequest %s: providerID %q, want %q", mr.Name, mr.Status.ProviderID, want)
+		case mr.Status.Placement != nil && mr.Status.Placement.VMUID != "" && mr.Status.Placement.VMUID != string(vm.UID):
+			t.Errorf("MachineRequest %s: placement.vmUID %q, want %q", mr.Name, mr.Status.Placement.VMUID, vm.UID)
+		default:
+			checked++
+		}
+	}
+	t.Logf("%d providerIDs checked against their VM's UID, first seen and unchanged", checked)
+}
+
+// logFaults says how many faults of each kind the proxy has injected.
+func logFaults(t *testing.T, p *sim.FaultProxy, when string) {
+	t.Helper()
+	t.Logf("faults injected by the proxy %s, of %d requests (%d writes): %d errors (500, 503, 429), %d timeouts, %d conflicts, %d dropped responses of applied writes",
+		when, p.Requests.Load(), p.Writes.Load(), p.Errors.Load(), p.Timeouts.Load(), p.Conflicts.Load(), p.Dropped.Load())
 }

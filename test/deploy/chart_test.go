@@ -7,13 +7,16 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
 )
@@ -26,7 +29,7 @@ replicaCount: 3
 fullnameOverride: bph
 serviceAccount: {create: true, name: bph-manager, annotations: {example.com/owner: platform}}
 leaderElection: {enabled: true, id: bph-leader}
-metrics: {enabled: true, port: 9443, secure: true, certSecret: bph-metrics-tls}
+metrics: {enabled: true, port: 9443, secure: true, certSecret: bph-metrics-tls, enableHTTP2: true}
 healthProbe: {port: 9081}
 logging: {level: debug, format: text}
 watchNamespaces: [butler-system, tenant-a]
@@ -34,7 +37,11 @@ syncPeriod: 2h
 concurrency: 4
 managementAPI: {qps: 20, burst: 40}
 harvesterAPI: {qps: 30, burst: 60}
-intervals: {creatingPoll: 20s, healthCheck: 10m, providerConfigRecheck: 2m, provisioningTimeout: 30m, ipReportTimeout: 5m}
+intervals: {creatingPoll: 20s, healthCheck: 10m, providerConfigRecheck: 2m, provisioningTimeout: 30m, ipReportTimeout: 5m, configGracePeriod: 2m}
+gracefulShutdownTimeout: 1m
+terminationGracePeriodSeconds: 75
+hostNetwork: true
+dnsPolicy: Default
 resources: {requests: {cpu: 100m, memory: 128Mi}, limits: {memory: 512Mi}}
 podAnnotations: {example.com/scrape: "no"}
 podLabels: {team: platform}
@@ -81,7 +88,8 @@ func TestChartDefaults(t *testing.T) {
 		t.Errorf("chart defaults differ from the binary's:\n got %+v\nwant %+v", got, want)
 	}
 	requireRestrictedPod(t, d)
-	if c := d.Spec.Template.Spec.Containers[0]; c.Image != "ghcr.io/butlerdotdev/butler-provider-harvester:v0.1.0" {
+	requireShutdownWithinGracePeriod(t, d, got)
+	if c := d.Spec.Template.Spec.Containers[0]; c.Image != "ghcr.io/butlerdotdev/butler-provider-harvester:v0.3.0" {
 		t.Errorf("image %q, want the chart's appVersion", c.Image)
 	}
 	if n := len(find(objs, "PodDisruptionBudget")); n != 0 {
@@ -90,11 +98,11 @@ func TestChartDefaults(t *testing.T) {
 	if n := len(find(objs, "ServiceMonitor")); n != 0 {
 		t.Errorf("ServiceMonitor rendered without serviceMonitor.enabled")
 	}
-	if n := len(find(objs, "CustomResourceDefinition")); n != 2 {
-		t.Errorf("%d CRDs rendered, want MachineRequest and ProviderConfig", n)
+	if n := len(find(objs, "CustomResourceDefinition")); n != 3 {
+		t.Errorf("%d CRDs rendered, want ImageSync, MachineRequest and ProviderConfig", n)
 	}
-	requireServicePort(t, objs, "butler-butler-provider-harvester-metrics", "https", 8443)
-	requireGeneratedRules(t, objs, "butler-butler-provider-harvester-manager")
+	requireServicePort(t, objs, releaseFullname+"-metrics", "https", 8443)
+	requireGeneratedRules(t, objs, releaseFullname+"-manager")
 }
 
 // Every value that sets a flag reaches the manager, and the pod-level values reach the pod.
@@ -106,11 +114,13 @@ func TestChartNonDefaultValues(t *testing.T) {
 	d := deployment(t, objs)
 	got, args := managerOptions(t, d)
 	want := &options.Options{
-		MetricsAddr: ":9443", MetricsSecure: true, MetricsCertDir: "/etc/butler/metrics-certs", ProbeAddr: ":9081",
+		MetricsAddr: ":9443", MetricsSecure: true, MetricsCertDir: "/etc/butler/metrics-certs", MetricsCertName: "tls.crt", MetricsCertKey: "tls.key",
+		EnableHTTP2: true, ProbeAddr: ":9081",
 		LeaderElect: true, LeaderElectionID: "bph-leader", WatchNamespaces: []string{"butler-system", "tenant-a"},
 		SyncPeriod: 2 * time.Hour, Concurrency: 4, CreatingPoll: 20 * time.Second, HealthInterval: 10 * time.Minute,
-		RecheckInterval: 2 * time.Minute, ProvisioningTimeout: 30 * time.Minute, IPReportTimeout: 5 * time.Minute,
+		RecheckInterval: 2 * time.Minute, ProvisioningTimeout: 30 * time.Minute, IPReportTimeout: 5 * time.Minute, ConfigGracePeriod: 2 * time.Minute,
 		HarvesterQPS: 30, HarvesterBurst: 60, KubeQPS: 20, KubeBurst: 40, LogLevel: "debug", LogFormat: "text",
+		GracefulShutdownTimeout: time.Minute,
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("values did not reach the flags:\n got %+v\nwant %+v\nargs %q", got, want, args)
@@ -132,6 +142,8 @@ func TestChartNonDefaultValues(t *testing.T) {
 		"metrics cert Secret mount": len(spec.Volumes) == 1 && spec.Volumes[0].Secret.SecretName == "bph-metrics-tls" && len(c.VolumeMounts) == 1 && c.VolumeMounts[0].MountPath == "/etc/butler/metrics-certs",
 		"probe port":                portOf(c, "health") == 9081,
 		"metrics port":              portOf(c, "metrics") == 9443,
+		"grace period":              spec.TerminationGracePeriodSeconds != nil && *spec.TerminationGracePeriodSeconds == 75,
+		"host network and DNS":      spec.HostNetwork && spec.DNSPolicy == corev1.DNSDefault,
 	}
 	for what, ok := range checks {
 		if !ok {
@@ -139,6 +151,7 @@ func TestChartNonDefaultValues(t *testing.T) {
 		}
 	}
 	requireRestrictedPod(t, d)
+	requireShutdownWithinGracePeriod(t, d, got)
 	pdbs := find(objs, "PodDisruptionBudget")
 	if len(pdbs) != 1 {
 		t.Fatalf("3 replicas got %d PodDisruptionBudgets, want 1", len(pdbs))
@@ -159,7 +172,41 @@ func TestChartNonDefaultValues(t *testing.T) {
 		t.Errorf("ServiceMonitor does not verify the metrics certificate with its Secret's CA: tlsConfig %v", ep["tlsConfig"])
 	}
 	requireServicePort(t, objs, "bph-metrics", "https", 9443)
-	requireGeneratedRules(t, objs, "bph-manager")
+	requireSecretsPerNamespace(t, objs, "bph-manager", "bph-manager", want.WatchNamespaces)
+}
+
+// With watchNamespaces the manager may read Secrets in those namespaces only: the ClusterRole
+// keeps every other generated rule, and each namespace gets a Role with the Secret rules, bound to
+// the manager's ServiceAccount.
+func TestChartWatchNamespacesGrantSecretsPerNamespace(t *testing.T) {
+	objs, err := helmTemplate(t, "watchNamespaces: [tenant-a, tenant-b]\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	requireSecretsPerNamespace(t, objs, releaseFullname+"-manager", releaseFullname, []string{"tenant-a", "tenant-b"})
+}
+
+// The Pod joins the node's network only when asked, as the Butler CLI's manifest does, and then
+// resolves cluster names (ClusterFirstWithHostNet) unless another dnsPolicy is given.
+func TestChartHostNetwork(t *testing.T) {
+	for _, tt := range []struct {
+		values      string
+		hostNetwork bool
+		dnsPolicy   corev1.DNSPolicy
+	}{
+		{"", false, ""},
+		{"hostNetwork: true\n", true, corev1.DNSClusterFirstWithHostNet},
+		{"hostNetwork: true\ndnsPolicy: Default\n", true, corev1.DNSDefault},
+		{"dnsPolicy: ClusterFirst\n", false, corev1.DNSClusterFirst},
+	} {
+		objs, err := helmTemplate(t, tt.values)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if spec := deployment(t, objs).Spec.Template.Spec; spec.HostNetwork != tt.hostNetwork || spec.DNSPolicy != tt.dnsPolicy {
+			t.Errorf("values %q: hostNetwork %v, dnsPolicy %q; want %v, %q", tt.values, spec.HostNetwork, spec.DNSPolicy, tt.hostNetwork, tt.dnsPolicy)
+		}
+	}
 }
 
 func TestChartMetricsDisabled(t *testing.T) {
@@ -191,6 +238,10 @@ func TestChartRejectsBadValues(t *testing.T) {
 		"monitor without metrics":  {"metrics: {enabled: false}\nserviceMonitor: {enabled: true}\n", "serviceMonitor.enabled needs metrics.enabled=true"},
 		"no service account name":  {"serviceAccount: {create: false}\n", "serviceAccount.name is required"},
 		"extra arg that is a word": {"extraArgs: [debug]\n", "/extraArgs/0"},
+		"shutdown outlasting the grace period": {"gracefulShutdownTimeout: 26s\nterminationGracePeriodSeconds: 30\n",
+			"gracefulShutdownTimeout 26s must end at least 5s before terminationGracePeriodSeconds (30s)"},
+		"shutdown timeout without unit": {"gracefulShutdownTimeout: \"20\"\n", "/gracefulShutdownTimeout"},
+		"DNS policy without dnsConfig":  {"dnsPolicy: None\n", "/dnsPolicy"},
 	}
 	for name, tt := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -223,6 +274,7 @@ func TestKustomizeManifests(t *testing.T) {
 		t.Errorf("kustomize manager flags: %+v", o)
 	}
 	requireRestrictedPod(t, d)
+	requireShutdownWithinGracePeriod(t, d, o)
 	for _, obj := range objs {
 		switch obj.GetKind() {
 		case "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding":
@@ -305,21 +357,135 @@ func requireServicePort(t *testing.T, objs []*unstructured.Unstructured, name, p
 	t.Errorf("no Service %s", name)
 }
 
-// requireGeneratedRules checks that the manager's ClusterRole has exactly controller-gen's rules.
-func requireGeneratedRules(t *testing.T, objs []*unstructured.Unstructured, name string) {
+// leaseReleaseMargin is the time the chart requires between the end of the manager's graceful
+// shutdown and the end of the Pod's termination grace period: the manager releases its leader
+// Lease after the former, and the kubelet kills it at the latter.
+const leaseReleaseMargin = 5 * time.Second
+
+// requireShutdownWithinGracePeriod checks that the manager's graceful shutdown ends, with
+// leaseReleaseMargin to spare, within the Pod's termination grace period.
+func requireShutdownWithinGracePeriod(t *testing.T, d *appsv1.Deployment, o *options.Options) {
+	t.Helper()
+	grace := d.Spec.Template.Spec.TerminationGracePeriodSeconds
+	if grace == nil {
+		t.Errorf("the Deployment sets no terminationGracePeriodSeconds: the kubelet's default (30s) would decide whether --graceful-shutdown-timeout=%s fits", o.GracefulShutdownTimeout)
+		return
+	}
+	if o.GracefulShutdownTimeout+leaseReleaseMargin > time.Duration(*grace)*time.Second {
+		t.Errorf("--graceful-shutdown-timeout=%s does not end %s before terminationGracePeriodSeconds %d: the kubelet would kill the manager before it releases the leader Lease",
+			o.GracefulShutdownTimeout, leaseReleaseMargin, *grace)
+	}
+}
+
+// generatedRules are the manager's rules as controller-gen generates them.
+func generatedRules(t *testing.T) []rbacv1.PolicyRule {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(repoRoot(), "config", "rbac", "role.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	generated := decodeAll(t, string(data))[0]
-	for _, r := range find(objs, "ClusterRole") {
-		if r.GetName() == name {
-			if !reflect.DeepEqual(r.Object["rules"], generated.Object["rules"]) {
+	generated := &rbacv1.ClusterRole{}
+	convert(t, decodeAll(t, string(data))[0], generated)
+	return generated.Rules
+}
+
+// requireGeneratedRules checks that the manager's ClusterRole has exactly controller-gen's rules.
+func requireGeneratedRules(t *testing.T, objs []*unstructured.Unstructured, name string) {
+	t.Helper()
+	for _, obj := range find(objs, "ClusterRole") {
+		if obj.GetName() == name {
+			cr := &rbacv1.ClusterRole{}
+			convert(t, obj, cr)
+			if !reflect.DeepEqual(cr.Rules, generatedRules(t)) {
 				t.Errorf("ClusterRole %s rules differ from config/rbac/role.yaml", name)
 			}
 			return
 		}
 	}
 	t.Errorf("no ClusterRole %s", name)
+}
+
+// requireSecretsPerNamespace checks the manager's RBAC when it watches namespaces: ClusterRole
+// clusterRole has controller-gen's rules without Secrets, and each namespace, and no other, has a
+// Role with controller-gen's Secret rules (get) bound to ServiceAccount serviceAccount of the
+// release namespace.
+func requireSecretsPerNamespace(t *testing.T, objs []*unstructured.Unstructured, clusterRole, serviceAccount string, namespaces []string) {
+	t.Helper()
+	generated := generatedRules(t)
+	var withoutSecrets, secretRules []rbacv1.PolicyRule
+	for _, r := range generated {
+		if !grantsSecrets(r) {
+			withoutSecrets = append(withoutSecrets, r)
+			continue
+		}
+		secretRules = append(secretRules, rbacv1.PolicyRule{APIGroups: r.APIGroups, Resources: []string{"secrets"}, Verbs: r.Verbs})
+		if others := slices.DeleteFunc(slices.Clone(r.Resources), func(s string) bool { return s == "secrets" }); len(others) > 0 {
+			r.Resources = others
+			withoutSecrets = append(withoutSecrets, r)
+		}
+	}
+	if !slices.ContainsFunc(secretRules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.Verbs, "get") }) {
+		t.Fatalf("config/rbac/role.yaml grants no get on Secrets: %+v", generated)
+	}
+
+	found := false
+	for _, obj := range find(objs, "ClusterRole") {
+		cr := &rbacv1.ClusterRole{}
+		convert(t, obj, cr)
+		for _, r := range cr.Rules {
+			if grantsSecrets(r) {
+				t.Errorf("ClusterRole %s grants Secrets cluster-wide although the manager watches %v: %+v", cr.Name, namespaces, r)
+			}
+		}
+		if cr.Name == clusterRole {
+			found = true
+			if !reflect.DeepEqual(cr.Rules, withoutSecrets) {
+				t.Errorf("ClusterRole %s rules differ from config/rbac/role.yaml without Secrets:\n got %+v\nwant %+v", cr.Name, cr.Rules, withoutSecrets)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("no ClusterRole %s", clusterRole)
+	}
+
+	granted := map[string]bool{} // namespace -> a Role granting the Secret rules is bound to the manager
+	for _, obj := range find(objs, "RoleBinding") {
+		rb := &rbacv1.RoleBinding{}
+		convert(t, obj, rb)
+		if !slices.Contains(rb.Subjects, rbacv1.Subject{Kind: "ServiceAccount", Name: serviceAccount, Namespace: "butler-system"}) || rb.RoleRef.Kind != "Role" {
+			continue
+		}
+		for _, obj := range find(objs, "Role") {
+			role := &rbacv1.Role{}
+			convert(t, obj, role)
+			if role.Namespace == rb.Namespace && role.Name == rb.RoleRef.Name && slices.ContainsFunc(role.Rules, grantsSecrets) {
+				if !reflect.DeepEqual(role.Rules, secretRules) {
+					t.Errorf("Role %s/%s rules %+v, want exactly the generated Secret rules %+v", role.Namespace, role.Name, role.Rules, secretRules)
+				}
+				granted[rb.Namespace] = true
+			}
+		}
+	}
+	for _, ns := range namespaces {
+		if !granted[ns] {
+			t.Errorf("watched namespace %s has no Role granting get on Secrets bound to ServiceAccount butler-system/%s", ns, serviceAccount)
+		}
+		delete(granted, ns)
+	}
+	for ns := range granted {
+		t.Errorf("the manager may read Secrets in namespace %s, which it does not watch", ns)
+	}
+}
+
+// grantsSecrets reports whether a rule grants anything on core Secrets.
+func grantsSecrets(r rbacv1.PolicyRule) bool {
+	return (slices.Contains(r.APIGroups, "") || slices.Contains(r.APIGroups, "*")) &&
+		(slices.Contains(r.Resources, "secrets") || slices.Contains(r.Resources, "*"))
+}
+
+func convert(t *testing.T, obj *unstructured.Unstructured, into any) {
+	t.Helper()
+	if err := k8sruntime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, into); err != nil {
+		t.Fatalf("%s %s: %v", obj.GetKind(), obj.GetName(), err)
+	}
 }

@@ -2,10 +2,14 @@ package deploy
 
 import (
 	"flag"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +34,7 @@ func readDoc(t *testing.T, name string) string {
 func TestDocsListEveryFlag(t *testing.T) {
 	doc := readDoc(t, "configuration.md")
 	rows := map[string]string{}
-	for _, m := range regexp.MustCompile("(?m)^\\| `--([a-z-]+)` \\| `([^`]*)` \\|").FindAllStringSubmatch(doc, -1) {
+	for _, m := range regexp.MustCompile("(?m)^\\| `--([a-z0-9-]+)` \\| `([^`]*)` \\|").FindAllStringSubmatch(doc, -1) {
 		rows[m[1]] = m[2]
 	}
 	fs, _ := options.NewFlagSet(io.Discard)
@@ -97,7 +101,7 @@ var freeForm = map[string]bool{"resources": true, "podSecurityContext": true, "s
 func TestDocsListEveryFieldAndMetric(t *testing.T) {
 	doc := readDoc(t, "configuration.md")
 	ignoredBlocks := map[string]bool{"aws": true, "azure": true, "gcp": true, "nutanix": true, "proxmox": true, "local": true, "network": true, "limits": true}
-	for _, file := range []string{"butler.butlerlabs.dev_machinerequests.yaml", "butler.butlerlabs.dev_providerconfigs.yaml"} {
+	for _, file := range []string{"butler.butlerlabs.dev_machinerequests.yaml", "butler.butlerlabs.dev_providerconfigs.yaml", "butler.butlerlabs.dev_imagesyncs.yaml"} {
 		data, err := os.ReadFile(filepath.Join(repoRoot(), "config", "crd", "bases", file))
 		if err != nil {
 			t.Fatal(err)
@@ -114,10 +118,51 @@ func TestDocsListEveryFieldAndMetric(t *testing.T) {
 		}
 	}
 	for _, name := range []string{metrics.MachineRequestsName, metrics.ProvisioningDurationName, metrics.DeletionDurationName,
-		metrics.HarvesterAPIRequestsName, metrics.HarvesterAPIErrorsName} {
+		metrics.HarvesterAPIRequestsName, metrics.HarvesterAPIErrorsName, metrics.RateLimiterWaitName} {
 		if !strings.Contains(doc, "`"+name+"`") {
 			t.Errorf("docs/configuration.md does not mention metric %s", name)
 		}
+	}
+}
+
+// docs/configuration.md lists every annotation the provider reads: the string constants named
+// Annotation* in the API package, read from its source so a new one cannot be forgotten.
+func TestDocsListEveryAnnotation(t *testing.T) {
+	doc := readDoc(t, "configuration.md")
+	files, err := filepath.Glob(filepath.Join(repoRoot(), "api", "v1alpha1", "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := 0
+	for _, path := range files {
+		file, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			spec, ok := n.(*ast.ValueSpec)
+			if !ok {
+				return true
+			}
+			for i, name := range spec.Names {
+				if !strings.HasPrefix(name.Name, "Annotation") || i >= len(spec.Values) {
+					continue
+				}
+				lit, ok := spec.Values[i].(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					continue
+				}
+				value, _ := strconv.Unquote(lit.Value)
+				found++
+				if !strings.Contains(doc, "`"+value+"=") {
+					t.Errorf("docs/configuration.md does not document annotation %s (`%s=...`)", name.Name, value)
+				}
+			}
+			return true
+		})
+	}
+	if found == 0 {
+		t.Fatal("found no Annotation* constants in api/v1alpha1")
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,106 +32,56 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
 )
 
-// The names config/default gives the manager's ServiceAccount and the metrics reader role.
-const (
-	managerServiceAccount = "butler-provider-harvester-controller-manager"
-	metricsReaderRole     = "butler-provider-harvester-metrics-reader"
-	fieldOwner            = client.FieldOwner("butler-provider-harvester-test")
-)
+const fieldOwner = client.FieldOwner("butler-provider-harvester-test")
 
-// The provider as installed: config/default applied to a real management API server, the manager
-// run with the Deployment's own args, acting as its ServiceAccount (impersonated), so the generated
-// RBAC is all it has. On Harvester it acts as a ServiceAccount bound only by
+// The provider as installed: the chart, watching its own namespace only, applied to a real
+// management API server, the manager run with the Deployment's own args, acting as its
+// ServiceAccount (impersonated), so the chart's RBAC is all it has: controller-gen's rules, with
+// Secrets readable in the watched namespace only (a Role there). config/default grants the same
+// rules, Secrets cluster-wide. On Harvester it acts as a ServiceAccount bound only by
 // config/harvester/rbac.yaml. A MachineRequest goes through its whole lifecycle; readyz, leader
-// election and the secure metrics endpoint are checked on the way.
+// election, --watch-namespaces and the secure metrics endpoint are checked on the way.
 func TestInstalledWithLeastPrivilege(t *testing.T) {
 	requireControlPlane(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	rendered := kustomizeBuild(t)
-	_, args := managerOptions(t, deployment(t, rendered))
-	metricsAddr, probeAddr := freeAddr(t), freeAddr(t)
-	// Out of a cluster the manager cannot find its namespace, and ports must be free; it watches
-	// its own namespace only, to show that --watch-namespaces scopes it.
-	args = append(args, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+probeAddr,
-		"--leader-election-namespace="+testbed.Namespace, "--watch-namespaces="+testbed.Namespace,
-		"--log-format=json") // the Deployment's default (the testbed asks for text)
-
-	var harvesterToken string
-	tb, err := testbed.Start(ctx, testbed.Options{
-		RepoRoot: repoRoot(), WorkDir: t.TempDir(), ManagerArgs: args,
-		// As with a read-only root filesystem: the working directory, TMPDIR and HOME cannot be
-		// written to (not even by root: they are in /proc).
-		ManagerDir: "/proc", ManagerEnv: []string{"TMPDIR=/proc/butler-tmp", "HOME=/proc/butler-home"},
-		Sim: sim.Config{BootDelay: 300 * time.Millisecond, IPDelay: 100 * time.Millisecond},
-		ManagerImpersonate: &rest.ImpersonationConfig{
-			UserName: "system:serviceaccount:" + testbed.Namespace + ":" + managerServiceAccount,
-			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + testbed.Namespace, "system:authenticated"},
-		},
-		// The manager starts before its RBAC is installed, to show that it is not ready then.
-		BeforeManager: func(ctx context.Context, tb *testbed.Testbed) error {
-			if err := tb.Seed(ctx); err != nil {
-				return err
-			}
-			token, err := useHarvesterRole(ctx, tb)
-			harvesterToken = token
-			return err
-		},
-	})
-	t.Cleanup(tb.Stop)
+	rendered, err := helmTemplate(t, "watchNamespaces: ["+testbed.Namespace+"]\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	failWithLog := func(format string, a ...any) {
-		t.Helper()
-		t.Fatalf(format+"\n%s", append(a, tb.ManagerLogTail())...)
-	}
-	probe := func(path string) int {
-		resp, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + probeAddr + path)
-		if err != nil {
-			return 0
-		}
-		_ = resp.Body.Close()
-		return resp.StatusCode
-	}
+	d := deployment(t, rendered)
+	_, args := managerOptions(t, d)
+	metricsAddr, probeAddr := freeAddr(t), freeAddr(t)
+	// Out of a cluster the manager cannot find its namespace, and ports must be free.
+	args = append(args, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+probeAddr,
+		"--leader-election-namespace="+testbed.Namespace)
+
+	// The manager starts before its RBAC is installed, to show that it is not ready then.
+	tb, harvesterToken := startInstalled(ctx, t, d.Spec.Template.Spec.ServiceAccountName, args, nil)
 
 	// Without RBAC the caches cannot sync: alive, but not ready.
-	waitFor(t, 30*time.Second, "the manager to answer /healthz", func() bool { return probe("/healthz") == http.StatusOK })
+	waitFor(t, 30*time.Second, "the manager to answer /healthz", func() bool { return probe(probeAddr, "/healthz") == http.StatusOK })
 	for range 3 {
-		if code := probe("/readyz"); code != http.StatusInternalServerError {
-			failWithLog("/readyz answered %d before the manager could list anything, want 500", code)
+		if code := probe(probeAddr, "/readyz"); code != http.StatusInternalServerError {
+			fatalWithLog(t, tb, "/readyz answered %d before the manager could list anything, want 500", code)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 
-	for _, obj := range rendered {
-		if err := tb.Mgmt.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), fieldOwner, client.ForceOwnership); err != nil {
-			t.Fatalf("apply %s %s: %v", obj.GetKind(), obj.GetName(), err)
-		}
+	if err := applyObjects(ctx, tb, rendered); err != nil {
+		t.Fatal(err)
 	}
 	start := time.Now()
-	waitFor(t, 90*time.Second, "/readyz once the RBAC is installed", func() bool { return probe("/readyz") == http.StatusOK })
+	waitFor(t, 90*time.Second, "/readyz once the RBAC is installed", func() bool { return probe(probeAddr, "/readyz") == http.StatusOK })
 	t.Logf("ready %s after the RBAC was applied", time.Since(start).Round(time.Millisecond))
 	logBeforeRBAC := len(managerLog(t, tb))
 
-	if _, err := tb.ApplyFile(ctx, filepath.Join(repoRoot(), "config", "samples", "providerconfig.yaml")); err != nil {
-		t.Fatal(err)
-	}
-	objs, err := tb.ApplyFile(ctx, filepath.Join(repoRoot(), "config", "samples", "machinerequest-worker-0.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key := client.ObjectKeyFromObject(objs[0])
-	pc := &v1alpha1.ProviderConfig{}
+	pc, sample := createSampleMachine(ctx, t, tb)
 	waitFor(t, time.Minute, "the ProviderConfig to pass its checks with the Harvester Role", func() bool {
-		return tb.Mgmt.Get(ctx, client.ObjectKey{Namespace: testbed.Namespace, Name: "harvester-config"}, pc) == nil && pc.Status.Ready
+		return tb.Mgmt.Get(ctx, client.ObjectKeyFromObject(pc), pc) == nil && pc.Status.Ready
 	})
-	unwatched := machineRequestElsewhere(ctx, t, tb, pc, objs[0])
-	mr := &v1alpha1.MachineRequest{}
-	waitFor(t, 2*time.Minute, "the MachineRequest to be Running", func() bool {
-		return tb.Mgmt.Get(ctx, key, mr) == nil && mr.Status.Phase == v1alpha1.MachinePhaseRunning && mr.Status.IPAddress != ""
-	})
-	t.Logf("%s Running at %s", key, mr.Status.IPAddress)
+	unwatched := machineRequestElsewhere(ctx, t, tb, pc, sample)
+	mr := waitRunning(ctx, t, tb, client.ObjectKeyFromObject(sample))
 	if err := tb.Mgmt.Get(ctx, client.ObjectKeyFromObject(unwatched), unwatched); err != nil ||
 		len(unwatched.Finalizers) > 0 || unwatched.Status.Phase != "" {
 		t.Errorf("MachineRequest %s outside --watch-namespaces was touched: finalizers %v, phase %q (%v)",
@@ -140,23 +91,17 @@ func TestInstalledWithLeastPrivilege(t *testing.T) {
 	lease := &coordinationv1.Lease{}
 	if err := tb.Mgmt.Get(ctx, client.ObjectKey{Namespace: testbed.Namespace, Name: "butler-provider-harvester.butler.butlerlabs.dev"}, lease); err != nil ||
 		lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
-		failWithLog("no leader holds the Lease: %v %+v", err, lease.Spec)
+		fatalWithLog(t, tb, "no leader holds the Lease: %v %+v", err, lease.Spec)
 	}
 
-	scrape := scraper(t, tb, "https://"+metricsAddr+"/metrics")
+	scrape := scraper(t, tb, "https://"+metricsAddr+"/metrics", releaseFullname+"-metrics-reader")
 	body := scrape()
 	requireSeries(t, body, metrics.MachineRequestsName+`{phase="Running"}`, 1)
 	requireSeries(t, body, metrics.ProvisioningDurationName+`_count`, 1)
 	requireSeries(t, body, metrics.HarvesterAPIRequestsName+`{code="201",resource="virtualmachines.kubevirt.io",verb="create"}`, 1)
 	requireSeries(t, body, `controller_runtime_reconcile_total{controller="machinerequest",result="success"}`, -1)
 
-	if err := tb.Mgmt.Delete(ctx, mr); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, time.Minute, "the MachineRequest to be gone", func() bool { return apierrors.IsNotFound(tb.Mgmt.Get(ctx, key, mr)) })
-	if vms, vmis, pvcs, secrets, err := tb.HarvesterLeft(ctx); err != nil || vms+vmis+pvcs+secrets != 0 {
-		failWithLog("left on Harvester: %d VMs, %d VMIs, %d PVCs, %d Secrets (%v)", vms, vmis, pvcs, secrets, err)
-	}
+	deleteMachine(ctx, t, tb, mr)
 	body = scrape()
 	requireSeries(t, body, metrics.MachineRequestsName+`{phase="Running"}`, 0)
 	requireSeries(t, body, metrics.DeletionDurationName+`_count`, 1)
@@ -194,6 +139,111 @@ func TestInstalledWithLeastPrivilege(t *testing.T) {
 	// With RBAC in place, nothing the manager did on the management cluster was forbidden.
 	if forbidden := grepLines(managerLog(t, tb)[logBeforeRBAC:], "forbidden", "kube-system"); forbidden != "" {
 		t.Errorf("the manager was refused something with the generated RBAC:\n%s", forbidden)
+	}
+}
+
+// startInstalled starts the testbed: the manager runs with args as ServiceAccount
+// butler-system/<serviceAccount> (impersonated: only that ServiceAccount's RBAC counts), with a
+// working directory, TMPDIR and HOME it cannot write to, as with a read-only root filesystem; the
+// credentials Secret holds a kubeconfig for a Harvester user bound only by
+// config/harvester/rbac.yaml. before, if set, runs once both clusters are seeded, before the
+// manager starts. It returns the testbed, stopped when the test ends, and that user's token.
+func startInstalled(ctx context.Context, t *testing.T, serviceAccount string, args []string, before func(context.Context, *testbed.Testbed) error) (*testbed.Testbed, string) {
+	t.Helper()
+	var harvesterToken string
+	tb, err := testbed.Start(ctx, testbed.Options{
+		RepoRoot: repoRoot(), WorkDir: t.TempDir(), ManagerArgs: args,
+		// Not even root can write there: they are in /proc.
+		ManagerDir: "/proc", ManagerEnv: []string{"TMPDIR=/proc/butler-tmp", "HOME=/proc/butler-home"},
+		Sim: sim.Config{BootDelay: 300 * time.Millisecond, IPDelay: 100 * time.Millisecond},
+		ManagerImpersonate: &rest.ImpersonationConfig{
+			UserName: "system:serviceaccount:" + testbed.Namespace + ":" + serviceAccount,
+			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + testbed.Namespace, "system:authenticated"},
+		},
+		BeforeManager: func(ctx context.Context, tb *testbed.Testbed) error {
+			if err := tb.Seed(ctx); err != nil {
+				return err
+			}
+			token, err := useHarvesterRole(ctx, tb)
+			if harvesterToken = token; err != nil || before == nil {
+				return err
+			}
+			return before(ctx, tb)
+		},
+	})
+	t.Cleanup(tb.Stop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb, harvesterToken
+}
+
+// fatalWithLog fails the test with the end of the manager's log.
+func fatalWithLog(t *testing.T, tb *testbed.Testbed, format string, a ...any) {
+	t.Helper()
+	t.Fatalf(format+"\n%s", append(a, tb.ManagerLogTail())...)
+}
+
+// probe answers the HTTP status of a probe endpoint of the manager (0 if it does not answer).
+func probe(addr, path string) int {
+	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + addr + path)
+	if err != nil {
+		return 0
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode
+}
+
+// applyObjects applies objects to the management cluster, server-side.
+func applyObjects(ctx context.Context, tb *testbed.Testbed, objs []*unstructured.Unstructured) error {
+	for _, obj := range objs {
+		if err := tb.Mgmt.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), fieldOwner, client.ForceOwnership); err != nil {
+			return fmt.Errorf("apply %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+// createSampleMachine creates the sample ProviderConfig (config/samples/providerconfig.yaml) and
+// the sample MachineRequest machinerequest-worker-0.yaml, and returns both as created.
+func createSampleMachine(ctx context.Context, t *testing.T, tb *testbed.Testbed) (*v1alpha1.ProviderConfig, *v1alpha1.MachineRequest) {
+	t.Helper()
+	pc, mr := &v1alpha1.ProviderConfig{}, &v1alpha1.MachineRequest{}
+	for _, sample := range []struct {
+		file string
+		into client.Object
+	}{{"providerconfig.yaml", pc}, {"machinerequest-worker-0.yaml", mr}} {
+		objs, err := tb.ApplyFile(ctx, filepath.Join(repoRoot(), "config", "samples", sample.file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		convert(t, objs[0], sample.into)
+	}
+	return pc, mr
+}
+
+// waitRunning waits for a MachineRequest to be Running with an IP address, and returns it.
+func waitRunning(ctx context.Context, t *testing.T, tb *testbed.Testbed, key client.ObjectKey) *v1alpha1.MachineRequest {
+	t.Helper()
+	mr := &v1alpha1.MachineRequest{}
+	waitFor(t, 2*time.Minute, "MachineRequest "+key.String()+" to be Running", func() bool {
+		return tb.Mgmt.Get(ctx, key, mr) == nil && mr.Status.Phase == v1alpha1.MachinePhaseRunning && mr.Status.IPAddress != ""
+	})
+	t.Logf("%s Running at %s", key, mr.Status.IPAddress)
+	return mr
+}
+
+// deleteMachine deletes a MachineRequest, waits for it to be gone, and checks that nothing is
+// left on Harvester.
+func deleteMachine(ctx context.Context, t *testing.T, tb *testbed.Testbed, mr *v1alpha1.MachineRequest) {
+	t.Helper()
+	if err := tb.Mgmt.Delete(ctx, mr); err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKeyFromObject(mr)
+	waitFor(t, time.Minute, "MachineRequest "+key.String()+" to be gone", func() bool { return apierrors.IsNotFound(tb.Mgmt.Get(ctx, key, mr)) })
+	if vms, vmis, pvcs, secrets, err := tb.HarvesterLeft(ctx); err != nil || vms+vmis+pvcs+secrets != 0 {
+		fatalWithLog(t, tb, "left on Harvester: %d VMs, %d VMIs, %d PVCs, %d Secrets (%v)", vms, vmis, pvcs, secrets, err)
 	}
 }
 
@@ -268,18 +318,25 @@ func requireJSONLogWithoutSecrets(t *testing.T, log string, secrets ...string) {
 			t.Errorf("log line is not a log/slog JSON record: %s", line)
 		}
 	}
+	requireLogWithoutSecrets(t, log, secrets...)
+	t.Logf("%d JSON log lines, no credentials in them", len(lines))
+}
+
+// requireLogWithoutSecrets checks that no secret appears in the manager's log.
+func requireLogWithoutSecrets(t *testing.T, log string, secrets ...string) {
+	t.Helper()
 	for _, secret := range secrets {
 		if secret == "" || strings.Contains(log, secret) {
 			t.Errorf("a credential (%d bytes) appears in the manager's log, or is empty", len(secret))
 		}
 	}
-	t.Logf("%d JSON log lines, no credentials in them", len(lines))
 }
 
 // scraper returns a function that scrapes the secure metrics endpoint with the token of a
-// ServiceAccount bound to the metrics-reader ClusterRole, after checking that no token gets 401 and
-// the token of an unbound ServiceAccount gets 403.
-func scraper(t *testing.T, tb *testbed.Testbed, url string) func() string {
+// ServiceAccount bound to ClusterRole metricsReader, after checking that no token gets 401 and the
+// token of an unbound ServiceAccount gets 403. Every scrape offers HTTP/2 and checks that the
+// endpoint answers with HTTP/1.1 (--enable-http2 is off).
+func scraper(t *testing.T, tb *testbed.Testbed, url, metricsReader string) func() string {
 	t.Helper()
 	ctx := context.Background()
 	cs, err := kubernetes.NewForConfig(tb.MgmtConfig)
@@ -300,13 +357,16 @@ func scraper(t *testing.T, tb *testbed.Testbed, url string) func() string {
 	reader, stranger := token("prometheus"), token("stranger")
 	if err := tb.Mgmt.Create(ctx, &rbacv1.ClusterRoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: "prometheus-reads-butler-metrics"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: metricsReaderRole},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: metricsReader},
 		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: "prometheus", Namespace: testbed.Namespace}},
 	}); err != nil {
 		t.Fatal(err)
 	}
 	// The manager's certificate is self-signed (no --metrics-cert-dir), as the ServiceMonitor expects.
-	httpClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed on purpose
+	httpClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // self-signed on purpose
+		ForceAttemptHTTP2: true,                                  // would use HTTP/2 if offered
+	}}
 	get := func(token string) (int, string) {
 		req, _ := http.NewRequest(http.MethodGet, url, nil)
 		if token != "" {
@@ -317,6 +377,9 @@ func scraper(t *testing.T, tb *testbed.Testbed, url string) func() string {
 			t.Fatalf("scrape %s: %v", url, err)
 		}
 		defer func() { _ = resp.Body.Close() }()
+		if resp.ProtoMajor != 1 {
+			t.Errorf("the metrics endpoint answered with %s: HTTP/2 is on without --enable-http2", resp.Proto)
+		}
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}

@@ -28,6 +28,10 @@ import (
 
 const chartDir = "charts/butler-provider-harvester"
 
+// releaseFullname is the chart's full name for release "butler" (helmTemplate's): the name of the
+// manager's ServiceAccount, and the prefix of its other objects.
+const releaseFullname = "butler-butler-provider-harvester"
+
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
@@ -45,7 +49,7 @@ func runTool(name string, args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
-// helmTemplate renders the chart as release "butler" in namespace butler-system with the given
+// helmTemplate renders the chart as release "butler" in namespace butler-system (testbed.Namespace) with the given
 // values (a YAML document), CRDs included.
 func helmTemplate(t *testing.T, values string) ([]*unstructured.Unstructured, error) {
 	t.Helper()

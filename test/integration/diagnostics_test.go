@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -150,13 +151,14 @@ func TestImageImportFailed(t *testing.T) {
 func TestStorageClassMissing(t *testing.T) {
 	w := newWorld(t)
 	w.image("no-class", nil)
+	class := w.imageClass("no-class")
 	eventually(t, timeout, func() error {
-		return hv.Get(w.ctx, client.ObjectKey{Name: "longhorn-no-class"}, &storagev1.StorageClass{})
+		return hv.Get(w.ctx, client.ObjectKey{Name: class}, &storagev1.StorageClass{})
 	})
-	w.must(hv.Delete(w.ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "longhorn-no-class"}}))
+	w.must(hv.Delete(w.ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: class}}))
 	pc := w.otherPC("no-class", func(pc *v1alpha1.ProviderConfig) { pc.Spec.Harvester.ImageName = w.hvNs + "/no-class" })
 	c := w.waitPCCondition(pc, v1alpha1.ConditionStorageReady, metav1.ConditionFalse, v1alpha1.ReasonStorageClassNotFound)
-	requireMentions(t, "StorageReady message", c.Message, "longhorn-no-class")
+	requireMentions(t, "StorageReady message", c.Message, class)
 
 	mr := w.machineRequest("disk-0")
 	mr.Spec.ExtraDisks = []v1alpha1.DiskSpec{{SizeGB: 10, StorageClass: "fast-nvme"}}
@@ -228,7 +230,7 @@ func TestPreflightCredentials(t *testing.T) {
 }
 
 // A VM Harvester cannot place: the scheduler's reason reaches the MachineRequest, and after the
-// provisioning timeout Degraded says so, while the machine keeps waiting.
+// provisioning timeout the machine is Failed with that diagnosis (the bootstrap acts on Failed).
 func TestDiagnosisUnschedulable(t *testing.T) {
 	w := newWorld(t)
 	mr := w.machineRequest("big-0")
@@ -237,12 +239,14 @@ func TestDiagnosisUnschedulable(t *testing.T) {
 	c := w.waitMRCondition(mr, v1alpha1.ConditionProgressing, v1alpha1.ReasonVMUnschedulable)
 	requireMentions(t, "Progressing message", c.Message, "VirtualMachine "+w.hvNs+"/big-0", "Insufficient memory", "spec.memoryMB")
 	w.waitEvent(mr, corev1.EventTypeWarning, v1alpha1.ReasonVMUnschedulable)
-	c = w.waitMRCondition(mr, v1alpha1.ConditionDegraded, v1alpha1.ReasonProvisioningTimeout)
-	requireMentions(t, "Degraded message", c.Message, "Insufficient memory")
-	if got := w.get(mr); got.Status.Phase != v1alpha1.MachinePhaseCreating {
-		t.Fatalf("phase %s: a timeout must not fail the machine", got.Status.Phase)
+	got := w.waitPhase(mr, v1alpha1.MachinePhaseFailed)
+	if got.Status.FailureReason != v1alpha1.ReasonProvisioningTimeout || time.Since(got.CreationTimestamp.Time) < provisioningTimeout {
+		t.Fatalf("failure %s after %s: %s", got.Status.FailureReason, time.Since(got.CreationTimestamp.Time), got.Status.FailureMessage)
 	}
+	requireMentions(t, "failureMessage", got.Status.FailureMessage, "Insufficient memory", "--provisioning-timeout")
+	w.waitEvent(mr, corev1.EventTypeWarning, v1alpha1.ReasonProvisioningTimeout)
 	w.deleteAndWait(mr)
+	w.requireHarvesterEmpty("left on Harvester")
 }
 
 // Troubleshooting, "DHCP not responding": the VM runs but never reports an address.

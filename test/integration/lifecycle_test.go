@@ -91,6 +91,25 @@ func (w *world) image(name string, annotations map[string]string) {
 	w.must(hv.Create(w.ctx, img))
 }
 
+// imageClass waits until Harvester has initialized the image and returns its storage class
+// (lh-<image uid>, which nobody can know before).
+func (w *world) imageClass(name string) string {
+	w.t.Helper()
+	var sc string
+	eventually(w.t, timeout, func() error {
+		img := &unstructured.Unstructured{}
+		img.SetGroupVersionKind(sim.VirtualMachineImageGVK)
+		if err := hv.Get(w.ctx, client.ObjectKey{Namespace: w.hvNs, Name: name}, img); err != nil {
+			return err
+		}
+		if sc, _, _ = unstructured.NestedString(img.Object, "status", "storageClassName"); sc == "" {
+			return fmt.Errorf("image %s has no status.storageClassName yet", name)
+		}
+		return nil
+	})
+	return sc
+}
+
 func (w *world) must(err error) {
 	w.t.Helper()
 	if err != nil {
@@ -168,7 +187,7 @@ func (w *world) harvesterObjects() (vms, pvcs, secrets int) {
 	return len(vmList.Items), len(pvcList.Items), len(secretList.Items)
 }
 
-func (w *world) waitEvent(mr *v1alpha1.MachineRequest, eventType, reason string) *eventsv1.Event {
+func (w *world) waitEvent(obj client.Object, eventType, reason string) *eventsv1.Event {
 	w.t.Helper()
 	var found *eventsv1.Event
 	eventually(w.t, timeout, func() error {
@@ -177,12 +196,12 @@ func (w *world) waitEvent(mr *v1alpha1.MachineRequest, eventType, reason string)
 			return err
 		}
 		for i, e := range list.Items {
-			if e.Regarding.Name == mr.Name && e.Type == eventType && e.Reason == reason {
+			if e.Regarding.Name == obj.GetName() && e.Type == eventType && e.Reason == reason {
 				found = &list.Items[i]
 				return nil
 			}
 		}
-		return fmt.Errorf("no %s event %s for %s", eventType, reason, mr.Name)
+		return fmt.Errorf("no %s event %s for %s", eventType, reason, obj.GetName())
 	})
 	return found
 }
@@ -206,7 +225,19 @@ func (w *world) requireHarvesterEmpty(when string) {
 func (w *world) deleteAndWait(mr *v1alpha1.MachineRequest) {
 	w.t.Helper()
 	w.must(client.IgnoreNotFound(mgmt.Delete(w.ctx, mr)))
-	w.waitGone(&v1alpha1.MachineRequest{ObjectMeta: mr.ObjectMeta}, mgmt)
+	eventually(w.t, timeout, func() error {
+		got := &v1alpha1.MachineRequest{}
+		err := mgmt.Get(w.ctx, client.ObjectKeyFromObject(mr), got)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		// What the deletion waits for, once it reports it.
+		c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionProgressing)
+		return fmt.Errorf("MachineRequest %s still exists (phase %s, progressing %+v)", mr.Name, got.Status.Phase, c)
+	})
 }
 
 // The full lifecycle: Pending -> Creating -> Running with the IP the VMI reports, every object on
@@ -217,8 +248,7 @@ func TestLifecycle(t *testing.T) {
 	w.must(mgmt.Create(w.ctx, mr))
 
 	got := w.waitPhase(mr, v1alpha1.MachinePhaseRunning)
-	if !strings.HasPrefix(got.Status.IPAddress, "10.40.0.") || !strings.HasPrefix(got.Status.MACAddress, "52:54:00:") ||
-		len(got.Status.IPAddresses) != 3 || !strings.HasPrefix(got.Status.ProviderID, "harvester://") {
+	if !strings.HasPrefix(got.Status.IPAddress, "10.40.0.") || len(got.Status.IPAddresses) != 3 || !strings.HasPrefix(got.Status.ProviderID, "harvester://") {
 		t.Fatalf("status = %+v", got.Status)
 	}
 	if c := meta.FindStatusCondition(got.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
@@ -232,14 +262,20 @@ func TestLifecycle(t *testing.T) {
 	if "harvester://"+string(vm.UID) != got.Status.ProviderID || vm.Labels[harvester.LabelMachineRequestUID] != string(got.UID) {
 		t.Fatalf("VM uid %s labels %v vs providerID %s", vm.UID, vm.Labels, got.Status.ProviderID)
 	}
-	secret := &corev1.Secret{}
-	w.must(hv.Get(w.ctx, client.ObjectKey{Namespace: w.hvNs, Name: "cp-0-cloudinit"}, secret))
-	if len(secret.OwnerReferences) != 1 || secret.OwnerReferences[0].UID != vm.UID {
-		t.Fatalf("cloud-init Secret owners %+v", secret.OwnerReferences)
+	// Harvester's mutator gave the NIC its MAC address; the guest reports it.
+	if mac := vm.Spec.Template.Spec.Domain.Devices.Interfaces[0].MacAddress; mac == "" || got.Status.MACAddress != mac {
+		t.Fatalf("status.macAddress %q, the VM's NIC %q", got.Status.MACAddress, mac)
 	}
 	pvc := &corev1.PersistentVolumeClaim{}
 	w.must(hv.Get(w.ctx, client.ObjectKey{Namespace: w.hvNs, Name: "cp-0-disk-0"}, pvc))
-	if pvc.Annotations[harvester.AnnotationImageID] != w.hvNs+"/talos" || *pvc.Spec.StorageClassName != "longhorn-talos" {
+	// The root disk owns the cloud-init Secret from its creation (Harvester removes the disk
+	// with the VM, the garbage collector the Secret with the disk).
+	secret := &corev1.Secret{}
+	w.must(hv.Get(w.ctx, client.ObjectKey{Namespace: w.hvNs, Name: "cp-0-cloudinit"}, secret))
+	if len(secret.OwnerReferences) != 1 || secret.OwnerReferences[0].UID != pvc.UID || secret.OwnerReferences[0].Kind != "PersistentVolumeClaim" {
+		t.Fatalf("cloud-init Secret owners %+v, want the root disk %s", secret.OwnerReferences, pvc.UID)
+	}
+	if pvc.Annotations[harvester.AnnotationImageID] != w.hvNs+"/talos" || *pvc.Spec.StorageClassName != w.imageClass("talos") {
 		t.Fatalf("root PVC %v %v", pvc.Annotations, pvc.Spec.StorageClassName)
 	}
 	w.waitEvent(mr, corev1.EventTypeNormal, "Created")
@@ -375,7 +411,7 @@ func TestLeftoverPVCReused(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "cp-2-disk-0", Namespace: w.hvNs, Labels: map[string]string{harvester.LabelMachineRequestUID: string(uid)}},
 		Spec: corev1.PersistentVolumeClaimSpec{
 			AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			StorageClassName: ptrTo("longhorn-talos-importing"),
+			StorageClassName: ptrTo(w.imageClass("talos-importing")),
 			Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("20Gi")}},
 		},
 	}
@@ -420,6 +456,10 @@ func TestDeletionBlockedSaysWhy(t *testing.T) {
 			if gone == "Secret" {
 				w.must(mgmt.Delete(w.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "harvester-kubeconfig", Namespace: w.ns}}))
 				wantInMessage = "Secret " + w.ns + "/harvester-kubeconfig"
+				// Credentials already read stay in use until the provider notices the Secret
+				// is gone (its ProviderConfig check, within a few seconds); they still work
+				// on Harvester, and a deletion before that simply completes.
+				w.waitPCCondition(w.pc, v1alpha1.ConditionCredentialsValid, metav1.ConditionFalse, v1alpha1.ReasonCredentialsUnavailable)
 			} else {
 				w.must(mgmt.Delete(w.ctx, w.pc))
 			}

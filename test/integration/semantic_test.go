@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -49,19 +50,23 @@ func TestSemanticErrorsFailBeforeCreating(t *testing.T) {
 	w.requireHarvesterEmpty("created on Harvester")
 }
 
-// The root disk deleted out of band while the machine runs: the PVC stays Terminating while the VM
-// uses it (pvc-protection), and the machine stays Running.
+// Deleting the root disk out of band while the machine runs is refused by Harvester's PVC webhook
+// (409 since Harvester v1.8.0), naming the VM; the disk is not even Terminating, and the machine
+// stays Running.
 func TestRootDiskDeletedWhileRunning(t *testing.T) {
 	w := newWorld(t)
 	mr := w.machineRequest("disk-gone-0")
 	w.must(mgmt.Create(w.ctx, mr))
 	w.waitPhase(mr, v1alpha1.MachinePhaseRunning)
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: w.hvNs, Name: "disk-gone-0-disk-0"}}
-	w.must(hv.Delete(w.ctx, pvc))
+	err := hv.Delete(w.ctx, pvc)
+	if !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "currently attached to VM: "+w.hvNs+"/disk-gone-0") {
+		t.Fatalf("deleting the root disk of a running VM: %v, want Harvester's refusal", err)
+	}
 	consistently(t, 2*time.Second, func() error {
 		got := &corev1.PersistentVolumeClaim{}
-		if err := hv.Get(w.ctx, client.ObjectKeyFromObject(pvc), got); err != nil || got.DeletionTimestamp == nil {
-			return errString("the root disk of a running VM should stay Terminating")
+		if err := hv.Get(w.ctx, client.ObjectKeyFromObject(pvc), got); err != nil || got.DeletionTimestamp != nil {
+			return errString("the refused root disk should stay as it was")
 		}
 		if p := w.get(mr).Status.Phase; p != v1alpha1.MachinePhaseRunning {
 			return errString("phase " + string(p))
@@ -102,16 +107,16 @@ func TestExecPluginNeverRuns(t *testing.T) {
 	mr := w.machineRequest("hostile-0")
 	mr.Spec.ProviderRef.Name = pc.Name
 	w.must(mgmt.Create(w.ctx, mr))
-	w.waitMRCondition(mr, v1alpha1.ConditionProgressing, v1alpha1.ReasonProviderConfigNotReady)
+	w.waitMRCondition(mr, v1alpha1.ConditionProgressing, v1alpha1.ReasonCredentialsUnavailable)
 	if _, err := os.Stat(marker); !os.IsNotExist(err) {
 		t.Fatalf("the exec plugin ran (%v)", err)
 	}
-	// Without usable credentials deletion cannot check Harvester: it says so, and the escape hatch
-	// releases the request.
-	w.must(mgmt.Delete(w.ctx, mr))
-	c := w.waitMRCondition(mr, v1alpha1.ConditionDegraded, v1alpha1.ReasonDeletionBlocked)
-	requireMentions(t, "Degraded message", c.Message, "exec plugin", v1alpha1.AnnotationSkipHarvesterCleanup)
-	w.releaseWithoutCleanup(mr)
+	// Nothing was ever created for it (no status.placement), so deletion needs no credentials:
+	// it is released at once, still without running the plugin.
+	if p := w.get(mr).Status.Placement; p != nil {
+		t.Fatalf("placement %+v recorded without usable credentials", p)
+	}
+	w.deleteAndWait(mr)
 	if _, err := os.Stat(marker); !os.IsNotExist(err) {
 		t.Fatalf("the exec plugin ran (%v)", err)
 	}

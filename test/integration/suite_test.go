@@ -23,17 +23,35 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	platformv1alpha1 "github.com/butlerdotdev/butler-provider-harvester/api/platform/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
 )
 
+// The manager's --config-grace-period and --provisioning-timeout in these tests: short, but long
+// enough for the slowest machine of the other tests (a quota wait of 15s) to come up.
+const (
+	configGrace         = 3 * time.Second
+	provisioningTimeout = 25 * time.Second
+	// startGrace is the manager's start grace period: longer than a healthy start takes here
+	// (the clone, the boot and the IP), even on a busy machine.
+	startGrace = 8 * time.Second
+)
+
+// The simulated Harvester's root-disk clone and garbage collection take this long, as on a real
+// one they take a while (shorter here, for the tests' sake).
+const (
+	cloneDelay = 600 * time.Millisecond
+	gcDelay    = 500 * time.Millisecond
+)
+
 var (
 	mgmt, hv        client.Client // management cluster, simulated Harvester
+	mgmtEnv         *envtest.Environment
 	mgmtCfg         *rest.Config
 	simulated       *sim.Harvester
 	harvesterConfig []byte // a real kubeconfig for the simulated Harvester
@@ -61,14 +79,17 @@ func run(m *testing.M) int {
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 
 	root := repoRoot()
-	mgmtEnv := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
+	// The management cluster has our CRDs and Butler's ButlerConfig (reduced, see api/platform).
+	mgmtEnv = &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases"), filepath.Join(root, "config", "crd", "platform")}, ErrorIfCRDPathMissing: true}
 	var err error
 	if mgmtCfg, err = mgmtEnv.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "start management API server:", err)
 		return 1
 	}
 	defer func() { _ = mgmtEnv.Stop() }()
-	simulated, err = sim.StartHarvester(ctx, sim.Options{Sim: sim.Config{BootDelay: 300 * time.Millisecond, IPDelay: 100 * time.Millisecond}})
+	simulated, err = sim.StartHarvester(ctx, sim.Options{Sim: sim.Config{
+		BootDelay: 300 * time.Millisecond, IPDelay: 100 * time.Millisecond, CloneDelay: cloneDelay, GCDelay: gcDelay,
+	}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start the simulated Harvester:", err)
 		return 1
@@ -80,6 +101,7 @@ func run(m *testing.M) int {
 	scheme := k8sruntime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
+	_ = platformv1alpha1.AddToScheme(scheme)
 	if mgmt, err = client.New(mgmtCfg, client.Options{Scheme: scheme}); err != nil {
 		panic(err)
 	}
@@ -88,7 +110,7 @@ func run(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
-	harvesterEvents := make(chan event.GenericEvent, 1024)
+	harvesterEvents := &controller.HarvesterEvents{}
 	r := &controller.MachineRequestReconciler{
 		Client:          mgr.GetClient(),
 		Harvester:       &harvester.CachingFactory{SecretReader: mgr.GetAPIReader(), Notify: harvesterEvents, Context: ctx},
@@ -98,8 +120,10 @@ func run(m *testing.M) int {
 		CreatingPollInterval:    time.Minute,
 		HealthCheckInterval:     time.Minute,
 		DeletionPollInterval:    time.Minute,
-		ProvisioningTimeout:     3 * time.Second,
+		ProvisioningTimeout:     provisioningTimeout,
+		ConfigGracePeriod:       configGrace,
 		IPReportTimeout:         time.Second,
+		StartGracePeriod:        startGrace,
 		MaxConcurrentReconciles: 4,
 	}
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
@@ -112,6 +136,13 @@ func run(m *testing.M) int {
 	}
 	if err := pcr.SetupWithManager(mgr); err != nil {
 		panic(err)
+	}
+	isr := &controller.ImageSyncReconciler{
+		Client: mgr.GetClient(), Harvester: r.Harvester, HarvesterEvents: harvesterEvents,
+		Recorder: mgr.GetEventRecorder("butler-provider-harvester"), ConfigGracePeriod: configGrace,
+	}
+	if on, err := isr.SetupWithManager(ctx, mgr, ctrl.Log); err != nil || !on {
+		panic(fmt.Sprintf("ImageSync controller on: %v, error %v", on, err))
 	}
 	go func() {
 		if err := mgr.Start(ctx); err != nil {

@@ -35,16 +35,34 @@ app.kubernetes.io/part-of: butler
 {{- end }}
 {{- end }}
 
+{{/* The number of seconds in a Go duration ("1m30s", "500ms"), as values.schema.json allows them. */}}
+{{- define "bph.seconds" -}}
+{{- $seconds := 0.0 }}
+{{- $unit := dict "ns" 1e-9 "us" 1e-6 "µs" 1e-6 "ms" 1e-3 "s" 1.0 "m" 60.0 "h" 3600.0 }}
+{{- range regexFindAll `[0-9.]+[^0-9.]+` . -1 }}
+{{- $number := regexFind `^[0-9.]+` . }}
+{{- $seconds = addf $seconds (mulf (float64 $number) (get $unit (trimPrefix $number .))) }}
+{{- end }}
+{{- $seconds }}
+{{- end }}
+
 {{/* The manager's flags, one per value (docs/configuration.md maps each). */}}
 {{- define "bph.args" -}}
 {{- if and (gt (int .Values.replicaCount) 1) (not .Values.leaderElection.enabled) }}
 {{- fail "replicaCount > 1 needs leaderElection.enabled=true: without it every replica would reconcile the same MachineRequests" }}
+{{- end }}
+{{- /* Time left after the graceful shutdown to release the leader Lease and exit. */}}
+{{- $margin := 5 }}
+{{- $grace := int .Values.terminationGracePeriodSeconds }}
+{{- if gt (addf (include "bph.seconds" .Values.gracefulShutdownTimeout | float64) $margin) (float64 $grace) }}
+{{- fail (printf "gracefulShutdownTimeout %s must end at least %ds before terminationGracePeriodSeconds (%ds): the manager releases its leader Lease only after it, and the kubelet kills the Pod at the end of the grace period" .Values.gracefulShutdownTimeout $margin $grace) }}
 {{- end }}
 - --leader-elect={{ .Values.leaderElection.enabled }}
 - --leader-election-id={{ .Values.leaderElection.id }}
 {{- if .Values.metrics.enabled }}
 - --metrics-bind-address=:{{ .Values.metrics.port }}
 - --metrics-secure={{ .Values.metrics.secure }}
+- --enable-http2={{ .Values.metrics.enableHTTP2 }}
 {{- if .Values.metrics.certSecret }}
 - --metrics-cert-dir=/etc/butler/metrics-certs
 {{- end }}
@@ -68,6 +86,8 @@ app.kubernetes.io/part-of: butler
 - --providerconfig-recheck-interval={{ .Values.intervals.providerConfigRecheck }}
 - --provisioning-timeout={{ .Values.intervals.provisioningTimeout }}
 - --ip-report-timeout={{ .Values.intervals.ipReportTimeout }}
+- --config-grace-period={{ .Values.intervals.configGracePeriod }}
+- --graceful-shutdown-timeout={{ .Values.gracefulShutdownTimeout }}
 {{- range .Values.extraArgs }}
 - {{ . }}
 {{- end }}

@@ -1,0 +1,311 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"k8s.io/client-go/rest"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
+)
+
+// observation is where the time of a run went: what each process used of the CPUs, how deep the
+// manager's work queue was and how long items waited in it, how long client-side rate limiting
+// held requests, and how fast each API server answered.
+type observation struct {
+	// cpu is CPU seconds used during the run by kind of process.
+	cpu map[string]float64
+	// depth is the MachineRequest work queue's depth, sampled every second.
+	depth []float64
+	// queueWait is the mean time an item waited in the work queue, and adds the number of items.
+	queueWait time.Duration
+	adds      float64
+	// limiterWait is the total time client-go's rate limiter held requests, by cluster.
+	limiterWait map[string]time.Duration
+	// latency is the API servers' request latency (p50, p99; watches excluded), by cluster.
+	latency map[string][2]time.Duration
+}
+
+// observer samples a run while it goes.
+type observer struct {
+	tb         *testbed.Testbed
+	managerURL string
+	cpuStart   map[int]procCPU
+	apiStart   map[string]*dto.MetricFamily
+	mgrStart   map[string]*dto.MetricFamily
+
+	mu    sync.Mutex
+	depth []float64
+	stop  context.CancelFunc
+	done  chan struct{}
+}
+
+type procCPU struct {
+	kind    string
+	seconds float64
+}
+
+// observe starts sampling; finish ends it and returns what it saw.
+func observe(ctx context.Context, tb *testbed.Testbed, managerURL string) (*observer, error) {
+	o := &observer{tb: tb, managerURL: managerURL, cpuStart: processCPU(), done: make(chan struct{})}
+	var err error
+	if o.apiStart, err = o.apiServerMetrics(ctx); err != nil {
+		return nil, err
+	}
+	if o.mgrStart, err = scrape(ctx, http.DefaultClient, managerURL); err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	o.stop = cancel
+	go func() {
+		defer close(o.done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-tick.C:
+				if fams, err := scrape(sctx, http.DefaultClient, managerURL); err == nil {
+					o.mu.Lock()
+					o.depth = append(o.depth, sumOf(fams["workqueue_depth"], "name", "machinerequest"))
+					o.mu.Unlock()
+				}
+			}
+		}
+	}()
+	return o, nil
+}
+
+func (o *observer) finish(ctx context.Context) (observation, error) {
+	o.stop()
+	<-o.done
+	obs := observation{cpu: map[string]float64{}, limiterWait: map[string]time.Duration{}, latency: map[string][2]time.Duration{}}
+	for pid, end := range processCPU() {
+		obs.cpu[end.kind] += end.seconds - o.cpuStart[pid].seconds
+	}
+	mgr, err := scrape(ctx, http.DefaultClient, o.managerURL)
+	if err != nil {
+		return obs, err
+	}
+	sum := func(f map[string]*dto.MetricFamily, name string) (float64, float64) {
+		return histogramSum(f[name], "name", "machinerequest"), histogramCount(f[name], "name", "machinerequest")
+	}
+	s1, c1 := sum(o.mgrStart, "workqueue_queue_duration_seconds")
+	s2, c2 := sum(mgr, "workqueue_queue_duration_seconds")
+	if obs.adds = c2 - c1; obs.adds > 0 {
+		obs.queueWait = seconds((s2 - s1) / obs.adds)
+	}
+	for cluster, host := range map[string]string{"management": hostOf(o.tb.MgmtConfig.Host), "Harvester": hostOf(o.tb.Harvester.Config.Host)} {
+		obs.limiterWait[cluster] = seconds(histogramSum(mgr[metrics.RateLimiterWaitName], "host", host) - histogramSum(o.mgrStart[metrics.RateLimiterWaitName], "host", host))
+	}
+	end, err := o.apiServerMetrics(ctx)
+	if err != nil {
+		return obs, err
+	}
+	for cluster, fam := range end {
+		obs.latency[cluster] = [2]time.Duration{quantile(fam, o.apiStart[cluster], 0.5), quantile(fam, o.apiStart[cluster], 0.99)}
+	}
+	o.mu.Lock()
+	obs.depth = append(obs.depth, o.depth...)
+	o.mu.Unlock()
+	return obs, nil
+}
+
+// apiServerMetrics reads apiserver_request_duration_seconds from both API servers.
+func (o *observer) apiServerMetrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
+	out := map[string]*dto.MetricFamily{}
+	for cluster, cfg := range map[string]*rest.Config{"management": o.tb.MgmtConfig, "Harvester": o.tb.Harvester.Config} {
+		hc, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			return nil, err
+		}
+		fams, err := scrape(ctx, hc, strings.TrimSuffix(cfg.Host, "/")+"/metrics")
+		if err != nil {
+			return nil, fmt.Errorf("%s API server metrics: %w", cluster, err)
+		}
+		out[cluster] = fams["apiserver_request_duration_seconds"]
+	}
+	return out, nil
+}
+
+func scrape(ctx context.Context, hc *http.Client, url string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(resp.Body)
+}
+
+// matching yields the metrics of a family whose label has the value.
+func matching(f *dto.MetricFamily, label, value string) []*dto.Metric {
+	if f == nil {
+		return nil
+	}
+	var out []*dto.Metric
+	for _, m := range f.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label && l.GetValue() == value {
+				out = append(out, m)
+			}
+		}
+	}
+	return out
+}
+
+func sumOf(f *dto.MetricFamily, label, value string) float64 {
+	var v float64
+	for _, m := range matching(f, label, value) {
+		v += m.GetGauge().GetValue()
+	}
+	return v
+}
+
+func histogramSum(f *dto.MetricFamily, label, value string) float64 {
+	var v float64
+	for _, m := range matching(f, label, value) {
+		v += m.GetHistogram().GetSampleSum()
+	}
+	return v
+}
+
+func histogramCount(f *dto.MetricFamily, label, value string) float64 {
+	var v float64
+	for _, m := range matching(f, label, value) {
+		v += float64(m.GetHistogram().GetSampleCount())
+	}
+	return v
+}
+
+// quantile estimates the q-quantile of the requests an API server answered between start and end
+// (watches and proxied connections excluded: they last as long as the client wants), from the
+// cumulative buckets of apiserver_request_duration_seconds, as Prometheus' histogram_quantile does.
+func quantile(end, start *dto.MetricFamily, q float64) time.Duration {
+	buckets := map[float64]float64{}
+	add := func(f *dto.MetricFamily, sign float64) {
+		for _, m := range f.GetMetric() {
+			skip := false
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "verb" && (l.GetValue() == "WATCH" || l.GetValue() == "CONNECT") {
+					skip = true
+				}
+			}
+			if skip {
+				continue
+			}
+			for _, b := range m.GetHistogram().GetBucket() {
+				buckets[b.GetUpperBound()] += sign * float64(b.GetCumulativeCount())
+			}
+		}
+	}
+	add(end, 1)
+	add(start, -1)
+	bounds := make([]float64, 0, len(buckets))
+	for b := range buckets {
+		bounds = append(bounds, b)
+	}
+	sort.Float64s(bounds)
+	if len(bounds) == 0 || buckets[bounds[len(bounds)-1]] <= 0 {
+		return 0
+	}
+	total := buckets[bounds[len(bounds)-1]]
+	rank, lower, below := q*total, 0.0, 0.0
+	for _, b := range bounds {
+		if buckets[b] >= rank {
+			if math.IsInf(b, 1) {
+				return seconds(lower)
+			}
+			return seconds(lower + (b-lower)*(rank-below)/(buckets[b]-below))
+		}
+		lower, below = b, buckets[b]
+	}
+	return seconds(lower)
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// processCPU reads the CPU time of this process (the benchmark, the simulator and the test API
+// clients run in it) and of its children (API servers, etcds, the manager), by kind.
+func processCPU() map[int]procCPU {
+	out := map[int]procCPU{}
+	self := os.Getpid()
+	if s, ok := cpuOf(self); ok {
+		out[self] = procCPU{kind: "bench and simulator", seconds: s}
+	}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, path := range stats {
+		data, err := os.ReadFile(path) //nolint:gosec // G304: /proc files of this machine's processes
+		if err != nil {
+			continue
+		}
+		fields := strings.Fields(string(data)[strings.LastIndexByte(string(data), ')')+2:])
+		if len(fields) < 13 || fields[1] != strconv.Itoa(self) {
+			continue
+		}
+		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		comm, _ := os.ReadFile(filepath.Join(filepath.Dir(path), "comm"))
+		if s, ok := cpuOf(pid); ok {
+			out[pid] = procCPU{kind: strings.TrimSpace(string(comm)), seconds: s}
+		}
+	}
+	return out
+}
+
+// cpuOf is a process's user and system CPU time in seconds.
+func cpuOf(pid int) (float64, bool) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	fields := strings.Fields(string(data)[strings.LastIndexByte(string(data), ')')+2:])
+	if len(fields) < 13 {
+		return 0, false
+	}
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100, true // USER_HZ is 100 on Linux
+}
+
+// describe renders an observation for the console and the report.
+func (o observation) describe() string {
+	kinds := make([]string, 0, len(o.cpu))
+	for k := range o.cpu {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	var cpu []string
+	for _, k := range kinds {
+		cpu = append(cpu, fmt.Sprintf("%s %.1f s", k, o.cpu[k]))
+	}
+	depth := make([]string, 0, len(o.depth))
+	for _, d := range o.depth {
+		depth = append(depth, strconv.Itoa(int(d)))
+	}
+	return fmt.Sprintf("CPU: %s. Work queue depth every second: %s; mean wait in the queue %s over %.0f adds. Rate limiter held requests for %s (management) and %s (Harvester) in all. API server latency p50/p99 (watches excluded): management %s/%s, Harvester %s/%s.",
+		strings.Join(cpu, ", "), strings.Join(depth, " "), o.queueWait.Round(time.Millisecond), o.adds,
+		o.limiterWait["management"].Round(time.Millisecond), o.limiterWait["Harvester"].Round(time.Millisecond),
+		o.latency["management"][0].Round(time.Millisecond), o.latency["management"][1].Round(time.Millisecond),
+		o.latency["Harvester"][0].Round(time.Millisecond), o.latency["Harvester"][1].Round(time.Millisecond))
+}

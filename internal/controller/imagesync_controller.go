@@ -1,0 +1,559 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	platformv1alpha1 "github.com/butlerdotdev/butler-provider-harvester/api/platform/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+)
+
+// DefaultConfigGracePeriod is how long a MachineRequest or ImageSync waits on a problem only the
+// user can fix before it becomes Failed.
+const DefaultConfigGracePeriod = time.Minute
+
+// imageSafetyPoll looks again at an image being downloaded when no informer reports its changes
+// (credentials without list and watch): Harvester's image events normally wake the ImageSync.
+const imageSafetyPoll = time.Minute
+
+// ImageSyncReconciler puts the image an ImageSync names on Harvester: it creates a
+// VirtualMachineImage that Harvester downloads from the Butler Image Factory (the URL comes from
+// the ButlerConfig "butler"), and reports it Ready with status.providerImageRef, which the Butler
+// bootstrap gives every MachineRequest as spec.image. Only ImageSyncs whose ProviderConfig says
+// provider "harvester" are touched, by the same rule as MachineRequests. It never deletes an image:
+// VM disks are cloned from it, and other ImageSyncs may share it.
+type ImageSyncReconciler struct {
+	client.Client
+	Harvester harvester.Factory
+	// HarvesterEvents, if set, brings the ImageSyncs whose image changed on Harvester (it is the
+	// harvester.CachingFactory's Notify).
+	HarvesterEvents *HarvesterEvents
+	Recorder        events.EventRecorder
+	// ConfigGracePeriod is how long a problem only the user can fix (ButlerConfig, credentials,
+	// permissions) is waited on before the ImageSync becomes Failed with its reason.
+	ConfigGracePeriod time.Duration
+
+	statuses statusMemory[v1alpha1.ImageSyncStatus]
+}
+
+// +kubebuilder:rbac:groups=butler.butlerlabs.dev,resources=imagesyncs,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=butler.butlerlabs.dev,resources=imagesyncs/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=butler.butlerlabs.dev,resources=imagesyncs/finalizers,verbs=update
+// +kubebuilder:rbac:groups=butler.butlerlabs.dev,resources=butlerconfigs,verbs=get;list;watch
+
+// Reconcile moves one ImageSync towards Ready.
+func (r *ImageSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	is := &v1alpha1.ImageSync{}
+	if err := r.Get(ctx, req.NamespacedName, is); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.statuses.forgetKey(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	namespace, name := is.ProviderConfigKey()
+	pc := &v1alpha1.ProviderConfig{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pc); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		pc = nil
+	}
+	held := controllerutil.ContainsFinalizer(is, v1alpha1.ImageSyncFinalizer)
+	harvesterPC := pc != nil && pc.Spec.Provider == v1alpha1.ProviderTypeHarvester
+	switch {
+	case !held && !harvesterPC:
+		// Another provider's, or we cannot tell yet (its ProviderConfig is missing; it is
+		// watched): never written to.
+		log.FromContext(ctx).V(1).Info("Skipping ImageSync of another provider or without a ProviderConfig")
+		return ctrl.Result{}, nil
+	case !is.DeletionTimestamp.IsZero(), held && pc != nil && !harvesterPC:
+		// Nothing on Harvester is ever deleted for an ImageSync, so letting go needs neither the
+		// ProviderConfig nor its credentials: deletion never hangs, and an ImageSync handed to
+		// another provider keeps no finalizer of ours.
+		r.statuses.forget(is)
+		return ctrl.Result{}, r.patchFinalizer(ctx, is, controllerutil.RemoveFinalizer)
+	}
+	if !held {
+		if err := r.patchFinalizer(ctx, is, controllerutil.AddFinalizer); err != nil {
+			return conflictOr(ctx, err)
+		}
+	}
+	s := r.newScope(is)
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("image", harvester.FactoryImageName(is.Spec)))
+	defer func() {
+		if err := s.writeStatus(ctx, r.Client, &r.statuses); err != nil {
+			retErr = errors.Join(retErr, err)
+		}
+	}()
+	res, err := r.reconcilePhase(ctx, s, pc)
+	return asPoll(s.outcome(ctx, res, err))
+}
+
+// patchFinalizer adds or removes our finalizer, locked so that finalizers other controllers
+// added meanwhile stay (a merge patch replaces the whole list).
+func (r *ImageSyncReconciler) patchFinalizer(ctx context.Context, is *v1alpha1.ImageSync, change func(client.Object, string) bool) error {
+	patch := client.MergeFromWithOptions(is.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	if !change(is, v1alpha1.ImageSyncFinalizer) {
+		return nil
+	}
+	return client.IgnoreNotFound(r.Patch(ctx, is, patch))
+}
+
+func (r *ImageSyncReconciler) reconcilePhase(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (reconcile.Result, error) {
+	switch s.is.Status.Phase {
+	case v1alpha1.ImageSyncPhaseFailed:
+		why, retry, err := r.retryable(ctx, s, pc)
+		if err != nil || !retry {
+			return reconcile.Result{}, err
+		}
+		log.FromContext(ctx).Info("Retrying failed ImageSync", "because", why)
+		s.event(corev1.EventTypeNormal, "Retrying", "Sync", "Retrying after "+s.is.Status.FailureReason+": "+why)
+		s.is.Status.FailureReason, s.is.Status.FailureMessage = "", ""
+		meta.RemoveStatusCondition(&s.is.Status.Conditions, v1alpha1.ConditionDegraded)
+		s.setPhase(v1alpha1.ImageSyncPhasePending)
+	case v1alpha1.ImageSyncPhaseReady:
+		return r.checkReady(ctx, s, pc)
+	case "":
+		s.setPhase(v1alpha1.ImageSyncPhasePending)
+	}
+	return r.sync(ctx, s, pc)
+}
+
+// target is where the ImageSync's image goes: the client of the ProviderConfig's Harvester
+// cluster, and the image's name in its harvester.namespace.
+func (r *ImageSyncReconciler) target(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (harvester.Cluster, harvester.ObjectRef, error) {
+	if pc == nil {
+		// Deleted after we took the ImageSync on (we hold its finalizer).
+		namespace, name := s.is.ProviderConfigKey()
+		return nil, harvester.ObjectRef{}, harvester.Waiting(v1alpha1.ReasonProviderConfigNotFound, providerConfigRetry,
+			"ProviderConfig %s/%s (spec.providerConfigRef) does not exist: create it or correct spec.providerConfigRef", namespace, name)
+	}
+	pcRef := pc.Namespace + "/" + pc.Name
+	if _, err := harvesterOf(pc, pcRef); err != nil {
+		return nil, harvester.ObjectRef{}, err
+	}
+	creds, err := credentialsOf(pc, pcRef)
+	if err != nil {
+		return nil, harvester.ObjectRef{}, err
+	}
+	name := harvester.FactoryImageName(s.is.Spec)
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return nil, harvester.ObjectRef{}, harvester.Permanent(v1alpha1.ReasonCreateImageFailed,
+			"the image name derived from spec.displayName %q is %q, which is not a valid name (%s): choose a display name with letters or digits",
+			s.is.Spec.DisplayName, name, strings.Join(errs, "; "))
+	}
+	cluster, err := r.Harvester.ClusterFor(ctx, creds)
+	return cluster, harvester.ObjectRef{Namespace: creds.Namespace, Name: name}, err
+}
+
+// sync creates the image if needed and follows its import.
+func (r *ImageSyncReconciler) sync(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (reconcile.Result, error) {
+	if s.is.Spec.TransferMode == v1alpha1.TransferModeProxy {
+		return reconcile.Result{}, harvester.Permanent(v1alpha1.ReasonUnsupportedTransferMode,
+			"spec.transferMode is %q: Harvester downloads images from the factory itself; set spec.transferMode to %q (the default)", v1alpha1.TransferModeProxy, v1alpha1.TransferModeDirect)
+	}
+	factory, err := r.factoryURL(ctx)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	url := harvester.FactoryImageURL(factory, s.is.Spec)
+	s.is.Status.ArtifactURL = url
+	cluster, ref, err := r.target(ctx, s, pc)
+	if err != nil {
+		return reconcile.Result{}, asImageSyncError(err)
+	}
+	imported, err := cluster.EnsureImage(ctx, harvester.ImageSpec{Ref: ref, DisplayName: s.is.Spec.DisplayName, URL: url,
+		Requester: s.is.Namespace + "/" + s.is.Name})
+	if err != nil {
+		return reconcile.Result{}, asImageSyncError(err)
+	}
+	what := "VirtualMachineImage " + ref.String()
+	if imported.Created {
+		log.FromContext(ctx).Info("Created image on Harvester", "image", ref.String(), "url", url)
+		s.event(corev1.EventTypeNormal, "Created", "Sync", fmt.Sprintf("Created %s; Harvester downloads it from %s", what, url))
+	}
+	switch {
+	case imported.Failure != nil:
+		return reconcile.Result{}, imported.Failure
+	case imported.Imported:
+		s.ready(ref)
+		return reconcile.Result{}, nil
+	}
+	s.setPhase(v1alpha1.ImageSyncPhaseDownloading)
+	s.progressing(v1alpha1.ReasonImageDownloading, imported.Message)
+	s.healthy()
+	return reconcile.Result{RequeueAfter: imageSafetyPoll}, nil
+}
+
+// factoryURL reads the Image Factory's URL from the ButlerConfig "butler".
+func (r *ImageSyncReconciler) factoryURL(ctx context.Context) (string, error) {
+	bc := &platformv1alpha1.ButlerConfig{}
+	err := r.Get(ctx, client.ObjectKey{Name: platformv1alpha1.ButlerConfigName}, bc)
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", harvester.Waiting(v1alpha1.ReasonButlerConfigNotFound, providerConfigRetry,
+			"ButlerConfig %q does not exist: create it with spec.imageFactory.url, the Butler Image Factory images are downloaded from", platformv1alpha1.ButlerConfigName)
+	case err != nil:
+		return "", err
+	case bc.FactoryURL() == "":
+		return "", harvester.Waiting(v1alpha1.ReasonImageFactoryNotConfigured, providerConfigRetry,
+			"ButlerConfig %q has no spec.imageFactory.url: set it to the Butler Image Factory images are downloaded from", platformv1alpha1.ButlerConfigName)
+	}
+	return bc.FactoryURL(), nil
+}
+
+// asImageSyncError gives the errors of the ProviderConfig and of Harvester the ImageSync reasons
+// the published provider uses: credentials problems are CredentialsError, anything Harvester
+// refuses about the image is CreateImageFailed. Waits stay waits (failed only after the grace
+// period), transient errors stay transient.
+func asImageSyncError(err error) error {
+	if w, ok := harvester.AsWaiting(err); ok {
+		reason := w.Reason
+		switch w.Reason {
+		case v1alpha1.ReasonCredentialsUnavailable, v1alpha1.ReasonUntrustedEndpoint, v1alpha1.ReasonInsecureCredentials, v1alpha1.ReasonInvalidProviderConfig:
+			reason = v1alpha1.ReasonCredentialsError
+		case v1alpha1.ReasonPermissionDenied, v1alpha1.ReasonQuotaExceeded:
+			reason = v1alpha1.ReasonCreateImageFailed
+		}
+		return &harvester.WaitingError{Reason: reason, RetryAfter: w.RetryAfter, Message: w.Message}
+	}
+	if p, ok := harvester.AsPermanent(err); ok && p.Reason == v1alpha1.ReasonInvalidSpec {
+		return &harvester.PermanentError{Reason: v1alpha1.ReasonCreateImageFailed, Message: p.Message}
+	}
+	return err
+}
+
+// checkReady keeps a Ready ImageSync Ready while its image exists: neither a later ButlerConfig
+// change nor a Harvester outage flips it. An image deleted on Harvester is created again.
+func (r *ImageSyncReconciler) checkReady(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (reconcile.Result, error) {
+	ref, err := harvester.ParseObjectRef(s.is.Status.ProviderImageRef, "")
+	if err != nil {
+		return r.resync(ctx, s, pc, "status.providerImageRef "+s.is.Status.ProviderImageRef+" is not <namespace>/<name>")
+	}
+	cluster, _, err := r.target(ctx, s, pc)
+	if err != nil {
+		log.FromContext(ctx).V(1).Info("Cannot check the image of a Ready ImageSync", "error", err.Error())
+		return reconcile.Result{}, nil // stays Ready; the ProviderConfig's watch brings it back
+	}
+	exists, err := cluster.ImageExists(ctx, ref)
+	if err != nil || exists {
+		return reconcile.Result{}, err
+	}
+	return r.resync(ctx, s, pc, "VirtualMachineImage "+ref.String()+" was deleted on Harvester")
+}
+
+// resync takes a Ready ImageSync whose image is gone back to Pending and creates the image again.
+func (r *ImageSyncReconciler) resync(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig, why string) (reconcile.Result, error) {
+	s.event(corev1.EventTypeWarning, v1alpha1.ReasonImageMissing, "Sync", why+"; creating it again")
+	s.is.Status.ProviderImageRef = ""
+	s.setPhase(v1alpha1.ImageSyncPhasePending)
+	s.progressing(v1alpha1.ReasonImageMissing, why+"; creating it again")
+	meta.SetStatusCondition(&s.is.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse,
+		Reason: v1alpha1.ReasonImageMissing, Message: why, ObservedGeneration: s.is.Generation})
+	return r.sync(ctx, s, pc)
+}
+
+// retryable says whether a Failed ImageSync should be tried again, and why: its spec changed or
+// the retry annotation is set, or what made it fail is gone (the ButlerConfig exists, the
+// credentials work, the image Harvester gave up on was deleted to be downloaded again).
+func (r *ImageSyncReconciler) retryable(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (string, bool, error) {
+	if s.is.Status.ObservedGeneration != s.is.Generation {
+		return "the spec changed", true, nil
+	}
+	if s.is.Annotations[v1alpha1.AnnotationRetry] == "true" {
+		patch := client.MergeFrom(s.is.DeepCopy())
+		delete(s.is.Annotations, v1alpha1.AnnotationRetry)
+		status := s.is.Status
+		err := r.Patch(ctx, s.is, patch)
+		s.is.Status = status
+		return "annotation " + v1alpha1.AnnotationRetry, err == nil, err
+	}
+	switch s.is.Status.FailureReason {
+	case v1alpha1.ReasonButlerConfigNotFound, v1alpha1.ReasonImageFactoryNotConfigured:
+		if _, err := r.factoryURL(ctx); err == nil {
+			return "the ButlerConfig now configures the image factory", true, nil
+		}
+	case v1alpha1.ReasonCredentialsError, v1alpha1.ReasonProviderConfigNotFound:
+		if _, _, err := r.target(ctx, s, pc); err == nil {
+			return "the ProviderConfig and its credentials work now", true, nil
+		}
+	case v1alpha1.ReasonHarvesterImportFailed, v1alpha1.ReasonHarvesterRetryLimitExceeded, v1alpha1.ReasonHarvesterInitFailed, v1alpha1.ReasonCreateImageFailed:
+		cluster, ref, err := r.target(ctx, s, pc)
+		if err != nil {
+			return "", false, nil
+		}
+		exists, err := cluster.ImageExists(ctx, ref)
+		if err == nil && !exists {
+			return "VirtualMachineImage " + ref.String() + " was deleted", true, nil
+		}
+	}
+	return "", false, nil
+}
+
+// imageSyncScope is one reconcile of one ImageSync.
+type imageSyncScope struct {
+	is       *v1alpha1.ImageSync
+	stored   v1alpha1.ImageSyncStatus
+	recorder events.EventRecorder
+	grace    time.Duration
+}
+
+func (r *ImageSyncReconciler) newScope(is *v1alpha1.ImageSync) *imageSyncScope {
+	if last, ok := r.statuses.last(is); ok {
+		is.Status = *last.DeepCopy()
+	}
+	grace := r.ConfigGracePeriod
+	if grace <= 0 {
+		grace = DefaultConfigGracePeriod
+	}
+	return &imageSyncScope{is: is, stored: *is.Status.DeepCopy(), recorder: r.Recorder, grace: grace}
+}
+
+func (s *imageSyncScope) event(eventType, reason, action, message string) {
+	recordEvent(s.recorder, s.is, eventType, reason, action, message)
+}
+
+func (s *imageSyncScope) setPhase(p v1alpha1.ImageSyncPhase) {
+	if s.is.Status.Phase == p {
+		return
+	}
+	s.is.Status.Phase = p
+	now := metav1.Now()
+	s.is.Status.LastUpdated = &now
+}
+
+func (s *imageSyncScope) setCondition(condType string, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(&s.is.Status.Conditions, metav1.Condition{Type: condType, Status: status, Reason: reason,
+		Message: message, ObservedGeneration: s.is.Generation})
+}
+
+func (s *imageSyncScope) progressing(reason, message string) {
+	s.setCondition(v1alpha1.ConditionProgressing, metav1.ConditionTrue, reason, message)
+	if c := meta.FindStatusCondition(s.is.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionFalse {
+		s.setCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, message)
+	}
+}
+
+func (s *imageSyncScope) healthy() {
+	s.setCondition(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "")
+}
+
+func (s *imageSyncScope) ready(ref harvester.ObjectRef) {
+	msg := "Image synced to provider: " + ref.String()
+	if s.is.Status.Phase != v1alpha1.ImageSyncPhaseReady {
+		s.event(corev1.EventTypeNormal, "Ready", "Sync", msg)
+	}
+	s.setPhase(v1alpha1.ImageSyncPhaseReady)
+	s.is.Status.ProviderImageRef = ref.String()
+	s.is.Status.FailureReason, s.is.Status.FailureMessage = "", ""
+	s.setCondition(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonImageReady, msg)
+	s.setCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonImageReady, msg)
+	s.healthy()
+}
+
+func (s *imageSyncScope) fail(reason, message string) {
+	if s.is.Status.Phase != v1alpha1.ImageSyncPhaseFailed || s.is.Status.FailureReason != reason {
+		s.event(corev1.EventTypeWarning, reason, "Sync", message)
+	}
+	s.setPhase(v1alpha1.ImageSyncPhaseFailed)
+	s.is.Status.FailureReason, s.is.Status.FailureMessage = reason, message
+	s.setCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, message)
+	s.setCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, reason, message)
+	s.setCondition(v1alpha1.ConditionDegraded, metav1.ConditionTrue, reason, message)
+}
+
+// outcome turns errors into status and a result, as machineScope.outcome does for
+// MachineRequests: a wait on something only the user can fix says so in Degraded and becomes
+// Failed after the grace period; a permanent error is Failed; a conflict is retried quietly;
+// anything else is transient.
+func (s *imageSyncScope) outcome(ctx context.Context, res ctrl.Result, err error) (ctrl.Result, error) {
+	if w, ok := harvester.AsWaiting(err); ok {
+		if c := meta.FindStatusCondition(s.is.Status.Conditions, v1alpha1.ConditionDegraded); c == nil || c.Reason != w.Reason {
+			s.event(corev1.EventTypeWarning, w.Reason, "Sync", w.Message)
+		}
+		s.progressing(w.Reason, w.Message)
+		s.setCondition(v1alpha1.ConditionDegraded, metav1.ConditionTrue, w.Reason, w.Message)
+		left := graceLeft(s.is.Status.Conditions, s.grace)
+		if left > 0 {
+			s.observed()
+			return ctrl.Result{RequeueAfter: min(w.RetryAfter, left+10*time.Millisecond)}, nil
+		}
+		err = &harvester.PermanentError{Reason: w.Reason, Message: fmt.Sprintf("%s (waited %s)", w.Message, s.grace)}
+	}
+	if p, ok := harvester.AsPermanent(err); ok {
+		s.fail(p.Reason, p.Message)
+		s.observed()
+		return ctrl.Result{}, nil
+	}
+	if err != nil {
+		return conflictOr(ctx, err)
+	}
+	s.observed()
+	return res, nil
+}
+
+func (s *imageSyncScope) observed() { s.is.Status.ObservedGeneration = s.is.Generation }
+
+// writeStatus stores the status if it differs from what is stored (see machineScope.writeStatus).
+func (s *imageSyncScope) writeStatus(ctx context.Context, c client.Client, statuses *statusMemory[v1alpha1.ImageSyncStatus]) error {
+	if equality.Semantic.DeepEqual(s.stored, s.is.Status) {
+		return nil
+	}
+	base := s.is.DeepCopy()
+	base.Status = s.stored
+	status := *s.is.Status.DeepCopy()
+	if err := c.Status().Patch(ctx, s.is, client.MergeFrom(base)); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	s.is.Status = status
+	statuses.remember(s.is, *status.DeepCopy())
+	s.stored = *status.DeepCopy()
+	return nil
+}
+
+// conflictOr retries a conflict soon and quietly, and returns any other error for backoff.
+func conflictOr(ctx context.Context, err error) (ctrl.Result, error) {
+	if apierrors.IsConflict(err) {
+		log.FromContext(ctx).V(1).Info("Conflict; retrying with a fresh copy", "error", err.Error())
+		return ctrl.Result{RequeueAfter: conflictRetry, Priority: ptr.To(0)}, nil
+	}
+	return ctrl.Result{}, err
+}
+
+// Indexes of ImageSyncs: by "<namespace>/<name>" of their ProviderConfig, and by the name of
+// their image (images are reported by name; several ImageSyncs may share one).
+const (
+	imageSyncProviderConfigIndex = "imagesync.spec.providerConfigRef"
+	imageSyncImageNameIndex      = "imagesync.imageName"
+)
+
+// SetupWithManager registers the controller if the cluster has the ImageSync and ButlerConfig
+// kinds and the manager may read them; otherwise the controller stays off, which one log line
+// says, and MachineRequests are served as usual. It reports whether the controller is on.
+func (r *ImageSyncReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, logger logr.Logger) (bool, error) {
+	if why := imageSyncUnavailable(ctx, mgr); why != "" {
+		logger.Info("ImageSync controller is off: "+why+"; MachineRequests are served as usual. Restart the manager once this is fixed", "controller", "imagesync")
+		return false, nil
+	}
+	indexer := mgr.GetFieldIndexer()
+	if err := indexer.IndexField(ctx, &v1alpha1.ImageSync{}, imageSyncProviderConfigIndex, func(o client.Object) []string {
+		ns, name := o.(*v1alpha1.ImageSync).ProviderConfigKey()
+		return []string{ns + "/" + name}
+	}); err != nil {
+		return false, err
+	}
+	if err := indexer.IndexField(ctx, &v1alpha1.ImageSync{}, imageSyncImageNameIndex, func(o client.Object) []string {
+		return []string{harvester.FactoryImageName(o.(*v1alpha1.ImageSync).Spec)}
+	}); err != nil {
+		return false, err
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("imagesync").
+		WithOptions(controller.Options{ReconciliationTimeout: reconcileTimeout}).
+		For(&v1alpha1.ImageSync{}, builder.WithPredicates(updatesThatMatter(v1alpha1.ImageSyncFinalizer))).
+		Watches(&v1alpha1.ProviderConfig{}, handler.EnqueueRequestsFromMapFunc(r.byIndex(imageSyncProviderConfigIndex, func(o client.Object) string {
+			return o.GetNamespace() + "/" + o.GetName()
+		})), builder.WithPredicates(conditionsChanged())).
+		Watches(&platformv1alpha1.ButlerConfig{}, handler.EnqueueRequestsFromMapFunc(r.all)).
+		WithLogConstructor(func(req *ctrl.Request) logr.Logger {
+			l := mgr.GetLogger().WithValues("controller", "imagesync")
+			if req != nil {
+				l = l.WithValues("imageSync", klog.KRef(req.Namespace, req.Name))
+			}
+			return l
+		})
+	if r.HarvesterEvents != nil {
+		byImageName := r.byIndex(imageSyncImageNameIndex, func(o client.Object) string { return o.GetName() })
+		b = b.WatchesRawSource(r.HarvesterEvents.imageSource(func(ctx context.Context, image types.NamespacedName) []ctrl.Request {
+			return byImageName(ctx, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: image.Namespace, Name: image.Name}})
+		}))
+	}
+	return true, b.Complete(r)
+}
+
+// byIndex maps an object to the ImageSyncs whose index value is key(object).
+func (r *ImageSyncReconciler) byIndex(index string, key func(client.Object) string) handler.MapFunc {
+	return func(ctx context.Context, o client.Object) []ctrl.Request {
+		list := &v1alpha1.ImageSyncList{}
+		if err := r.List(ctx, list, client.MatchingFields{index: key(o)}); err != nil {
+			log.FromContext(ctx).Error(err, "Listing ImageSyncs", "index", index)
+			return nil
+		}
+		return requestsOf(list)
+	}
+}
+
+// all maps a ButlerConfig change to every ImageSync: there is one ButlerConfig.
+func (r *ImageSyncReconciler) all(ctx context.Context, _ client.Object) []ctrl.Request {
+	list := &v1alpha1.ImageSyncList{}
+	if err := r.List(ctx, list); err != nil {
+		log.FromContext(ctx).Error(err, "Listing ImageSyncs")
+		return nil
+	}
+	return requestsOf(list)
+}
+
+func requestsOf(list *v1alpha1.ImageSyncList) []ctrl.Request {
+	reqs := make([]ctrl.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs
+}
+
+// imageSyncUnavailable says why the ImageSync controller cannot run ("" if it can): a kind the
+// cluster does not know, or a permission the manager lacks (checked with SelfSubjectAccessReviews,
+// before any informer would retry refused lists forever).
+func imageSyncUnavailable(ctx context.Context, mgr ctrl.Manager) string {
+	for _, kind := range []string{"ImageSync", "ButlerConfig"} {
+		gk := v1alpha1.GroupVersion.WithKind(kind).GroupKind()
+		if _, err := mgr.GetRESTMapper().RESTMapping(gk, v1alpha1.GroupVersion.Version); err != nil {
+			return fmt.Sprintf("the cluster has no %s CRD (%s)", kind, gk)
+		}
+	}
+	var missing []string
+	for _, resource := range []string{"imagesyncs", "butlerconfigs"} {
+		for _, verb := range []string{"list", "watch"} {
+			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: v1alpha1.GroupVersion.Group, Resource: resource},
+			}}
+			if err := mgr.GetClient().Create(ctx, review); err != nil {
+				return "cannot check its permissions: " + err.Error()
+			}
+			if !review.Status.Allowed {
+				missing = append(missing, verb+" "+resource)
+			}
+		}
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return "the manager may not " + strings.Join(missing, ", ") + " (grant them in its ClusterRole)"
+	}
+	return ""
+}

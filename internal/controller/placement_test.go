@@ -1,0 +1,477 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+)
+
+// pcInNamespace is a harvester ProviderConfig whose machines go to Harvester namespace ns.
+func pcInNamespace(ns string) *v1alpha1.ProviderConfig {
+	pc := harvesterPC(v1alpha1.ProviderTypeHarvester)
+	pc.Spec.Harvester.Namespace = ns
+	return pc
+}
+
+// The place is stored before anything is created on Harvester: a crash right after a create, or a
+// ProviderConfig edit, can never leave a VM the MachineRequest does not point to.
+func TestPlacementRecordedBeforeAnythingIsCreated(t *testing.T) {
+	f := newFixture(t, machineRequest(), harvesterPC(v1alpha1.ProviderTypeHarvester))
+	var storedWhenCreating *v1alpha1.Placement
+	f.machines.ensure = func(s *harvester.MachineSpec) (harvester.Observation, error) {
+		storedWhenCreating = f.get(machineRequest()).Status.Placement
+		if s.VMUID != "" {
+			return harvester.Observation{}, fmt.Errorf("a new machine was given VM UID %q", s.VMUID)
+		}
+		return harvester.Observation{VMExists: true, VMCreated: true, VMUID: "vm-uid", ProviderID: "harvester://vm-uid"}, nil
+	}
+	if _, err := f.reconcile(machineRequest()); err != nil {
+		t.Fatal(err)
+	}
+	want := v1alpha1.Placement{ClusterID: testCluster.ID, Server: testCluster.Server, Namespace: "vms", Name: "cluster-cp-0"}
+	if storedWhenCreating == nil || *storedWhenCreating != want {
+		t.Fatalf("placement stored when Ensure ran = %+v, want %+v", storedWhenCreating, want)
+	}
+	if got := f.get(machineRequest()).Status.Placement; got == nil || got.VMUID != "vm-uid" {
+		t.Fatalf("placement after the create = %+v, want the VM UID recorded", got)
+	}
+}
+
+// A ProviderConfig pointed at another namespace: the running machine is observed where it lives,
+// stays Running, and Degraded says why; nothing is created in the new namespace.
+func TestRunningMachineStaysWhereItLives(t *testing.T) {
+	for name, pc := range map[string]*v1alpha1.ProviderConfig{
+		"namespace changed": pcInNamespace("vms-new"),
+		"provider changed":  harvesterPC(v1alpha1.ProviderTypeNutanix),
+	} {
+		t.Run(name, func(t *testing.T) {
+			mr := placed(withFinalizer(machineRequest()))
+			mr.Status.Phase = v1alpha1.MachinePhaseRunning
+			f := newFixture(t, mr, pc)
+			var observed harvester.MachineRef
+			f.machines.observe = func(ref harvester.MachineRef) (harvester.Observation, error) {
+				observed = ref
+				return running, nil
+			}
+			if _, err := f.reconcile(mr); err != nil {
+				t.Fatal(err)
+			}
+			if observed.Namespace != "vms" || observed.Name != "cluster-cp-0" || observed.VMUID != "vm-uid" {
+				t.Fatalf("observed %+v, want the recorded place vms/cluster-cp-0 with VM uid-vm", observed)
+			}
+			if !slices.Contains(f.factory.namespaces, "vms") {
+				t.Fatalf("clients asked for namespaces %v, none for where the machine lives", f.factory.namespaces)
+			}
+			got := f.get(mr)
+			if got.Status.Phase != v1alpha1.MachinePhaseRunning || got.Status.Placement.Namespace != "vms" {
+				t.Fatalf("status = %+v", got.Status)
+			}
+			requireCondition(t, got, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonVMRunning)
+			c := requireCondition(t, got, v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonProviderConfigMoved)
+			requireMentions(t, c.Message, "butler-system/pc", "vms/cluster-cp-0", "delete and recreate")
+		})
+	}
+}
+
+// Credentials that now reach another cluster: the machine is neither observed there (no false
+// VMDeleted) nor deleted there (no early finalizer release).
+func TestCredentialsOfAnotherClusterTouchNothing(t *testing.T) {
+	mr := placed(withFinalizer(machineRequest()))
+	mr.Status.Phase = v1alpha1.MachinePhaseRunning
+	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
+	f.machines.identity = harvester.ClusterIdentity{ID: "cluster-b", Server: "https://harvester-b.example:6443"}
+	if _, err := f.reconcile(mr); err != nil {
+		t.Fatal(err)
+	}
+	got := f.get(mr)
+	if got.Status.Phase != v1alpha1.MachinePhaseRunning {
+		t.Fatalf("phase %s, want Running", got.Status.Phase)
+	}
+	c := requireCondition(t, got, v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonProviderConfigMoved)
+	requireMentions(t, c.Message, "cluster-a", "cluster-b", v1alpha1.AnnotationSkipHarvesterCleanup)
+
+	if err := f.client.Delete(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.reconcile(mr); err != nil {
+		t.Fatal(err)
+	}
+	got = f.get(mr)
+	if !hasFinalizer(got) {
+		t.Fatal("finalizer released although the VM on cluster-a was never deleted")
+	}
+	requireCondition(t, got, v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonDeletionBlocked)
+	for _, call := range f.machines.calls {
+		if call == "Observe" || call == "Delete" || call == "Ensure" {
+			t.Fatalf("Harvester cluster-b was asked to %s", call)
+		}
+	}
+}
+
+// Deletion after the ProviderConfig moved deletes where the machine lives.
+func TestDeletionWhereTheMachineLives(t *testing.T) {
+	mr := placed(withFinalizer(machineRequest()))
+	mr.Status.Phase = v1alpha1.MachinePhaseRunning
+	f := newFixture(t, mr, pcInNamespace("vms-new"))
+	if err := f.client.Delete(context.Background(), mr); err != nil {
+		t.Fatal(err)
+	}
+	var deleted harvester.MachineRef
+	f.machines.delete = func(ref harvester.MachineRef) (bool, string, error) {
+		deleted = ref
+		return true, "", nil
+	}
+	if _, err := f.reconcile(mr); err != nil {
+		t.Fatal(err)
+	}
+	if deleted.Namespace != "vms" || deleted.Name != "cluster-cp-0" {
+		t.Fatalf("deleted %+v, want vms/cluster-cp-0", deleted)
+	}
+	if err := f.client.Get(context.Background(), client.ObjectKeyFromObject(mr), &v1alpha1.MachineRequest{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("MachineRequest not released: %v", err)
+	}
+}
+
+// A machine whose VM was never recorded, retried after its ProviderConfig moved: what an earlier
+// attempt left at the old place is removed, and the machine is created where the ProviderConfig
+// points now.
+func TestMachineWithoutVMStartsAfreshWhereTheProviderConfigPoints(t *testing.T) {
+	mr := placed(withFinalizer(machineRequest()))
+	mr.Status.Placement.VMUID, mr.Status.ProviderID = "", ""
+	mr.Status.Phase = v1alpha1.MachinePhasePending
+	f := newFixture(t, mr, pcInNamespace("vms-new"))
+	f.machines.observe = func(harvester.MachineRef) (harvester.Observation, error) { return harvester.Observation{}, nil }
+	var deleted, created string
+	f.machines.delete = func(ref harvester.MachineRef) (bool, string, error) { deleted = ref.Namespace; return true, "", nil }
+	f.machines.ensure = func(s *harvester.MachineSpec) (harvester.Observation, error) {
+		created = s.Namespace
+		return harvester.Observation{VMExists: true, VMCreated: true, VMUID: "new-uid", ProviderID: "harvester://new-uid"}, nil
+	}
+	if _, err := f.reconcile(mr); err != nil {
+		t.Fatal(err)
+	}
+	if deleted != "vms" || created != "vms-new" {
+		t.Fatalf("cleaned up %q and created in %q, want vms and vms-new", deleted, created)
+	}
+	if p := f.get(mr).Status.Placement; p == nil || p.Namespace != "vms-new" || p.VMUID != "new-uid" {
+		t.Fatalf("placement %+v", p)
+	}
+}
+
+// Nothing was created (no placement): deletion needs neither the ProviderConfig nor Harvester.
+func TestNothingCreatedIsReleasedWithoutHarvester(t *testing.T) {
+	mr := withFinalizer(machineRequest())
+	mr.Status.Phase = v1alpha1.MachinePhaseFailed
+	f := newFixture(t, mr) // no ProviderConfig
+	if err := f.client.Delete(context.Background(), mr); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.reconcile(mr); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.client.Get(context.Background(), client.ObjectKeyFromObject(mr), &v1alpha1.MachineRequest{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("MachineRequest not released: %v", err)
+	}
+	if f.factory.calls != 0 {
+		t.Fatalf("Harvester contacted %d times", f.factory.calls)
+	}
+}
+
+// A MachineRequest with our finalizer whose ProviderConfig now names another provider is never
+// stranded: with nothing created it is handed over; with a VM, deleting it honours skip-cleanup.
+func TestFinalizerNeverStrandedByAnotherProvider(t *testing.T) {
+	t.Run("nothing created", func(t *testing.T) {
+		mr := withFinalizer(machineRequest())
+		mr.Status.Phase = v1alpha1.MachinePhasePending
+		f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeNutanix))
+		if _, err := f.reconcile(mr); err != nil {
+			t.Fatal(err)
+		}
+		if got := f.get(mr); hasFinalizer(got) {
+			t.Fatal("finalizer kept on a MachineRequest another provider serves")
+		}
+		requireEvent(t, f.events(), "Normal Released")
+	})
+	t.Run("skip-cleanup", func(t *testing.T) {
+		mr := placed(withFinalizer(machineRequest()))
+		mr.Annotations = map[string]string{v1alpha1.AnnotationSkipHarvesterCleanup: "true"}
+		pc := harvesterPC(v1alpha1.ProviderTypeNutanix)
+		pc.Spec.Harvester = nil
+		f := newFixture(t, mr, pc)
+		if err := f.client.Delete(context.Background(), mr); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.reconcile(mr); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.client.Get(context.Background(), client.ObjectKeyFromObject(mr), &v1alpha1.MachineRequest{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("skip-cleanup did not release the MachineRequest: %v", err)
+		}
+		requireEvent(t, f.events(), "Warning CleanupSkipped")
+	})
+}
+
+// Adding and removing our finalizer keeps finalizers another controller added between our read
+// and our write (a merge patch replaces the whole list).
+func TestFinalizerWritesKeepOtherFinalizers(t *testing.T) {
+	const other = "example.com/other"
+	var c client.Client
+	sneak := true
+	c = fake.NewClientBuilder().WithScheme(newScheme(t)).
+		WithObjects(machineRequest(), harvesterPC(v1alpha1.ProviderTypeHarvester)).
+		WithStatusSubresource(&v1alpha1.MachineRequest{}).
+		WithInterceptorFuncs(interceptor.Funcs{Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*v1alpha1.MachineRequest); ok && sneak {
+				sneak = false // another controller adds its finalizer after our read
+				mr := &v1alpha1.MachineRequest{}
+				if err := cl.Get(ctx, client.ObjectKeyFromObject(obj), mr); err != nil {
+					return err
+				}
+				mr.Finalizers = append(mr.Finalizers, other)
+				if err := cl.Update(ctx, mr); err != nil {
+					return err
+				}
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		}}).Build()
+	f := newFixture(t)
+	f.client, f.r.Client = c, c
+	f.machines.ensure = func(*harvester.MachineSpec) (harvester.Observation, error) {
+		return harvester.Observation{VMExists: true, VMUID: "vm-uid", ProviderID: "harvester://vm-uid"}, nil
+	}
+	f.machines.delete = func(harvester.MachineRef) (bool, string, error) { return true, "", nil }
+
+	for range 2 { // the first write conflicts and is retried
+		if _, err := f.reconcile(machineRequest()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := f.get(machineRequest())
+	if !slices.Contains(got.Finalizers, other) || !hasFinalizer(got) {
+		t.Fatalf("finalizers %v, want both %s and ours", got.Finalizers, other)
+	}
+
+	sneak = true
+	if err := c.Delete(context.Background(), got); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := f.reconcile(got); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got = f.get(got)
+	if hasFinalizer(got) || !slices.Contains(got.Finalizers, other) || len(got.Finalizers) != 2 {
+		t.Fatalf("finalizers %v, want ours removed and the two others kept", got.Finalizers)
+	}
+}
+
+// A status write is never skipped because the cache lags behind the last write: after a transient
+// error clears, Degraded goes back to False in the next reconcile even though the cached copy
+// still shows it False from before the error.
+func TestStatusWrittenWhenTheCacheLags(t *testing.T) {
+	var frozen *v1alpha1.MachineRequest // what a lagging cache returns
+	c := fake.NewClientBuilder().WithScheme(newScheme(t)).
+		WithObjects(machineRequest(), harvesterPC(v1alpha1.ProviderTypeHarvester)).
+		WithStatusSubresource(&v1alpha1.MachineRequest{}).
+		WithInterceptorFuncs(interceptor.Funcs{Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if mr, ok := obj.(*v1alpha1.MachineRequest); ok && frozen != nil {
+				frozen.DeepCopyInto(mr)
+				return nil
+			}
+			return cl.Get(ctx, key, obj, opts...)
+		}}).Build()
+	f := newFixture(t)
+	f.client, f.r.Client = c, c
+	harvesterDown := false
+	f.machines.ensure = func(*harvester.MachineSpec) (harvester.Observation, error) {
+		if harvesterDown {
+			return harvester.Observation{}, errors.New("get VirtualMachine vms/cluster-cp-0 on Harvester: 503 Service Unavailable")
+		}
+		return harvester.Observation{VMExists: true, VMUID: "vm-uid", ProviderID: "harvester://vm-uid", PrintableStatus: "Starting"}, nil
+	}
+	stored := func() *v1alpha1.MachineRequest {
+		mr := &v1alpha1.MachineRequest{}
+		if err := f.r.Client.(client.WithWatch).Get(context.Background(), client.ObjectKeyFromObject(machineRequest()), mr); err != nil {
+			t.Fatal(err)
+		}
+		return mr
+	}
+
+	if _, err := f.reconcile(machineRequest()); err != nil {
+		t.Fatal(err)
+	}
+	frozen = stored() // the cache stops here: Creating, Degraded=False
+	requireCondition(t, frozen, v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonAsExpected)
+
+	harvesterDown = true
+	if _, err := f.reconcile(machineRequest()); err == nil {
+		t.Fatal("want the transient error back")
+	}
+	frozen2 := frozen
+	frozen = nil
+	requireCondition(t, stored(), v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonHarvesterUnavailable)
+	frozen = frozen2
+
+	harvesterDown = false
+	if _, err := f.reconcile(machineRequest()); err != nil {
+		t.Fatal(err)
+	}
+	frozen = nil
+	requireCondition(t, stored(), v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonAsExpected)
+}
+
+// A 409 from Harvester (KubeVirt and Harvester rewrite VMs all the time) is retried soon, without
+// an error and without Degraded.
+func TestConflictIsRetriedQuietly(t *testing.T) {
+	f := newFixture(t, machineRequest(), harvesterPC(v1alpha1.ProviderTypeHarvester))
+	f.machines.ensure = func(*harvester.MachineSpec) (harvester.Observation, error) {
+		conflict := apierrors.NewConflict(schema.GroupResource{Group: "kubevirt.io", Resource: "virtualmachines"}, "cluster-cp-0", errors.New("the object has been modified"))
+		return harvester.Observation{}, fmt.Errorf("annotate VirtualMachine vms/cluster-cp-0 on Harvester: %w", conflict)
+	}
+	res, err := f.reconcile(machineRequest())
+	if err != nil || res.RequeueAfter != conflictRetry {
+		t.Fatalf("Reconcile = %+v, %v; want RequeueAfter %s and no error", res, err, conflictRetry)
+	}
+	if c := condition(f.get(machineRequest()), v1alpha1.ConditionDegraded); c != nil && c.Status == metav1.ConditionTrue {
+		t.Fatalf("Degraded = %+v after a conflict", c)
+	}
+}
+
+// Event notes are cut on a rune boundary, within the API limit.
+func TestTruncateNoteOnRuneBoundary(t *testing.T) {
+	for _, msg := range []string{strings.Repeat("é", 700), strings.Repeat("a", 1019) + strings.Repeat("日本", 10), strings.Repeat("x", maxEventNote)} {
+		got := truncateNote(msg)
+		if len(got) > maxEventNote || !utf8.ValidString(got) {
+			t.Fatalf("note of %d bytes (valid UTF-8: %v)", len(got), utf8.ValidString(got))
+		}
+		if len(msg) <= maxEventNote && got != msg {
+			t.Fatal("a note within the limit was changed")
+		}
+	}
+}
+
+func requireMentions(t *testing.T, s string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(s, w) {
+			t.Fatalf("%q does not mention %q", s, w)
+		}
+	}
+}
+
+// backdate moves the machine's conditions' transitions back by d, as if it had been waiting that long.
+func backdate(f *fixture, mr *v1alpha1.MachineRequest, d time.Duration) {
+	f.t.Helper()
+	got := f.get(mr)
+	for i := range got.Status.Conditions {
+		got.Status.Conditions[i].LastTransitionTime = metav1.NewTime(got.Status.Conditions[i].LastTransitionTime.Add(-d))
+	}
+	if err := f.client.Status().Update(context.Background(), got); err != nil {
+		f.t.Fatal(err)
+	}
+	f.r.statuses.forget(got) // the status was written behind the reconciler's back
+}
+
+// A machine with no VM waiting on its configuration becomes Failed with that reason after the grace
+// period (not before), and is retried by itself once the configuration works.
+func TestConfigurationWaitFailsAfterGraceAndRetriesWhenFixed(t *testing.T) {
+	f := newFixture(t, machineRequest(), harvesterPC(v1alpha1.ProviderTypeHarvester))
+	f.factory.err = harvester.Waiting(v1alpha1.ReasonCredentialsUnavailable, 30*time.Second, "credentials Secret butler-system/harvester-kubeconfig does not exist")
+	res, err := f.reconcile(machineRequest())
+	if err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > f.r.ConfigGracePeriod+timerSlack {
+		t.Fatalf("Reconcile = %+v, %v; want a requeue when the grace period ends", res, err)
+	}
+	if p := f.get(machineRequest()).Status.Phase; p != v1alpha1.MachinePhasePending {
+		t.Fatalf("phase %s within the grace period", p)
+	}
+	backdate(f, machineRequest(), f.r.ConfigGracePeriod)
+	if _, err := f.reconcile(machineRequest()); err != nil {
+		t.Fatal(err)
+	}
+	got := f.get(machineRequest())
+	if got.Status.Phase != v1alpha1.MachinePhaseFailed || got.Status.FailureReason != v1alpha1.ReasonCredentialsUnavailable {
+		t.Fatalf("status %s %s after the grace period", got.Status.Phase, got.Status.FailureReason)
+	}
+	requireEvent(t, f.events(), "Warning CredentialsUnavailable")
+
+	// Still broken: stays Failed. Fixed: retried, and created.
+	if _, err := f.reconcile(got); err != nil || f.get(got).Status.Phase != v1alpha1.MachinePhaseFailed {
+		t.Fatalf("a Failed machine was retried while its credentials still fail (err %v)", err)
+	}
+	f.factory.err = nil
+	f.machines.ensure = func(*harvester.MachineSpec) (harvester.Observation, error) {
+		return harvester.Observation{VMExists: true, VMCreated: true, VMUID: "vm-uid", ProviderID: "harvester://vm-uid"}, nil
+	}
+	if _, err := f.reconcile(got); err != nil {
+		t.Fatal(err)
+	}
+	if s := f.get(got).Status; s.Phase != v1alpha1.MachinePhaseCreating || s.FailureReason != "" {
+		t.Fatalf("after the fix: %s %s", s.Phase, s.FailureReason)
+	}
+	requireEvent(t, f.events(), "Normal Retrying")
+}
+
+// A machine that already has a VM never fails on configuration: it keeps waiting.
+func TestConfigurationWaitNeverFailsAMachineWithAVM(t *testing.T) {
+	mr := placed(withFinalizer(machineRequest()))
+	mr.Status.Phase = v1alpha1.MachinePhaseRunning
+	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
+	f.factory.err = harvester.Waiting(v1alpha1.ReasonCredentialsUnavailable, 30*time.Second, "credentials Secret gone")
+	for range 2 {
+		if _, err := f.reconcile(mr); err != nil {
+			t.Fatal(err)
+		}
+		backdate(f, mr, time.Hour)
+	}
+	if got := f.get(mr); got.Status.Phase != v1alpha1.MachinePhaseRunning {
+		t.Fatalf("phase %s (%s)", got.Status.Phase, got.Status.FailureReason)
+	}
+}
+
+// A machine not Running within the provisioning timeout is Failed with the diagnosis; with a
+// timeout of 0 it waits for ever.
+func TestProvisioningTimeout(t *testing.T) {
+	starting := harvester.Observation{VMExists: true, VMUID: "vm-uid", ProviderID: "harvester://vm-uid", PrintableStatus: "Starting",
+		Diagnosis: &harvester.Diagnosis{Reason: v1alpha1.ReasonVMUnschedulable, Message: "0/3 nodes are available: 3 Insufficient memory"}}
+	for name, timeout := range map[string]time.Duration{"15m": 15 * time.Minute, "none": 0} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, machineRequest(), harvesterPC(v1alpha1.ProviderTypeHarvester))
+			f.r.ProvisioningTimeout = timeout
+			f.machines.ensure = func(*harvester.MachineSpec) (harvester.Observation, error) { return starting, nil }
+			if _, err := f.reconcile(machineRequest()); err != nil {
+				t.Fatal(err)
+			}
+			backdate(f, machineRequest(), 16*time.Minute)
+			if _, err := f.reconcile(machineRequest()); err != nil {
+				t.Fatal(err)
+			}
+			got := f.get(machineRequest())
+			if timeout == 0 {
+				if got.Status.Phase != v1alpha1.MachinePhaseCreating {
+					t.Fatalf("phase %s with no timeout", got.Status.Phase)
+				}
+				return
+			}
+			if got.Status.Phase != v1alpha1.MachinePhaseFailed || got.Status.FailureReason != v1alpha1.ReasonProvisioningTimeout ||
+				!strings.Contains(got.Status.FailureMessage, "Insufficient memory") {
+				t.Fatalf("status %s %s %q", got.Status.Phase, got.Status.FailureReason, got.Status.FailureMessage)
+			}
+		})
+	}
+}

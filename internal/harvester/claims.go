@@ -1,0 +1,335 @@
+package harvester
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+)
+
+// The disks of a machine are ours when they carry the machine's ownership label. The one
+// exception is the root disk of a VM created by the published provider (adopted, see adoptable):
+// it was named "<vm>-rootdisk" and labelled only with LabelManagedBy.
+const legacyRootDiskSuffix = "-rootdisk"
+
+// ensureDisks creates the disks that do not exist yet: PVCs, and for an image of the CDI backend a
+// DataVolume as root disk. A disk of ours left by an earlier attempt is reused only if it is still
+// what the spec asks for; otherwise it is replaced. It returns the root disk, to own the machine's
+// cloud-init Secret.
+func (m *remoteMachines) ensureDisks(ctx context.Context, spec *MachineSpec, image ImageInfo) (*metav1.OwnerReference, error) {
+	var root metav1.OwnerReference
+	var claims []*corev1.PersistentVolumeClaim
+	if image.Backend == BackendCDI {
+		dv, err := m.ensureDataVolume(ctx, BuildRootDiskDataVolume(spec, image), spec.Owner)
+		if err != nil {
+			return nil, err
+		}
+		root = ownerReference(cdiv1.SchemeGroupVersion.WithKind("DataVolume"), dv)
+	} else {
+		claims = append(claims, BuildRootDiskClaim(spec, image))
+	}
+	for i := range spec.ExtraDisks {
+		claims = append(claims, BuildExtraDiskClaim(spec, i))
+	}
+	for i, want := range claims {
+		pvc, err := m.ensureClaim(ctx, want, spec.Owner)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 && image.Backend != BackendCDI {
+			root = ownerReference(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"), pvc)
+		}
+	}
+	return &root, nil
+}
+
+// ownerReference names obj, of kind gvk, as an owner (for garbage collection only).
+func ownerReference(gvk schema.GroupVersionKind, obj client.Object) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: obj.GetName(), UID: obj.GetUID()}
+}
+
+// ensureClaim returns the claim, created if the cache has none (a claim that exists after all is
+// then read live and checked).
+func (m *remoteMachines) ensureClaim(ctx context.Context, want *corev1.PersistentVolumeClaim, o Owner) (*corev1.PersistentVolumeClaim, error) {
+	what := describe("PersistentVolumeClaim", want.Namespace, want.Name)
+	have := &corev1.PersistentVolumeClaim{}
+	err := m.peek(ctx, client.ObjectKeyFromObject(want), have)
+	if apierrors.IsNotFound(err) {
+		err = m.c.Create(ctx, want)
+		if err == nil {
+			return want, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, createError(err, what)
+		}
+		// Someone created it since we looked: whose is it? Read it live, the cache has not seen it.
+		err = m.c.Get(ctx, client.ObjectKeyFromObject(want), have)
+	}
+	switch {
+	case err != nil:
+		return nil, classify(err, "get "+what)
+	case !isOwnedBy(have.Labels, o):
+		return nil, nameConflict("PersistentVolumeClaim", have, o)
+	case have.DeletionTimestamp != nil:
+		return nil, Waiting(v1alpha1.ReasonVMCreating, deletionRetry,
+			"%s from an earlier attempt is still being deleted; waiting until it is gone", what)
+	}
+	mismatch := claimMismatch(have, want)
+	if mismatch == "" {
+		return have, nil
+	}
+	return nil, m.replaceDisk(ctx, have, what+" from an earlier attempt "+mismatch)
+}
+
+// ensureDataVolume creates the root disk DataVolume of a CDI image, or checks ours. DataVolumes
+// are read live: they are few, and no informer watches them.
+func (m *remoteMachines) ensureDataVolume(ctx context.Context, want *cdiv1.DataVolume, o Owner) (*cdiv1.DataVolume, error) {
+	what := describe("DataVolume", want.Namespace, want.Name)
+	have := &cdiv1.DataVolume{}
+	err := m.c.Get(ctx, client.ObjectKeyFromObject(want), have)
+	if apierrors.IsNotFound(err) {
+		m.requestImmediateBinding(ctx, want)
+		err = m.c.Create(ctx, want)
+		if err == nil {
+			return want, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return nil, dataVolumeError(err, "create "+what)
+		}
+		err = m.c.Get(ctx, client.ObjectKeyFromObject(want), have)
+	}
+	switch {
+	case err != nil:
+		return nil, dataVolumeError(err, "get "+what)
+	case !isOwnedBy(have.Labels, o):
+		return nil, nameConflict("DataVolume", have, o)
+	case have.DeletionTimestamp != nil:
+		return nil, Waiting(v1alpha1.ReasonVMCreating, deletionRetry,
+			"%s from an earlier attempt is still being deleted; waiting until it is gone", what)
+	}
+	mismatch := dataVolumeMismatch(have, want)
+	if mismatch == "" {
+		return have, nil
+	}
+	return nil, m.replaceDisk(ctx, have, what+" from an earlier attempt "+mismatch)
+}
+
+// requestImmediateBinding asks CDI to bind the DataVolume's PVC at once when its storage class
+// waits for a first consumer, as Harvester does for its own (GenerateDVAnnotations): the VM's pod
+// is not created before the clone is done, so it would never consume it.
+func (m *remoteMachines) requestImmediateBinding(ctx context.Context, dv *cdiv1.DataVolume) {
+	sc := &storagev1.StorageClass{}
+	if dv.Spec.Storage == nil || dv.Spec.Storage.StorageClassName == nil || m.c.Get(ctx, client.ObjectKey{Name: *dv.Spec.Storage.StorageClassName}, sc) != nil {
+		return
+	}
+	if sc.VolumeBindingMode != nil && *sc.VolumeBindingMode == storagev1.VolumeBindingWaitForFirstConsumer {
+		dv.Annotations = mergeMaps(dv.Annotations, map[string]string{annotationImmediateBinding: "true"})
+	}
+}
+
+// dataVolumeError is createError for DataVolumes, and a permanent error when Harvester has no
+// DataVolume API: without CDI, an image of the CDI backend cannot be cloned.
+func dataVolumeError(err error, action string) error {
+	if meta.IsNoMatchError(err) {
+		return Permanent(v1alpha1.ReasonImageBackendUnsupported,
+			"cannot %s: Harvester serves no DataVolume API (cdi.kubevirt.io/v1beta1), which images of backend %s need; use an image of backend %s", action, BackendCDI, BackendBackingImage)
+	}
+	if strings.HasPrefix(action, "create ") {
+		return createError(err, strings.TrimPrefix(action, "create "))
+	}
+	return classify(err, action)
+}
+
+// claimMismatch says how a PVC of ours differs from what the spec asks for ("" if it does not):
+// a disk of another size, class or image must not become the machine's disk.
+func claimMismatch(have, want *corev1.PersistentVolumeClaim) string {
+	var diffs []string
+	haveSize, wantSize := have.Spec.Resources.Requests[corev1.ResourceStorage], want.Spec.Resources.Requests[corev1.ResourceStorage]
+	if haveSize.Cmp(wantSize) != 0 {
+		diffs = append(diffs, fmt.Sprintf("has size %s, not %s", haveSize.String(), wantSize.String()))
+	}
+	if haveClass, wantClass := ptrValue(have.Spec.StorageClassName), ptrValue(want.Spec.StorageClassName); haveClass != wantClass {
+		diffs = append(diffs, fmt.Sprintf("has storage class %q, not %q", haveClass, wantClass))
+	}
+	if haveImage, wantImage := have.Annotations[AnnotationImageID], want.Annotations[AnnotationImageID]; haveImage != wantImage {
+		diffs = append(diffs, fmt.Sprintf("is cloned from image %q, not %q", haveImage, wantImage))
+	}
+	return strings.Join(diffs, ", ")
+}
+
+// dataVolumeMismatch is claimMismatch for the root disk DataVolume of a CDI image.
+func dataVolumeMismatch(have, want *cdiv1.DataVolume) string {
+	var diffs []string
+	var haveStorage, wantStorage cdiv1.StorageSpec
+	if have.Spec.Storage != nil {
+		haveStorage = *have.Spec.Storage
+	}
+	if want.Spec.Storage != nil {
+		wantStorage = *want.Spec.Storage
+	}
+	haveSize, wantSize := haveStorage.Resources.Requests[corev1.ResourceStorage], wantStorage.Resources.Requests[corev1.ResourceStorage]
+	if haveSize.Cmp(wantSize) != 0 {
+		diffs = append(diffs, fmt.Sprintf("has size %s, not %s", haveSize.String(), wantSize.String()))
+	}
+	if haveClass, wantClass := ptrValue(haveStorage.StorageClassName), ptrValue(wantStorage.StorageClassName); haveClass != wantClass {
+		diffs = append(diffs, fmt.Sprintf("has storage class %q, not %q", haveClass, wantClass))
+	}
+	if haveSource, wantSource := dataVolumeSource(have), dataVolumeSource(want); haveSource != wantSource {
+		diffs = append(diffs, fmt.Sprintf("is cloned from %q, not %q", haveSource, wantSource))
+	}
+	return strings.Join(diffs, ", ")
+}
+
+func dataVolumeSource(dv *cdiv1.DataVolume) string {
+	if dv.Spec.Source == nil || dv.Spec.Source.PVC == nil {
+		return ""
+	}
+	return dv.Spec.Source.PVC.Namespace + "/" + dv.Spec.Source.PVC.Name
+}
+
+// replaceDisk deletes a disk of ours (a PVC, or a DataVolume with its PVC) that no longer matches
+// the spec, so that it is created anew, unless a VM uses it: then the machine waits and the
+// message says which VM.
+func (m *remoteMachines) replaceDisk(ctx context.Context, disk client.Object, why string) error {
+	users, err := m.volumeUsers(ctx, disk.GetNamespace())
+	if err != nil {
+		return err
+	}
+	if u := users[disk.GetName()]; len(u) > 0 {
+		return Waiting(v1alpha1.ReasonDiskInUse, deletionRetry,
+			"%s and cannot be replaced: %s uses it. Detach it from there or delete it, or change the MachineRequest's spec back", why, strings.Join(u, ", "))
+	}
+	uid := disk.GetUID()
+	if err := m.c.Delete(ctx, disk, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		if refused := inUseRefusal(err); refused != "" {
+			return Waiting(v1alpha1.ReasonDiskInUse, deletionRetry, "%s and cannot be replaced: %s", why, refused)
+		}
+		return classify(err, "delete "+describe(kindOf(disk), disk.GetNamespace(), disk.GetName())+" (to replace it)")
+	}
+	return Waiting(v1alpha1.ReasonVMCreating, deletionRetry, "%s: replacing it", why)
+}
+
+// kindOf names the kind of a disk for messages.
+func kindOf(obj client.Object) string {
+	if _, ok := obj.(*cdiv1.DataVolume); ok {
+		return "DataVolume"
+	}
+	return "PersistentVolumeClaim"
+}
+
+// inUseRefusalPrefix starts the message of Harvester's PVC webhook when it refuses to delete a
+// volume a VM uses or owns ("can not delete the volume <name> which is currently attached to
+// VM: <namespace>/<vm>"): 409 Conflict since Harvester v1.8.0, 422 Invalid before. It must be
+// waited on, never retried at once as an optimistic-locking conflict would be.
+const inUseRefusalPrefix = "can not delete the volume "
+
+// inUseRefusal returns Harvester's message when err is its webhook refusing to delete a volume in
+// use ("" otherwise).
+func inUseRefusal(err error) string {
+	if !apierrors.IsConflict(err) && !apierrors.IsInvalid(err) {
+		return ""
+	}
+	msg := statusMessage(err)
+	if i := strings.Index(msg, inUseRefusalPrefix); i >= 0 {
+		return "Harvester refuses to delete it: " + msg[i:]
+	}
+	return ""
+}
+
+// volumeUsers maps each PVC of the namespace that a VM mounts to the VMs that mount it. It lists
+// live: this is rare, and a VM of someone else's is not in the provider's cache.
+func (m *remoteMachines) volumeUsers(ctx context.Context, namespace string) (map[string][]string, error) {
+	list := &kubevirtv1.VirtualMachineList{}
+	if err := m.c.List(ctx, list, client.InNamespace(namespace)); err != nil {
+		return nil, classify(err, "list VirtualMachines in namespace "+namespace)
+	}
+	users := map[string][]string{}
+	for i := range list.Items {
+		vm := &list.Items[i]
+		for _, claim := range mountedClaims(vm) {
+			users[claim] = append(users[claim], describe("VirtualMachine", vm.Namespace, vm.Name))
+		}
+	}
+	return users, nil
+}
+
+// ownedClaims lists the PVCs labelled for this machine, from the cache or live (deletion is
+// complete only when none is left live).
+func (m *remoteMachines) ownedClaims(ctx context.Context, ref MachineRef, live bool) ([]corev1.PersistentVolumeClaim, error) {
+	list := &corev1.PersistentVolumeClaimList{}
+	var reader client.Reader = m.c
+	if cached := m.cacheFor(ref.Namespace); cached != nil && !live {
+		reader = cached
+	}
+	if err := reader.List(ctx, list, client.InNamespace(ref.Namespace),
+		client.MatchingLabels{LabelMachineRequestUID: string(ref.Owner.UID)}); err != nil {
+		return nil, classify(err, "list PersistentVolumeClaims in namespace "+ref.Namespace)
+	}
+	return list.Items, nil
+}
+
+// claimsRemovedWith names the claims of vm that Harvester may remove with it: those it mounts that
+// are ours, plus the root disk of an adopted VM of the published provider. Never a volume someone
+// hot-plugged or mounted from elsewhere, nor one another VM mounts too: Harvester's webhook would
+// refuse to delete it, and the VM would wait for ever for Harvester to finish deleting it. Such a
+// disk is left for the machine's deletion to wait on (see deleteDisks).
+func (m *remoteMachines) claimsRemovedWith(ctx context.Context, vm *kubevirtv1.VirtualMachine, o Owner) ([]string, error) {
+	users, err := m.volumeUsers(ctx, vm.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, name := range mountedClaims(vm) {
+		if len(users[name]) > 1 {
+			continue
+		}
+		pvc := &corev1.PersistentVolumeClaim{}
+		err := m.read(ctx, client.ObjectKey{Namespace: vm.Namespace, Name: name}, pvc)
+		switch {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return nil, classify(err, "get "+describe("PersistentVolumeClaim", vm.Namespace, name))
+		case isOwnedBy(pvc.Labels, o) || isLegacyRootDisk(pvc, vm):
+			names = append(names, name)
+		}
+	}
+	return names, nil
+}
+
+// isLegacyRootDisk recognises the root disk the published provider created for vm.
+func isLegacyRootDisk(pvc *corev1.PersistentVolumeClaim, vm *kubevirtv1.VirtualMachine) bool {
+	return pvc.Name == vm.Name+legacyRootDiskSuffix && pvc.Labels[LabelManagedBy] == ManagedByValue && pvc.Labels[LabelMachineRequestUID] == ""
+}
+
+// mountedClaims lists the PVCs a VM's template mounts, in order.
+func mountedClaims(vm *kubevirtv1.VirtualMachine) []string {
+	if vm.Spec.Template == nil {
+		return nil
+	}
+	var names []string
+	for _, v := range vm.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			names = append(names, v.PersistentVolumeClaim.ClaimName)
+		}
+	}
+	return names
+}
+
+func ptrValue(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

@@ -1,0 +1,163 @@
+package harvester
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+)
+
+// diagnosisCluster is a Harvester of objs whose event lists may select by involved object, as the
+// API server's field selectors do.
+func diagnosisCluster(t *testing.T, objs ...client.Object) *remoteMachines {
+	t.Helper()
+	c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(objs...).
+		WithIndex(&corev1.Event{}, "involvedObject.name", func(o client.Object) []string { return []string{o.(*corev1.Event).InvolvedObject.Name} }).
+		WithIndex(&corev1.Event{}, "involvedObject.uid", func(o client.Object) []string { return []string{string(o.(*corev1.Event).InvolvedObject.UID)} }).
+		Build()
+	return NewCluster(c, nil, nil, "https://harvester.example:6443").(*remoteMachines)
+}
+
+func TestDiagnoseOnlyFromRealFailureSignals(t *testing.T) {
+	spec := testSpec()
+	vm := BuildVirtualMachine(spec)
+	vm.UID = "vm-uid"
+	claim := func(phase corev1.PersistentVolumeClaimPhase) *corev1.PersistentVolumeClaim {
+		pvc := BuildRootDiskClaim(spec, ImageInfo{Ref: spec.Image, StorageClassName: "lh-1"})
+		pvc.UID, pvc.Status.Phase = "pvc-uid", phase
+		return pvc
+	}
+	vmi := func(phase kubevirtv1.VirtualMachineInstancePhase, conds ...kubevirtv1.VirtualMachineInstanceCondition) *kubevirtv1.VirtualMachineInstance {
+		return &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Name: vm.Name, Namespace: vm.Namespace},
+			Status: kubevirtv1.VirtualMachineInstanceStatus{Phase: phase, Conditions: conds, ActivePods: map[types.UID]string{"pod-uid": ""}}}
+	}
+	cond := func(t, reason, message string) kubevirtv1.VirtualMachineInstanceCondition {
+		return kubevirtv1.VirtualMachineInstanceCondition{Type: kubevirtv1.VirtualMachineInstanceConditionType(t), Status: corev1.ConditionFalse, Reason: reason, Message: message}
+	}
+	event := func(name string, uid types.UID, reason, message string) *corev1.Event {
+		return &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: name + "." + reason, Namespace: vm.Namespace}, Type: corev1.EventTypeWarning, Reason: reason, Message: message,
+			InvolvedObject: corev1.ObjectReference{Name: name, UID: uid}, LastTimestamp: metav1.Now()}
+	}
+	const unbound = "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+	halted := vm.DeepCopy()
+	halted.Spec.RunStrategy = ptr.To(kubevirtv1.RunStrategyHalted)
+	halted.Annotations[annotationInsufficientResourceQuota] = `pods "virt-launcher-x" is forbidden: exceeded quota: project-quota, requested: limits.memory=4Gi, used: limits.memory=30Gi, limited: limits.memory=32Gi`
+	failing := vm.DeepCopy()
+	failing.Status.Conditions = []kubevirtv1.VirtualMachineCondition{{Type: kubevirtv1.VirtualMachineFailure, Status: corev1.ConditionTrue, Reason: "FailedCreate", Message: "Error creating VMI"}}
+	for name, tc := range map[string]struct {
+		vm      *kubevirtv1.VirtualMachine
+		vmi     *kubevirtv1.VirtualMachineInstance
+		objs    []client.Object
+		reason  string // "" for no diagnosis
+		mention string
+	}{
+		"no launcher pod yet": {vm, vmi(kubevirtv1.Pending, cond("Ready", kubevirtv1.PodNotExistsReason, "virt-launcher pod has not yet been scheduled")),
+			[]client.Object{claim(corev1.ClaimBound)}, "", ""},
+		"guest not running yet": {vm, vmi(kubevirtv1.Scheduled, cond("Ready", kubevirtv1.GuestNotRunningReason, "Guest VM is not reported as running")),
+			[]client.Object{claim(corev1.ClaimBound)}, "", ""},
+		"disk being cloned": {vm, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable, unbound)),
+			[]client.Object{claim(corev1.ClaimPending)}, "", ""},
+		"disk that cannot bind": {vm, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable, unbound)),
+			[]client.Object{claim(corev1.ClaimPending), event(spec.Name+"-disk-0", "pvc-uid", "ProvisioningFailed", `storageclass.storage.k8s.io "lh-1" not found`)},
+			v1alpha1.ReasonVolumeNotBound, `"lh-1" not found`},
+		"no room": {vm, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable, "0/3 nodes are available: 3 Insufficient memory.")),
+			[]client.Object{claim(corev1.ClaimBound)}, v1alpha1.ReasonVMUnschedulable, "Insufficient memory"},
+		// KubeVirt keeps the first reason it copied; the pod's latest event has the current one.
+		"no room once the disk is bound": {vm, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable, unbound)),
+			[]client.Object{claim(corev1.ClaimBound), event("virt-launcher-x", "pod-uid", "FailedScheduling", "0/3 nodes are available: 3 Insufficient cpu.")},
+			v1alpha1.ReasonVMUnschedulable, "Insufficient cpu"},
+		"KubeVirt's Failure condition": {failing, nil, []client.Object{claim(corev1.ClaimBound)}, v1alpha1.ReasonVMNotStarting, "FailedCreate: Error creating VMI"},
+		"launcher pod over quota": {vm, vmi(kubevirtv1.Pending, cond("Synchronized", "FailedCreate",
+			`failed to create virtual machine pod: pods "virt-launcher-x" is forbidden: exceeded quota: vm-quota, requested: limits.memory=4Gi, used: limits.memory=0, limited: limits.memory=1Gi`)),
+			[]client.Object{claim(corev1.ClaimBound)}, v1alpha1.ReasonQuotaExceeded, "ResourceQuota vm-quota"},
+		"disk deleted": {vm, vmi(kubevirtv1.Pending), nil, v1alpha1.ReasonVolumeMissing, "was deleted outside the provider"},
+		"stopped by Harvester for its quota": {halted, nil, []client.Object{claim(corev1.ClaimBound)}, v1alpha1.ReasonQuotaExceeded,
+			"Raise ResourceQuota project-quota"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := diagnosisCluster(t, tc.objs...)
+			ctx := context.Background()
+			d := m.diagnose(ctx, tc.vm, tc.vmi, m.pendingDisks(ctx, tc.vm))
+			switch {
+			case tc.reason == "" && d != nil:
+				t.Fatalf("diagnosis %+v of a normal start", d)
+			case tc.reason != "" && (d == nil || d.Reason != tc.reason || !strings.Contains(d.Message, tc.mention)):
+				t.Fatalf("diagnosis %+v, want %s mentioning %q", d, tc.reason, tc.mention)
+			}
+		})
+	}
+}
+
+func TestStartingSaysWhereTheStartStands(t *testing.T) {
+	vm := &kubevirtv1.VirtualMachine{Status: kubevirtv1.VirtualMachineStatus{PrintableStatus: kubevirtv1.VirtualMachineStatusStarting}}
+	vmi := &kubevirtv1.VirtualMachineInstance{Status: kubevirtv1.VirtualMachineInstanceStatus{Phase: kubevirtv1.Scheduling, Conditions: []kubevirtv1.VirtualMachineInstanceCondition{
+		{Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionFalse, Reason: "GuestNotRunning", Message: "Guest VM is not reported as running"},
+	}}}
+	got := starting(vm, vmi, []string{"PersistentVolumeClaim vms/cp-0-disk-1"})
+	want := "KubeVirt reports status Starting; VirtualMachineInstance Scheduling, Ready=False GuestNotRunning: Guest VM is not reported as running; disks not bound yet: PersistentVolumeClaim vms/cp-0-disk-1"
+	if got != want {
+		t.Fatalf("starting = %q\nwant       %q", got, want)
+	}
+	if got := starting(&kubevirtv1.VirtualMachine{}, nil, nil); got != "KubeVirt reports status (none yet); no VirtualMachineInstance yet" {
+		t.Fatalf("starting without a VMI = %q", got)
+	}
+}
+
+// Harvester's PVC webhook refuses to delete a volume in use with 409 (v1.8.0+) or 422 (before);
+// either is recognised, and a conflict of another kind is not.
+func TestInUseRefusal(t *testing.T) {
+	refusal := func(code int32, reason metav1.StatusReason) error {
+		return &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: code, Reason: reason,
+			Message: `admission webhook "validator.harvesterhci.io" denied the request: can not delete the volume cp-0-disk-1 which is currently attached to VM: vms/other`}}
+	}
+	for name, err := range map[string]error{"v1.8.0+": refusal(http.StatusConflict, metav1.StatusReasonConflict), "v1.7": refusal(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid)} {
+		if got := inUseRefusal(err); !strings.HasPrefix(got, "Harvester refuses to delete it: can not delete the volume cp-0-disk-1") || !strings.Contains(got, "vms/other") {
+			t.Errorf("%s: inUseRefusal = %q", name, got)
+		}
+	}
+	if got := inUseRefusal(apierrors.NewConflict(corev1.Resource("persistentvolumeclaims"), "cp-0-disk-1", nil)); got != "" {
+		t.Errorf("an optimistic-locking conflict taken for a refusal: %q", got)
+	}
+}
+
+func TestBuildRootDiskDataVolume(t *testing.T) {
+	spec := testSpec()
+	image := ImageInfo{Ref: ObjectRef{Namespace: "images", Name: "talos-cdi"}, Backend: BackendCDI, StorageClassName: "longhorn-cdi"}
+	dv := BuildRootDiskDataVolume(spec, image)
+	claim := BuildRootDiskClaim(spec, image)
+	size := dv.Spec.Storage.Resources.Requests[corev1.ResourceStorage]
+	if dv.Name != claim.Name || dv.Namespace != claim.Namespace || dv.Labels[LabelMachineRequestUID] != string(spec.Owner.UID) ||
+		dv.Annotations[AnnotationImageID] != "" || dv.Spec.Source.PVC.Namespace != "images" || dv.Spec.Source.PVC.Name != "talos-cdi" ||
+		*dv.Spec.Storage.StorageClassName != "longhorn-cdi" || size.Value() != spec.DiskGB<<30 || *dv.Spec.Storage.VolumeMode != corev1.PersistentVolumeBlock {
+		t.Fatalf("DataVolume %+v", dv)
+	}
+	if got := dataVolumeMismatch(dv, BuildRootDiskDataVolume(spec, image)); got != "" {
+		t.Fatalf("mismatch with itself: %s", got)
+	}
+	other := image
+	other.Ref.Name = "talos-2"
+	if got := dataVolumeMismatch(dv, BuildRootDiskDataVolume(spec, other)); !strings.Contains(got, `is cloned from "images/talos-cdi", not "images/talos-2"`) {
+		t.Fatalf("mismatch = %q", got)
+	}
+}
+
+// An image whose backend the provider cannot clone from is refused before anything is created.
+func TestCheckImageBackend(t *testing.T) {
+	for backend, ok := range map[string]bool{BackendBackingImage: true, BackendCDI: true, "objectstore": false} {
+		err := checkImageUsable(ImageInfo{Ref: ObjectRef{"default", "img"}, Backend: backend, Imported: true}, 10)
+		if p, failed := AsPermanent(err); ok == failed || (!ok && (p.Reason != v1alpha1.ReasonImageBackendUnsupported || !strings.Contains(p.Message, `"objectstore"`))) {
+			t.Errorf("backend %s: %v", backend, err)
+		}
+	}
+}

@@ -1,0 +1,211 @@
+package harvester
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/pem"
+	"math/big"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+)
+
+// testCA is a self-signed CA certificate, PEM and base64, as certificate-authority-data holds it:
+// a client is built from the kubeconfig, so it must parse.
+var testCA = sync.OnceValue(func() string {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "harvester-ca"}, IsCA: true, BasicConstraintsValid: true,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		panic(err)
+	}
+	return base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+})
+
+func kubeconfigFor(token string) []byte {
+	return []byte("apiVersion: v1\nkind: Config\nclusters: [{name: h, cluster: {server: https://harvester.example:6443, certificate-authority-data: " + testCA() + "}}]\n" +
+		"users: [{name: u, user: {token: " + token + "}}]\ncontexts: [{name: h, context: {cluster: h, user: u}}]\ncurrent-context: h\n")
+}
+
+// factoryFixture is a CachingFactory over a fake management cluster holding one credentials Secret,
+// counting Secret reads and informer starts; informers "sync" unless failing is set.
+type factoryFixture struct {
+	f        *CachingFactory
+	c        client.Client
+	reads    atomic.Int32
+	starts   atomic.Int32
+	failing  atomic.Bool
+	creds    Credentials
+	informer client.Reader
+}
+
+func newFactoryFixture(t *testing.T) *factoryFixture {
+	t.Helper()
+	x := &factoryFixture{creds: Credentials{Namespace: "vms", SecretNamespace: "butler-system", SecretName: "hv", Key: "kubeconfig"}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hv", Namespace: "butler-system"}, Data: map[string][]byte{"kubeconfig": kubeconfigFor("first")}}
+	x.c = fake.NewClientBuilder().WithObjects(secret).WithInterceptorFuncs(interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if _, ok := obj.(*corev1.Secret); ok {
+				x.reads.Add(1)
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+	}).Build()
+	x.informer = fake.NewClientBuilder().Build()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	x.f = &CachingFactory{SecretReader: x.c, Context: ctx, CacheRetry: 20 * time.Millisecond,
+		startInformers: func(ctx context.Context, _ *rest.Config, _ string, _ Notifier) client.Reader {
+			x.starts.Add(1)
+			if x.failing.Load() {
+				return nil
+			}
+			return x.informer
+		}}
+	t.Cleanup(x.f.Stop)
+	return x
+}
+
+func (x *factoryFixture) cluster(t *testing.T) *remoteMachines {
+	t.Helper()
+	c, err := x.f.ClusterFor(context.Background(), x.creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.(*remoteMachines)
+}
+
+func (x *factoryFixture) updateSecret(t *testing.T, change func(*corev1.Secret)) {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := x.c.Get(context.Background(), client.ObjectKey{Namespace: "butler-system", Name: "hv"}, s); err != nil {
+		t.Fatal(err)
+	}
+	change(s)
+	if err := x.c.Update(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The Secret is not read on every call; a metadata-only change keeps the client and its
+// informers; new content (rotated credentials) gets a new client, and the old one is stopped.
+func TestFactoryRotation(t *testing.T) {
+	x := newFactoryFixture(t)
+	first := x.cluster(t)
+	for range 10 {
+		if x.cluster(t) != first {
+			t.Fatal("a second client for unchanged credentials")
+		}
+	}
+	if n := x.reads.Load(); n != 1 {
+		t.Fatalf("%d Secret reads for 11 calls within the recheck interval, want 1", n)
+	}
+
+	x.updateSecret(t, func(s *corev1.Secret) { s.Labels = map[string]string{"touched": "yes"} })
+	before := x.reads.Load()
+	x.f.Invalidate(x.creds)
+	if x.cluster(t) != first {
+		t.Fatal("a metadata-only change rebuilt the client")
+	}
+	if n := x.reads.Load() - before; n != 1 {
+		t.Fatalf("%d Secret reads after Invalidate, want 1", n)
+	}
+
+	x.updateSecret(t, func(s *corev1.Secret) { s.Data["kubeconfig"] = kubeconfigFor("rotated") })
+	x.f.Invalidate(x.creds)
+	second := x.cluster(t)
+	if second == first || x.starts.Load() != 2 {
+		t.Fatalf("rotated credentials kept the old client (informer starts %d)", x.starts.Load())
+	}
+	x.f.mu.Lock()
+	n := len(x.f.clients)
+	x.f.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("%d clients after the rotation: the old one was not retired", n)
+	}
+}
+
+// Many reconciles asking at once for the same new credentials get one client (run with -race).
+func TestFactoryConcurrentCallsShareOneClient(t *testing.T) {
+	x := newFactoryFixture(t)
+	var wg sync.WaitGroup
+	got := make([]Cluster, 50)
+	for i := range got {
+		wg.Go(func() {
+			c, err := x.f.ClusterFor(context.Background(), x.creds)
+			if err != nil {
+				t.Error(err)
+			}
+			got[i] = c
+		})
+	}
+	wg.Wait()
+	for _, c := range got {
+		if c != got[0] {
+			t.Fatal("concurrent callers got different clients")
+		}
+	}
+	if n := x.starts.Load(); n != 1 {
+		t.Fatalf("informers started %d times, want 1", n)
+	}
+}
+
+// A client nobody uses is stopped by the janitor; the next call builds a new one.
+func TestFactoryJanitorStopsIdleClients(t *testing.T) {
+	x := newFactoryFixture(t)
+	x.f.IdleTimeout = 40 * time.Millisecond
+	first := x.cluster(t)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		x.f.mu.Lock()
+		n := len(x.f.clients)
+		x.f.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the idle client was never stopped")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if x.cluster(t) == first {
+		t.Fatal("a stopped client was handed out again")
+	}
+}
+
+// Informers that do not sync are tried again in the background; the client reads live meanwhile
+// and from the cache once they sync.
+func TestFactoryRetriesInformersInTheBackground(t *testing.T) {
+	x := newFactoryFixture(t)
+	x.failing.Store(true)
+	m := x.cluster(t)
+	if m.cache.Load() != nil {
+		t.Fatal("a cache is used although the informers did not sync")
+	}
+	time.Sleep(100 * time.Millisecond) // a few failed retries
+	x.failing.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for m.cache.Load() == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("informers never retried into use (%d starts)", x.starts.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

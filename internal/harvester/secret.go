@@ -1,0 +1,112 @@
+package harvester
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// AnnotationCloudInitHash is the SHA-256 of a cloud-init Secret's data, set by the provider. The
+// provider caches and reads cloud-init Secrets by their metadata only, so that userData (a Talos
+// configuration holds the cluster's keys) never sits in its memory; the hash says whether the data
+// is what the MachineRequest asks for.
+const AnnotationCloudInitHash = "butler.butlerlabs.dev/cloud-init-sha256"
+
+// secretMeta is a Secret's metadata, read without its data.
+func secretMeta(namespace, name string) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	return m
+}
+
+// cloudInitHash is the value of AnnotationCloudInitHash for this data.
+func cloudInitHash(data map[string][]byte) string {
+	h := sha256.New()
+	for _, key := range []string{userDataKey, networkDataKey} {
+		v, ok := data[key]
+		_, _ = fmt.Fprintf(h, "%s:%t:%d:", key, ok, len(v))
+		_, _ = h.Write(v)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ensureCloudInitSecret creates the machine's cloud-init Secret, owned by owner (its root disk)
+// when given, or brings ours up to date. A machine without cloud-init data has none.
+func (m *remoteMachines) ensureCloudInitSecret(ctx context.Context, spec *MachineSpec, owner *metav1.OwnerReference) error {
+	if !spec.HasCloudInit() {
+		return nil
+	}
+	want := BuildCloudInitSecret(spec, owner)
+	what := describe("Secret", want.Namespace, want.Name)
+	have := secretMeta(want.Namespace, want.Name)
+	err := m.peek(ctx, client.ObjectKeyFromObject(want), have)
+	if apierrors.IsNotFound(err) {
+		if owner == nil {
+			// Recreated for a VM that exists (someone deleted the Secret): it goes with the
+			// root disk like the original.
+			if want.OwnerReferences, err = m.rootDiskOwner(ctx, spec); err != nil {
+				return err
+			}
+		}
+		err = m.c.Create(ctx, want)
+		if !apierrors.IsAlreadyExists(err) {
+			return createError(err, what)
+		}
+		// It appeared since the cache was looked at: whose is it, and what does it hold?
+		err = m.c.Get(ctx, client.ObjectKeyFromObject(want), have)
+	}
+	switch {
+	case err != nil:
+		return classify(err, "get "+what)
+	case !isOwnedBy(have.Labels, spec.Owner):
+		return nameConflict("Secret", have, spec.Owner)
+	case have.Annotations[AnnotationCloudInitHash] == want.Annotations[AnnotationCloudInitHash]:
+		return nil
+	}
+	// Other data, or a Secret of an earlier version without the hash: set both. The data merges
+	// key by key (a key the spec no longer has is sent as null): no resourceVersion needed.
+	data := map[string]any{userDataKey: want.Data[userDataKey], networkDataKey: nil}
+	if v, ok := want.Data[networkDataKey]; ok {
+		data[networkDataKey] = v
+	}
+	body, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": map[string]string{AnnotationCloudInitHash: want.Annotations[AnnotationCloudInitHash]}},
+		"data":     data,
+	})
+	if err != nil {
+		return err
+	}
+	if err := m.c.Patch(ctx, have, client.RawPatch(types.MergePatchType, body)); err != nil {
+		return classify(err, "update "+what)
+	}
+	return nil
+}
+
+// rootDiskOwner names the machine's root disk as the owner of its cloud-init Secret: the PVC, or
+// the DataVolume of an image of the CDI backend; none if neither of ours exists (the provider
+// then deletes the Secret itself with the machine).
+func (m *remoteMachines) rootDiskOwner(ctx context.Context, spec *MachineSpec) ([]metav1.OwnerReference, error) {
+	key := client.ObjectKey{Namespace: spec.Namespace, Name: diskClaimName(spec.Name, 0)}
+	pvc := &corev1.PersistentVolumeClaim{}
+	err := m.read(ctx, key, pvc)
+	switch {
+	case err == nil && isOwnedBy(pvc.Labels, spec.Owner):
+		return []metav1.OwnerReference{ownerReference(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"), pvc)}, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return nil, classify(err, "get "+describe("PersistentVolumeClaim", key.Namespace, key.Name))
+	}
+	dv, err := m.ownedRootDataVolume(ctx, spec.Ref())
+	if err != nil || dv == nil {
+		return nil, err
+	}
+	return []metav1.OwnerReference{ownerReference(cdiv1.SchemeGroupVersion.WithKind("DataVolume"), dv)}, nil
+}

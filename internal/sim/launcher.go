@@ -1,0 +1,337 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// launcher is a VMI's virt-launcher pod, played rather than created: no kubelet runs next to the
+// simulated Harvester. virt-controller creates it once the VMI's volumes are ready to attach, the
+// scheduler places it once its PVCs are bound and a node has room, the kubelet starts it once it
+// can mount its cloud-init Secret and attach it to its network; the guest boots from then on.
+type launcher struct {
+	pod types.NamespacedName
+	uid types.UID
+	// scheduled is set once the scheduler has placed the pod.
+	scheduled bool
+	// started is when the kubelet started the pod's containers (zero until it could).
+	started time.Time
+	// reported is the last Warning given about the pod, so that each new one is one event.
+	reported string
+}
+
+// launcherOf returns the VMI's launcher pod, nil until virt-controller has created it.
+func (s *Simulator) launcherOf(vmi *kubevirtv1.VirtualMachineInstance) *launcher {
+	if l, ok := s.launchers.Load(vmi.UID); ok {
+		return l.(*launcher)
+	}
+	return nil
+}
+
+// object is the pod as events refer to it.
+func (l *launcher) object() *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: l.pod.Namespace, Name: l.pod.Name, UID: l.uid}}
+}
+
+// warn records a Warning event about the pod as component would, once per distinct problem.
+func (l *launcher) warn(s *Simulator, component, reason, message string) {
+	if key := reason + ": " + message; l.reported != key {
+		l.reported = key
+		s.event(component, l.object(), corev1.EventTypeWarning, reason, message)
+	}
+}
+
+// lifecycle computes the VMI's status as virt-controller's updateStatus would from the launcher
+// pod's progress (pkg/virt-controller/watch/vmi/lifecycle.go), and when to look again.
+func (r *vmReconciler) lifecycle(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) (*kubevirtv1.VirtualMachineInstanceStatus, time.Duration) {
+	st := vmi.Status.DeepCopy()
+	now := time.Now()
+	podScheduled := kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)
+	l := r.sim.launcherOf(vmi)
+	if l == nil {
+		// The pod is created only once every volume is ready to attach (areDataVolumesReady).
+		if missing := r.missingClaim(ctx, vmi); missing != "" {
+			msg := fmt.Sprintf("PVC %s/%s does not exist, waiting for it to appear", vmi.Namespace, missing)
+			if c := vmiCondition(vmi, kubevirtv1.VirtualMachineInstanceSynchronized); c.Message != msg {
+				r.sim.event(componentKubeVirt, vmi, corev1.EventTypeNormal, reasonFailedPVCNotFound, msg)
+			}
+			setPhase(st, kubevirtv1.Pending, now)
+			updateVMICondition(st, kubevirtv1.VirtualMachineInstanceSynchronized, corev1.ConditionFalse, reasonFailedPVCNotFound, msg)
+			// A Pending VMI whose PVC is missing gets PodScheduled=False with the sync error.
+			removeVMICondition(st, podScheduled)
+			updateVMICondition(st, podScheduled, corev1.ConditionFalse, corev1.PodReasonUnschedulable, msg)
+			updateVMICondition(st, kubevirtv1.VirtualMachineInstanceReady, corev1.ConditionFalse, kubevirtv1.PodNotExistsReason, msgPodNotExists)
+			return st, recheck
+		}
+		setPhase(st, kubevirtv1.Pending, now)
+		removeVMICondition(st, kubevirtv1.VirtualMachineInstanceSynchronized)
+		removeVMICondition(st, podScheduled)
+		updateVMICondition(st, kubevirtv1.VirtualMachineInstanceReady, corev1.ConditionFalse, kubevirtv1.PodNotExistsReason, msgPodNotExists)
+		if !r.volumesPopulated(ctx, vmi) {
+			// "Delaying pod creation while DataVolume populates"
+			return st, recheck
+		}
+		l = &launcher{pod: types.NamespacedName{Namespace: vmi.Namespace, Name: "virt-launcher-" + vmi.Name + "-" + rand.String(5)}, uid: uuid.NewUUID()}
+		r.sim.launchers.Store(vmi.UID, l)
+		r.sim.event(componentKubeVirt, vmi, corev1.EventTypeNormal, "SuccessfulCreate", "Created virtual machine pod "+l.pod.Name)
+		// The pod informer sees it a moment later: the VMI moves on at the next pass.
+		return st, 10 * time.Millisecond
+	}
+
+	if st.Phase == kubevirtv1.Pending || st.Phase == "" {
+		setPhase(st, kubevirtv1.Scheduling, now)
+		st.ActivePods = map[types.UID]string{l.uid: ""}
+	}
+	if !l.scheduled {
+		if why := r.unschedulable(ctx, vm, vmi); why != "" {
+			l.warn(r.sim, componentScheduler, "FailedScheduling", why)
+			// KubeVirt copies the pod's PodScheduled=False condition once and keeps it.
+			if vmiCondition(vmi, podScheduled).Status == "" {
+				updateVMICondition(st, podScheduled, corev1.ConditionFalse, corev1.PodReasonUnschedulable, why)
+			}
+			updateVMICondition(st, kubevirtv1.VirtualMachineInstanceReady, corev1.ConditionFalse, kubevirtv1.GuestNotRunningReason, msgGuestNotRunning)
+			return st, recheck
+		}
+		l.scheduled, l.reported = true, ""
+		r.sim.event(componentScheduler, l.object(), corev1.EventTypeNormal, "Scheduled", fmt.Sprintf("Successfully assigned %s to %s", l.pod, nodeName))
+	}
+	removeVMICondition(st, podScheduled)
+	st.ActivePods = map[types.UID]string{l.uid: nodeName}
+	if l.started.IsZero() {
+		if component, reason, msg := r.cannotStart(ctx, vm, vmi); reason != "" {
+			l.warn(r.sim, component, reason, msg)
+			updateVMICondition(st, kubevirtv1.VirtualMachineInstanceReady, corev1.ConditionFalse, kubevirtv1.GuestNotRunningReason, msgGuestNotRunning)
+			return st, recheck
+		}
+		l.started = now
+	}
+
+	boot := r.sim.cfg.BootDelay
+	if r.sim.hasFault(vm, FaultSlowBoot) {
+		boot = r.sim.cfg.SlowBootDelay
+	}
+	elapsed := now.Sub(l.started)
+	switch {
+	case elapsed < boot/2:
+		// The pod's containers are starting.
+		updateVMICondition(st, kubevirtv1.VirtualMachineInstanceReady, corev1.ConditionFalse, kubevirtv1.GuestNotRunningReason, msgGuestNotRunning)
+		return st, boot/2 - elapsed
+	case elapsed < boot:
+		// The pod is ready: virt-controller hands the VMI to virt-handler on the node.
+		setPhase(st, kubevirtv1.Scheduled, now)
+		st.NodeName = nodeName
+		updateVMICondition(st, kubevirtv1.VirtualMachineInstanceReady, corev1.ConditionFalse, kubevirtv1.GuestNotRunningReason, msgGuestNotRunning)
+		return st, boot - elapsed
+	}
+	setPhase(st, kubevirtv1.Running, now)
+	st.NodeName = nodeName
+	// Running: Ready mirrors the pod's Ready condition, which has no reason or message.
+	updateVMICondition(st, kubevirtv1.VirtualMachineInstanceReady, corev1.ConditionTrue, "", "")
+	updateVMICondition(st, kubevirtv1.VirtualMachineInstanceIsMigratable, corev1.ConditionTrue, "", "")
+	next := r.guestAgent(ctx, vm, st, boot+r.sim.cfg.IPDelay-elapsed)
+	return st, next
+}
+
+// guestAgent fills the interfaces as KubeVirt reports them: from the domain at first, and with the
+// guest agent's addresses after the IP delay. It returns when to look again (0: nothing to wait for).
+func (r *vmReconciler) guestAgent(ctx context.Context, vm *kubevirtv1.VirtualMachine, st *kubevirtv1.VirtualMachineInstanceStatus, wait time.Duration) time.Duration {
+	mac := nicMAC(vm)
+	if wait > 0 {
+		// Before the guest agent connects, KubeVirt knows the NIC from the domain only.
+		st.Interfaces = []kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: "nic-1", MAC: mac, InfoSource: "domain"}}
+		return wait
+	}
+	updateVMICondition(st, kubevirtv1.VirtualMachineInstanceAgentConnected, corev1.ConditionTrue, "", "")
+	if hasIPv4(st.Interfaces) {
+		return 0 // the lease is kept
+	}
+	network, prefix, err := r.network(ctx, vm)
+	if err != nil {
+		return recheck
+	}
+	linkLocal := "fe80::5054:ff:fe" + strings.ReplaceAll(mac[9:], ":", "")[:2] + ":" + strings.ReplaceAll(mac[9:], ":", "")[2:]
+	nic := kubevirtv1.VirtualMachineInstanceNetworkInterface{
+		Name: "nic-1", InterfaceName: "eth0", MAC: mac, InfoSource: "domain, guest-agent", QueueCount: 1,
+		IP: linkLocal, IPs: []string{linkLocal},
+	}
+	if !r.sim.hasFault(vm, FaultNoDHCP) {
+		if ip, err := r.sim.pools.allocate(network, prefix, vm.UID); err == nil {
+			nic.IP = ip.String()
+			nic.IPs = []string{ip.String(), "2001:db8:" + fmt.Sprintf("%x", ip.As4()[2]) + "::" + fmt.Sprintf("%x", ip.As4()[3]), linkLocal}
+		} else {
+			r.sim.event(componentKubeVirt, vm, corev1.EventTypeWarning, "DHCPExhausted", err.Error())
+		}
+	}
+	st.Interfaces = []kubevirtv1.VirtualMachineInstanceNetworkInterface{
+		{InterfaceName: "lo", IP: "127.0.0.1", IPs: []string{"127.0.0.1", "::1"}, InfoSource: "guest-agent"},
+		nic,
+	}
+	return 0
+}
+
+// nicMAC is the MAC address of the VM's NIC: the one its spec gives (Harvester's mutator fills it
+// in), else one KubeVirt would generate.
+func nicMAC(vm *kubevirtv1.VirtualMachine) string {
+	if vm.Spec.Template != nil {
+		for _, iface := range vm.Spec.Template.Spec.Domain.Devices.Interfaces {
+			if iface.Name == "nic-1" && iface.MacAddress != "" {
+				return iface.MacAddress
+			}
+		}
+	}
+	return macFor(vm.UID)
+}
+
+// missingClaim names a PVC the VMI mounts that does not exist ("" if none).
+func (r *vmReconciler) missingClaim(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) string {
+	for _, name := range claimsOfSpec(&vmi.Spec) {
+		err := r.sim.c.Get(ctx, client.ObjectKey{Namespace: vmi.Namespace, Name: name}, &corev1.PersistentVolumeClaim{})
+		if apierrors.IsNotFound(err) {
+			return name
+		}
+	}
+	return ""
+}
+
+// volumesPopulated is CDI's IsSucceededOrPendingPopulation for each PVC the VMI mounts: a PVC a
+// DataVolume owns is ready once the DataVolume has succeeded; any other PVC is taken as populated,
+// bound or not (the scheduler waits for it to bind).
+func (r *vmReconciler) volumesPopulated(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) bool {
+	for _, name := range claimsOfSpec(&vmi.Spec) {
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := r.sim.c.Get(ctx, client.ObjectKey{Namespace: vmi.Namespace, Name: name}, pvc); err != nil {
+			return false
+		}
+		owner := metav1.GetControllerOf(pvc)
+		if owner == nil || owner.Kind != DataVolumeGVK.Kind {
+			continue
+		}
+		dv, err := r.sim.getDataVolume(ctx, pvc.Namespace, owner.Name)
+		if err != nil || dataVolumePhase(dv) != dataVolumeSucceeded {
+			return false
+		}
+	}
+	return true
+}
+
+// unschedulable says why the scheduler cannot place the launcher pod ("" if it can): its
+// immediate-binding PVCs must be bound first (volume binding runs before the resource filters),
+// and the unschedulable fault leaves no node with room.
+func (r *vmReconciler) unschedulable(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) string {
+	for _, name := range claimsOfSpec(&vmi.Spec) {
+		pvc := &corev1.PersistentVolumeClaim{}
+		if err := r.sim.c.Get(ctx, client.ObjectKey{Namespace: vmi.Namespace, Name: name}, pvc); err != nil || pvc.Status.Phase != corev1.ClaimBound {
+			return msgUnboundPVCs
+		}
+	}
+	if r.sim.hasFault(vm, FaultUnschedulable) {
+		return msgInsufficientMemory
+	}
+	return ""
+}
+
+// cannotStart says why the kubelet cannot start the scheduled pod, as it reports it: the
+// cloud-init Secret cannot be mounted (KubeVirt mounts it as volume <volume>-udata or -ndata), or
+// multus cannot attach the pod to its network.
+func (r *vmReconciler) cannotStart(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) (component, reason, message string) {
+	for _, v := range vmi.Spec.Volumes {
+		ci := v.CloudInitNoCloud
+		if ci == nil {
+			continue
+		}
+		for suffix, ref := range map[string]*corev1.LocalObjectReference{"-udata": ci.UserDataSecretRef, "-ndata": ci.NetworkDataSecretRef} {
+			if ref == nil || ref.Name == "" {
+				continue
+			}
+			if err := r.sim.c.Get(ctx, client.ObjectKey{Namespace: vmi.Namespace, Name: ref.Name}, &corev1.Secret{}); apierrors.IsNotFound(err) {
+				return componentKubelet, "FailedMount", fmt.Sprintf("MountVolume.SetUp failed for volume %q : secret %q not found", v.Name+suffix, ref.Name)
+			}
+		}
+	}
+	if _, _, err := r.network(ctx, vm); err != nil {
+		return componentKubelet, "FailedCreatePodSandBox", fmt.Sprintf(
+			"Failed to create pod sandbox: rpc error: code = Unknown desc = failed to setup network for sandbox %q: plugin type=\"multus-shim\" name=\"multus-cni-network\" failed (add): %v",
+			strings.ReplaceAll(string(uuid.NewUUID()), "-", ""), err)
+	}
+	return "", "", ""
+}
+
+// network returns the VM's first multus network and its address range.
+func (r *vmReconciler) network(ctx context.Context, vm *kubevirtv1.VirtualMachine) (string, netip.Prefix, error) {
+	if vm.Spec.Template == nil {
+		return "", netip.Prefix{}, errNoTemplate
+	}
+	for _, n := range vm.Spec.Template.Spec.Networks {
+		if n.Multus == nil {
+			continue
+		}
+		ns, name, ok := strings.Cut(n.Multus.NetworkName, "/")
+		if !ok {
+			ns, name = vm.Namespace, n.Multus.NetworkName
+		}
+		prefix, err := r.sim.networkCIDR(ctx, ns, name)
+		return ns + "/" + name, prefix, err
+	}
+	// Pod network only: KubeVirt's masquerade range.
+	return "pod", netip.MustParsePrefix("10.0.2.0/24"), nil
+}
+
+// setPhase changes the VMI's phase and records the transition, as KubeVirt does.
+func setPhase(st *kubevirtv1.VirtualMachineInstanceStatus, phase kubevirtv1.VirtualMachineInstancePhase, now time.Time) {
+	if st.Phase == phase {
+		return
+	}
+	st.Phase = phase
+	st.PhaseTransitionTimestamps = append(st.PhaseTransitionTimestamps, kubevirtv1.VirtualMachineInstancePhaseTransitionTimestamp{
+		Phase: phase, PhaseTransitionTimestamp: metav1.NewTime(now.Truncate(time.Second)),
+	})
+}
+
+// vmiCondition returns the VMI's condition of type t (the zero condition if it has none).
+func vmiCondition(vmi *kubevirtv1.VirtualMachineInstance, t kubevirtv1.VirtualMachineInstanceConditionType) kubevirtv1.VirtualMachineInstanceCondition {
+	if vmi != nil {
+		for _, c := range vmi.Status.Conditions {
+			if c.Type == t {
+				return c
+			}
+		}
+	}
+	return kubevirtv1.VirtualMachineInstanceCondition{}
+}
+
+// updateVMICondition is KubeVirt's UpdateCondition: a condition is replaced only when its status
+// or reason changes, so that an unchanged state costs no write.
+func updateVMICondition(st *kubevirtv1.VirtualMachineInstanceStatus, t kubevirtv1.VirtualMachineInstanceConditionType, status corev1.ConditionStatus, reason, message string) {
+	c := kubevirtv1.VirtualMachineInstanceCondition{Type: t, Status: status, Reason: reason, Message: message, LastTransitionTime: metav1.NewTime(time.Now().Truncate(time.Second))}
+	for i, have := range st.Conditions {
+		if have.Type == t {
+			if have.Status != status || have.Reason != reason {
+				st.Conditions[i] = c
+			}
+			return
+		}
+	}
+	st.Conditions = append(st.Conditions, c)
+}
+
+func removeVMICondition(st *kubevirtv1.VirtualMachineInstanceStatus, t kubevirtv1.VirtualMachineInstanceConditionType) {
+	var out []kubevirtv1.VirtualMachineInstanceCondition
+	for _, c := range st.Conditions {
+		if c.Type != t {
+			out = append(out, c)
+		}
+	}
+	st.Conditions = out
+}
