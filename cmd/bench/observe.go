@@ -142,6 +142,86 @@ func (o *observer) apiServerMetrics(ctx context.Context) (map[string]*dto.Metric
 	return out, nil
 }
 
+// apiServerWrites counts the writes an API server has answered, by verb and resource
+// ("PATCH machinerequests/status", with the code if refused: "DELETE virtualmachines (409)"), from
+// apiserver_request_total: all clients together.
+func apiServerWrites(ctx context.Context, cfg *rest.Config) (map[string]float64, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	fams, err := scrape(ctx, hc, strings.TrimSuffix(cfg.Host, "/")+"/metrics")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, m := range fams["apiserver_request_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		switch labels["verb"] {
+		case "GET", "LIST", "WATCH", "CONNECT":
+			continue
+		}
+		key := labels["verb"] + " " + labels["resource"]
+		if labels["subresource"] != "" {
+			key += "/" + labels["subresource"]
+		}
+		if code := labels["code"]; code >= "400" {
+			key += " (" + code + ")"
+		}
+		out[key] += m.GetCounter().GetValue()
+	}
+	return out, nil
+}
+
+// managerHarvesterRequests counts the manager's requests to Harvester by verb and resource ("get
+// virtualmachines.kubevirt.io", with the code if refused), from its
+// butler_harvester_api_requests_total.
+func managerHarvesterRequests(ctx context.Context, managerURL string) (map[string]float64, error) {
+	fams, err := scrape(ctx, http.DefaultClient, managerURL)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, m := range fams["butler_harvester_api_requests_total"].GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		key := labels["verb"] + " " + labels["resource"]
+		if code := labels["code"]; code >= "400" {
+			key += " (" + code + ")"
+		}
+		out[key] += m.GetCounter().GetValue()
+	}
+	return out, nil
+}
+
+// describeWrites renders the requests between two counts (apiServerWrites,
+// managerHarvesterRequests), per machine, largest first; those under 0.05 per machine are left out.
+func describeWrites(start, end map[string]float64, n int) string {
+	keys := make([]string, 0, len(end))
+	for k := range end {
+		if end[k]-start[k] >= 0.05*float64(n) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		di, dj := end[keys[i]]-start[keys[i]], end[keys[j]]-start[keys[j]]
+		if di != dj {
+			return di > dj
+		}
+		return keys[i] < keys[j]
+	})
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %.1f", k, (end[k]-start[k])/float64(n)))
+	}
+	return strings.Join(parts, ", ")
+}
+
 func scrape(ctx context.Context, hc *http.Client, url string) (map[string]*dto.MetricFamily, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

@@ -72,7 +72,8 @@ func (r result) summary() string {
 	return fmt.Sprintf("   all Running in %s; IP->Running p50 %s p99 %s; deleted in %s, %d objects left; per machine: management %.1f reads %.1f writes, Harvester %.1f reads %.1f writes; manager peak RSS %.0f MB, CPU %.1f s\n   until all Running: %s",
 		r.toRunning.Round(10*time.Millisecond), percentile(r.ipDelays, 0.5).Round(time.Millisecond), percentile(r.ipDelays, 0.99).Round(time.Millisecond),
 		r.toDeleted.Round(10*time.Millisecond), r.left, r.requests.mgmtReads/n, r.requests.mgmtWrites/n, r.requests.hvReads/n, r.requests.hvWrites/n, r.peakRSSMB, r.cpuSeconds,
-		r.obs.describe())
+		r.obs.describe())+"\n   management API server writes per machine: "+r.mgmtWrites+
+		"\n   the manager's Harvester requests per machine: "+r.hvRequests
 }
 
 func renderTable(o options, results []result) string {
@@ -92,7 +93,8 @@ func renderTable(o options, results []result) string {
 	}
 	fmt.Fprintln(&b, "\nWhere the time went, from the first create to all Running:")
 	for _, r := range results {
-		fmt.Fprintf(&b, "\n- %s: %s\n", r.scenario.name, r.obs.describe())
+		fmt.Fprintf(&b, "\n- %s: %s Management API server writes per machine over the lifecycle: %s. The manager's Harvester requests per machine: %s.\n",
+			r.scenario.name, r.obs.describe(), r.mgmtWrites, r.hvRequests)
 	}
 	return b.String()
 }

@@ -38,6 +38,12 @@ type result struct {
 	cpuSeconds float64
 	// obs is where the time went from the first create to all Running.
 	obs observation
+	// mgmtWrites is what the management API server was asked to write per machine, by verb and
+	// resource, over the whole lifecycle (the manager's writes and the API server's own).
+	mgmtWrites string
+	// hvRequests is what the manager asked of Harvester per machine, reads and writes, by verb
+	// and resource, from its own butler_harvester_api_requests_total.
+	hvRequests string
 }
 
 func runScenario(ctx context.Context, o options, sc scenario, work string) (result, error) {
@@ -84,6 +90,14 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 	if err != nil {
 		return res, err
 	}
+	mgmtWritesAtStart, err := apiServerWrites(ctx, tb.MgmtConfig)
+	if err != nil {
+		return res, err
+	}
+	hvRequestsAtStart, err := managerHarvesterRequests(ctx, "http://"+metricsAddr+"/metrics")
+	if err != nil {
+		return res, err
+	}
 	start := time.Now()
 	if err := createAll(ctx, tb, o.n, !sc.noUserData); err != nil {
 		return res, err
@@ -119,6 +133,19 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 		return res, err
 	}
 	res.left = vms + vmis + pvcs + secrets
+	mgmtWritesAtEnd, err := apiServerWrites(ctx, tb.MgmtConfig)
+	if err != nil {
+		return res, err
+	}
+	// The benchmark's own writes: the creates, and one delete of the collection.
+	mgmtWritesAtEnd["POST machinerequests"] -= float64(o.n)
+	mgmtWritesAtEnd["DELETECOLLECTION machinerequests"]--
+	res.mgmtWrites = describeWrites(mgmtWritesAtStart, mgmtWritesAtEnd, o.n)
+	hvRequestsAtEnd, err := managerHarvesterRequests(ctx, "http://"+metricsAddr+"/metrics")
+	if err != nil {
+		return res, err
+	}
+	res.hvRequests = describeWrites(hvRequestsAtStart, hvRequestsAtEnd, o.n)
 
 	if res.requests, err = scrapeRequests("http://"+metricsAddr+"/metrics", tb); err != nil {
 		return res, err

@@ -270,10 +270,12 @@ func TestVMCreate(t *testing.T) {
 		t.Fatalf("Reconcile = %+v, %v; want RequeueAfter %s", res, err, f.r.CreatingPollInterval)
 	}
 	mr := f.get(machineRequest())
-	if mr.Status.Phase != v1alpha1.MachinePhaseCreating || mr.Status.ProviderID != "harvester://vm-uid" {
-		t.Fatalf("status = %+v; want Creating with providerID", mr.Status)
+	// One status write while creating: the write-ahead of the placement. The VM's UID and
+	// providerID ride along with the next write (Running, or a diagnosis).
+	if mr.Status.Phase != v1alpha1.MachinePhaseCreating || mr.Status.ProviderID != "" || mr.Status.ObservedGeneration != mr.Generation {
+		t.Fatalf("status = %+v; want Creating, observedGeneration %d, no providerID yet", mr.Status, mr.Generation)
 	}
-	want := v1alpha1.Placement{ClusterID: testCluster.ID, Server: testCluster.Server, Namespace: "vms", Name: "cluster-cp-0", VMUID: "vm-uid"}
+	want := v1alpha1.Placement{ClusterID: testCluster.ID, Server: testCluster.Server, Namespace: "vms", Name: "cluster-cp-0"}
 	if p := mr.Status.Placement; p == nil || *p != want {
 		t.Fatalf("placement = %+v, want %+v", p, want)
 	}
@@ -295,6 +297,9 @@ func TestVMCreate(t *testing.T) {
 	again := f.get(mr)
 	if again.Status.Phase != v1alpha1.MachinePhaseCreating || len(f.events()) != 0 {
 		t.Fatalf("second reconcile changed phase to %s or recorded events", again.Status.Phase)
+	}
+	if again.ResourceVersion != mr.ResourceVersion {
+		t.Fatalf("second reconcile wrote the unchanged status (resourceVersion %s -> %s)", mr.ResourceVersion, again.ResourceVersion)
 	}
 }
 

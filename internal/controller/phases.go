@@ -178,6 +178,7 @@ func (r *MachineRequestReconciler) recordHome(ctx context.Context, s *machineSco
 	s.setPhase(v1alpha1.MachinePhaseCreating)
 	s.progressing(v1alpha1.ReasonVMCreating, creatingMessage(vmName(spec.Namespace, spec.Name)))
 	s.healthy()
+	s.observed()
 	if err := s.writeStatus(ctx, r.Client, &r.statuses); err != nil {
 		return nil, err
 	}

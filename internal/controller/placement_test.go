@@ -38,7 +38,7 @@ func TestPlacementRecordedBeforeAnythingIsCreated(t *testing.T) {
 		if s.VMUID != "" {
 			return harvester.Observation{}, fmt.Errorf("a new machine was given VM UID %q", s.VMUID)
 		}
-		return harvester.Observation{VMExists: true, VMCreated: true, VMUID: "vm-uid", ProviderID: "harvester://vm-uid"}, nil
+		return running, nil
 	}
 	if _, err := f.reconcile(machineRequest()); err != nil {
 		t.Fatal(err)
@@ -47,8 +47,9 @@ func TestPlacementRecordedBeforeAnythingIsCreated(t *testing.T) {
 	if storedWhenCreating == nil || *storedWhenCreating != want {
 		t.Fatalf("placement stored when Ensure ran = %+v, want %+v", storedWhenCreating, want)
 	}
-	if got := f.get(machineRequest()).Status.Placement; got == nil || got.VMUID != "vm-uid" {
-		t.Fatalf("placement after the create = %+v, want the VM UID recorded", got)
+	// The VM's UID is stored with the next write (here Running).
+	if got := f.get(machineRequest()).Status.Placement; got == nil || got.VMUID != string(running.VMUID) {
+		t.Fatalf("placement after the create = %+v, want VM UID %s recorded", got, running.VMUID)
 	}
 }
 
@@ -160,7 +161,9 @@ func TestMachineWithoutVMStartsAfreshWhereTheProviderConfigPoints(t *testing.T) 
 	f.machines.delete = func(ref harvester.MachineRef) (bool, string, error) { deleted = ref.Namespace; return true, "", nil }
 	f.machines.ensure = func(s *harvester.MachineSpec) (harvester.Observation, error) {
 		created = s.Namespace
-		return harvester.Observation{VMExists: true, VMCreated: true, VMUID: "new-uid", ProviderID: "harvester://new-uid"}, nil
+		obs := running
+		obs.VMUID, obs.ProviderID, obs.VMCreated = "new-uid", "harvester://new-uid", true
+		return obs, nil
 	}
 	if _, err := f.reconcile(mr); err != nil {
 		t.Fatal(err)

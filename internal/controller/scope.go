@@ -283,8 +283,17 @@ func (s *machineScope) waiting(w *harvester.WaitingError) {
 
 func (s *machineScope) deleting() bool { return !s.mr.DeletionTimestamp.IsZero() }
 
-// observed records that the status describes the current generation.
-func (s *machineScope) observed() { s.mr.Status.ObservedGeneration = s.mr.Generation }
+// observed records that the status describes the current generation. The API server raises the
+// generation when a deletion starts: that alone is not worth a write, so during deletion it
+// rides along with the next write there is.
+func (s *machineScope) observed() {
+	generation := s.mr.Generation
+	if s.deleting() {
+		s.setLazily(func(st *v1alpha1.MachineRequestStatus) { st.ObservedGeneration = generation })
+		return
+	}
+	s.mr.Status.ObservedGeneration = generation
+}
 
 // writeStatus stores the status if it differs from what is stored, as a merge patch from what is
 // stored: the cached copy may lag behind this manager's last write, so the comparison and the

@@ -519,6 +519,20 @@ func (m *remoteMachines) deleteDisks(ctx context.Context, ref MachineRef, live, 
 		if disk.GetDeletionTimestamp() != nil {
 			continue
 		}
+		if !live {
+			// Harvester deletes the disks named in the VM's removed-claims annotation with the
+			// VM, and the cache may not have seen that yet: a read is cheaper than a delete
+			// that finds the disk already going.
+			fresh := disk.DeepCopyObject().(client.Object)
+			if err := m.live(ctx, client.ObjectKeyFromObject(disk), fresh); apierrors.IsNotFound(err) {
+				continue
+			} else if err != nil {
+				return nil, nil, classify(err, "get "+what)
+			}
+			if fresh.GetDeletionTimestamp() != nil {
+				continue
+			}
+		}
 		if users == nil { // listed once, and only when a disk is to be deleted
 			if users, err = m.volumeUsers(ctx, ref.Namespace); err != nil {
 				return nil, nil, err

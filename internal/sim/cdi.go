@@ -52,14 +52,12 @@ func (r *dataVolumeReconciler) setup(mgr ctrl.Manager) error {
 // clonesOf names the DataVolumes that clone pvc.
 func (r *dataVolumeReconciler) clonesOf(ctx context.Context, pvc client.Object) []ctrl.Request {
 	list := &cdiv1.DataVolumeList{}
-	if err := r.sim.c.List(ctx, list); err != nil {
+	if err := r.sim.c.List(ctx, list, client.MatchingFields{indexDataVolumeBySource: pvc.GetNamespace() + "/" + pvc.GetName()}); err != nil {
 		return nil
 	}
-	var reqs []ctrl.Request
-	for _, dv := range list.Items {
-		if src := dv.Spec.Source; src != nil && src.PVC != nil && src.PVC.Namespace == pvc.GetNamespace() && src.PVC.Name == pvc.GetName() {
-			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&dv)})
-		}
+	reqs := make([]ctrl.Request, 0, len(list.Items))
+	for i := range list.Items {
+		reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 	}
 	return reqs
 }

@@ -73,16 +73,12 @@ func (g *garbageCollector) dependentsOf(kind client.Object) handler.MapFunc {
 			return nil
 		}
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		if err := g.sim.c.List(ctx, list, client.InNamespace(owner.GetNamespace())); err != nil {
+		if err := g.sim.c.List(ctx, list, client.InNamespace(owner.GetNamespace()), client.MatchingFields{indexOwnerUID: string(owner.GetUID())}); err != nil {
 			return nil
 		}
-		var reqs []ctrl.Request
-		for _, item := range list.Items {
-			for _, ref := range item.OwnerReferences {
-				if ref.UID == owner.GetUID() {
-					reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&item)})
-				}
-			}
+		reqs := make([]ctrl.Request, 0, len(list.Items))
+		for i := range list.Items {
+			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 		}
 		return reqs
 	}

@@ -214,15 +214,11 @@ func (r *pvcReconciler) release(ctx context.Context, pvc *corev1.PersistentVolum
 		return nil
 	}
 	vmis := &kubevirtv1.VirtualMachineInstanceList{}
-	if err := r.sim.c.List(ctx, vmis, client.InNamespace(pvc.Namespace)); err != nil {
+	if err := r.sim.c.List(ctx, vmis, client.InNamespace(pvc.Namespace), client.MatchingFields{indexVMIByClaim: pvc.Name}); err != nil {
 		return err
 	}
-	for _, vmi := range vmis.Items {
-		for _, v := range vmi.Spec.Volumes {
-			if v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == pvc.Name {
-				return nil // still in use; the VMI's deletion wakes us
-			}
-		}
+	if len(vmis.Items) > 0 {
+		return nil // still in use; the VMI's deletion wakes us
 	}
 	patch := client.MergeFrom(pvc.DeepCopy())
 	controllerutil.RemoveFinalizer(pvc, pvcProtectionFinalizer)

@@ -256,6 +256,9 @@ func (s *Simulator) Start(ctx context.Context, restConfig *rest.Config) error {
 	if s.gcClient, err = client.New(gcConfig, client.Options{Scheme: Scheme()}); err != nil {
 		return err
 	}
+	if err := s.addIndexes(ctx, mgr); err != nil {
+		return err
+	}
 	if err := s.setup(mgr); err != nil {
 		return err
 	}

@@ -70,17 +70,17 @@ func (r *vmReconciler) setup(mgr ctrl.Manager) error {
 // vmsUsing names the VMs of obj's namespace that mount it (a PVC) or read cloud-init from it (a
 // Secret).
 func (r *vmReconciler) vmsUsing(ctx context.Context, obj client.Object) []ctrl.Request {
-	vms := &kubevirtv1.VirtualMachineList{}
-	if err := r.sim.c.List(ctx, vms, client.InNamespace(obj.GetNamespace())); err != nil {
+	field := indexVMByClaim
+	if _, isSecret := obj.(*corev1.Secret); isSecret {
+		field = indexVMBySecret
+	}
+	vms, err := r.sim.vmsByIndex(ctx, obj.GetNamespace(), field, obj.GetName())
+	if err != nil {
 		return nil
 	}
-	var reqs []ctrl.Request
-	for i := range vms.Items {
-		vm := &vms.Items[i]
-		_, isSecret := obj.(*corev1.Secret)
-		if (isSecret && containsName(cloudInitSecrets(vm), obj.GetName())) || (!isSecret && containsName(claimsOf(vm), obj.GetName())) {
-			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(vm)})
-		}
+	reqs := make([]ctrl.Request, 0, len(vms))
+	for i := range vms {
+		reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&vms[i])})
 	}
 	return reqs
 }
@@ -524,15 +524,6 @@ func cloudInitSecrets(vm *kubevirtv1.VirtualMachine) []string {
 		}
 	}
 	return names
-}
-
-func containsName(names []string, name string) bool {
-	for _, n := range names {
-		if n == name {
-			return true
-		}
-	}
-	return false
 }
 
 var errNoTemplate = errors.New("VM has no template")

@@ -161,12 +161,12 @@ func (w *webhooks) validate(ctx context.Context, req *admissionv1.AdmissionReque
 // deleted (409 since Harvester v1.8.0), nor one a VM owns (422).
 func (w *webhooks) claimInUse(ctx context.Context, pvc *corev1.PersistentVolumeClaim) *admissionv1.AdmissionResponse {
 	vms := &kubevirtv1.VirtualMachineList{}
-	if err := w.c.List(ctx, vms, client.InNamespace(pvc.Namespace)); err != nil {
+	if err := w.c.List(ctx, vms, client.InNamespace(pvc.Namespace), client.MatchingFields{indexVMByClaim: pvc.Name}); err != nil {
 		return denied(http.StatusInternalServerError, metav1.StatusReasonInternalError, fmt.Sprintf("failed to get VMs by index: harvesterhci.io/vm-by-pvc, PVC: %s/%s, err: %s", pvc.Namespace, pvc.Name, err))
 	}
 	for i := range vms.Items {
 		vm := &vms.Items[i]
-		if vm.DeletionTimestamp == nil && containsName(claimsOf(vm), pvc.Name) {
+		if vm.DeletionTimestamp == nil {
 			return denied(http.StatusConflict, metav1.StatusReasonConflict,
 				fmt.Sprintf("can not delete the volume %s which is currently attached to VM: %s/%s", pvc.Name, vm.Namespace, vm.Name))
 		}
@@ -221,17 +221,13 @@ func (w *webhooks) macConflict(ctx context.Context, vm *kubevirtv1.VirtualMachin
 	if len(macs) == 0 {
 		return ""
 	}
-	vms := &kubevirtv1.VirtualMachineList{}
-	if err := w.c.List(ctx, vms); err != nil {
-		return "" // fail open on our own errors: the rule is about MACs, not about the simulator
-	}
-	for i := range vms.Items {
-		other := &vms.Items[i]
-		if other.Namespace == vm.Namespace && other.Name == vm.Name {
-			continue
+	for m := range macs {
+		vms := &kubevirtv1.VirtualMachineList{}
+		if err := w.c.List(ctx, vms, client.MatchingFields{indexVMByMAC: m}); err != nil {
+			return "" // fail open on our own errors: the rule is about MACs, not about the simulator
 		}
-		for _, m := range vmMACs(other) {
-			if macs[m] {
+		for i := range vms.Items {
+			if other := &vms.Items[i]; other.Namespace != vm.Namespace || other.Name != vm.Name {
 				return fmt.Sprintf("failed to allocate requested mac address %s: already used by VirtualMachine %s/%s", m, other.Namespace, other.Name)
 			}
 		}
