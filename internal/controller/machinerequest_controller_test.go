@@ -600,3 +600,20 @@ func TestStartGracePeriod(t *testing.T) {
 	requireCondition(t, f.get(mr), v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonQuotaExceeded)
 	requireEvent(t, f.events(), "Warning QuotaExceeded")
 }
+
+// A diagnosis that may appear with nothing changing on Harvester (the scheduler's reason read
+// after its grace) is looked for when it may have appeared, not at the next poll.
+func TestCreatingLooksAgainWhenADiagnosisMayHaveAppeared(t *testing.T) {
+	mr := placed(withFinalizer(machineRequest()))
+	mr.Status.Phase = v1alpha1.MachinePhaseCreating
+	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
+	obs := running
+	obs.Running, obs.Addresses = false, harvester.Addresses{}
+	obs.VMCreatedAt = time.Now()
+	obs.DiagnoseAgainAt = time.Now().Add(2 * time.Second)
+	f.machines.ensure = func(*harvester.MachineSpec) (harvester.Observation, error) { return obs, nil }
+	res, err := f.reconcile(mr)
+	if err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > 2*time.Second+50*time.Millisecond {
+		t.Fatalf("Reconcile = %+v, %v; want a requeue within 2s (poll interval %s)", res, err, f.r.CreatingPollInterval)
+	}
+}

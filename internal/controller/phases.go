@@ -228,6 +228,9 @@ func (r *MachineRequestReconciler) reportCreating(s *machineScope, vm string, ob
 	}
 	reason, message := v1alpha1.ReasonVMCreating, creatingMessage(vm)
 	diagnosis := obs.Diagnosis
+	if !obs.DiagnoseAgainAt.IsZero() {
+		until(obs.DiagnoseAgainAt)
+	}
 	// KubeVirt records phase transitions to the second: the VM may have run up to a second less.
 	ipDeadline := obs.RunningSince.Add(r.IPReportTimeout + time.Second)
 	switch {

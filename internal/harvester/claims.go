@@ -2,6 +2,7 @@ package harvester
 
 import (
 	"context"
+	"time"
 	"fmt"
 	"strings"
 
@@ -247,22 +248,41 @@ func inUseRefusal(err error) string {
 	return ""
 }
 
-// volumeUsers maps each PVC of the namespace that a VM mounts to the VMs that mount it. It lists
-// live: this is rare, and a VM of someone else's is not in the provider's cache.
+// volumeUsers maps each PVC of the namespace that a VM mounts to the VMs that mount it (the map is
+// shared: read it, never change it). It lists live, since a VM of someone else's is not in the
+// provider's cache; deletions that ask at the same time share one list (singleflight), so that
+// deleting 1000 machines does not list the namespace's 1000 VMs 1000 times.
 func (m *remoteMachines) volumeUsers(ctx context.Context, namespace string) (map[string][]string, error) {
-	list := &kubevirtv1.VirtualMachineList{}
-	if err := m.c.List(ctx, list, client.InNamespace(namespace)); err != nil {
-		return nil, classify(err, "list VirtualMachines in namespace "+namespace)
-	}
-	users := map[string][]string{}
-	for i := range list.Items {
-		vm := &list.Items[i]
-		for _, claim := range mountedClaims(vm) {
-			users[claim] = append(users[claim], describe("VirtualMachine", vm.Namespace, vm.Name))
+	shared := m.volumeUsersCalls.DoChan(namespace, func() (any, error) {
+		list := &kubevirtv1.VirtualMachineList{}
+		// Not the first caller's context: its cancellation must not fail the others.
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedListTimeout)
+		defer cancel()
+		if err := m.c.List(lctx, list, client.InNamespace(namespace)); err != nil {
+			return nil, classify(err, "list VirtualMachines in namespace "+namespace)
 		}
+		users := map[string][]string{}
+		for i := range list.Items {
+			vm := &list.Items[i]
+			for _, claim := range mountedClaims(vm) {
+				users[claim] = append(users[claim], describe("VirtualMachine", vm.Namespace, vm.Name))
+			}
+		}
+		return users, nil
+	})
+	select {
+	case res := <-shared:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		return res.Val.(map[string][]string), nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	return users, nil
 }
+
+// sharedListTimeout bounds a list shared by several callers.
+const sharedListTimeout = 30 * time.Second
 
 // ownedClaims lists the PVCs labelled for this machine, from the cache or live (deletion is
 // complete only when none is left live).

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -73,10 +74,15 @@ func (m *remoteMachines) diagnose(ctx context.Context, vm *kubevirtv1.VirtualMac
 			why := c.Message
 			if strings.Contains(why, unboundPVCsMessage) {
 				if len(pending) > 0 {
+					m.staleUnschedulable.Delete(vmi.UID)
 					continue // the disks are still being provisioned: part of every start
 				}
 				// KubeVirt copies the pod's PodScheduled condition once and keeps it: with the
-				// disks bound, the scheduler's current reason is in the pod's latest event.
+				// disks bound, the scheduler's current reason is in the pod's latest event,
+				// worth reading only once the scheduler has had time to place the pod.
+				if !m.unscheduledPastGrace(vmi.UID) {
+					continue
+				}
 				if why = m.launcherWarning(ctx, vmi, "FailedScheduling"); why == "" || strings.Contains(why, unboundPVCsMessage) {
 					continue
 				}
@@ -86,6 +92,20 @@ func (m *remoteMachines) diagnose(ctx context.Context, vm *kubevirtv1.VirtualMac
 		}
 	}
 	return nil
+}
+
+// schedulingGrace is how long a VMI may go on showing the scheduler's "unbound PVCs" reason once
+// its disks are bound before the launcher pod's events are read for the scheduler's current one.
+// The scheduler retries a pod as soon as its volumes bind, so a healthy start has moved on long
+// before: listing events (a scan of every event in the namespace on the API server) on every
+// start would cost 1000 such scans for 1000 machines, to find nothing.
+const schedulingGrace = 10 * time.Second
+
+// unscheduledPastGrace reports whether the VMI has shown the stale reason, with its disks bound,
+// for schedulingGrace (counted from the first time it is asked).
+func (m *remoteMachines) unscheduledPastGrace(vmi types.UID) bool {
+	first, seen := m.staleUnschedulable.LoadOrStore(vmi, time.Now())
+	return seen && time.Since(first.(time.Time)) >= schedulingGrace
 }
 
 // launcherWarning returns the message of the newest Warning event of that reason about the VMI's

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -55,6 +56,12 @@ func TestDiagnoseOnlyFromRealFailureSignals(t *testing.T) {
 	halted.Annotations[annotationInsufficientResourceQuota] = `pods "virt-launcher-x" is forbidden: exceeded quota: project-quota, requested: limits.memory=4Gi, used: limits.memory=30Gi, limited: limits.memory=32Gi`
 	failing := vm.DeepCopy()
 	failing.Status.Conditions = []kubevirtv1.VirtualMachineCondition{{Type: kubevirtv1.VirtualMachineFailure, Status: corev1.ConditionTrue, Reason: "FailedCreate", Message: "Error creating VMI"}}
+	// How long the VMI has already been seen with its disks bound and the scheduler's stale
+	// "unbound PVCs" reason.
+	unscheduledFor := map[string]time.Duration{
+		"no room once the disk is bound":                            schedulingGrace,
+		"disk just bound: the scheduler has not had its chance yet": schedulingGrace / 2,
+	}
 	for name, tc := range map[string]struct {
 		vm      *kubevirtv1.VirtualMachine
 		vmi     *kubevirtv1.VirtualMachineInstance
@@ -73,10 +80,14 @@ func TestDiagnoseOnlyFromRealFailureSignals(t *testing.T) {
 			v1alpha1.ReasonVolumeNotBound, `"lh-1" not found`},
 		"no room": {vm, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable, "0/3 nodes are available: 3 Insufficient memory.")),
 			[]client.Object{claim(corev1.ClaimBound)}, v1alpha1.ReasonVMUnschedulable, "Insufficient memory"},
-		// KubeVirt keeps the first reason it copied; the pod's latest event has the current one.
+		// KubeVirt keeps the first reason it copied; the pod's latest event has the current one,
+		// read once the scheduler has had schedulingGrace to place the pod.
 		"no room once the disk is bound": {vm, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable, unbound)),
 			[]client.Object{claim(corev1.ClaimBound), event("virt-launcher-x", "pod-uid", "FailedScheduling", "0/3 nodes are available: 3 Insufficient cpu.")},
 			v1alpha1.ReasonVMUnschedulable, "Insufficient cpu"},
+		"disk just bound: the scheduler has not had its chance yet": {vm, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable, unbound)),
+			[]client.Object{claim(corev1.ClaimBound), event("virt-launcher-x", "pod-uid", "FailedScheduling", "0/3 nodes are available: 3 Insufficient cpu.")},
+			"", ""},
 		"KubeVirt's Failure condition": {failing, nil, []client.Object{claim(corev1.ClaimBound)}, v1alpha1.ReasonVMNotStarting, "FailedCreate: Error creating VMI"},
 		"launcher pod over quota": {vm, vmi(kubevirtv1.Pending, cond("Synchronized", "FailedCreate",
 			`failed to create virtual machine pod: pods "virt-launcher-x" is forbidden: exceeded quota: vm-quota, requested: limits.memory=4Gi, used: limits.memory=0, limited: limits.memory=1Gi`)),
@@ -88,6 +99,9 @@ func TestDiagnoseOnlyFromRealFailureSignals(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m := diagnosisCluster(t, tc.objs...)
 			ctx := context.Background()
+			if seen, ok := unscheduledFor[name]; ok {
+				m.staleUnschedulable.Store(tc.vmi.UID, time.Now().Add(-seen))
+			}
 			d := m.diagnose(ctx, tc.vm, tc.vmi, m.pendingDisks(ctx, tc.vm))
 			switch {
 			case tc.reason == "" && d != nil:

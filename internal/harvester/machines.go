@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,6 +70,9 @@ type Observation struct {
 	// the VMI's phase and the condition holding it up, disks not bound yet), for a caller to
 	// report once the start takes longer than it should.
 	Starting string
+	// DiagnoseAgainAt, if set, is when a diagnosis may have appeared with no change on Harvester
+	// to announce it (see schedulingGrace): the caller looks again then.
+	DiagnoseAgainAt time.Time
 }
 
 // deletionRetry is how soon to look again at objects that are being deleted.
@@ -97,6 +102,12 @@ type remoteMachines struct {
 	namespace string
 	discovery discovery.ServerVersionInterface
 	*identity
+	// staleUnschedulable records when each VMI (by UID) was first seen still showing the
+	// scheduler's "unbound PVCs" reason with all its disks bound (see schedulingGrace).
+	staleUnschedulable sync.Map
+	// volumeUsersCalls shares one live list of a namespace's VMs among the deletions that need
+	// it at the same time (see volumeUsers).
+	volumeUsersCalls singleflight.Group
 }
 
 type cacheReader struct{ client.Reader }
@@ -393,6 +404,9 @@ func (m *remoteMachines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMa
 	if vmi != nil {
 		obs.VMIPhase = string(vmi.Status.Phase)
 		obs.Running = vmi.Status.Phase == kubevirtv1.Running
+		if obs.Running {
+			m.staleUnschedulable.Delete(vmi.UID)
+		}
 		obs.RunningSince = runningSince(vmi)
 		obs.Addresses = SelectAddresses(vmi.Status.Interfaces)
 	}
@@ -400,6 +414,12 @@ func (m *remoteMachines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMa
 		pending := m.pendingDisks(ctx, vm)
 		obs.Diagnosis = m.diagnose(ctx, vm, vmi, pending)
 		obs.Starting = starting(vm, vmi, pending)
+		if vmi == nil || obs.Diagnosis != nil {
+			return obs, nil
+		}
+		if first, waiting := m.staleUnschedulable.Load(vmi.UID); waiting {
+			obs.DiagnoseAgainAt = first.(time.Time).Add(schedulingGrace)
+		}
 	}
 	return obs, nil
 }
