@@ -208,7 +208,10 @@ func (m *remoteMachines) diagnoseDisks(ctx context.Context, vm *kubevirtv1.Virtu
 			}
 			return &Diagnosis{v1alpha1.ReasonVolumeMissing, fmt.Sprintf(
 				"PersistentVolumeClaim %s/%s (disk %s) was deleted outside the provider: the VM cannot start; delete and recreate the MachineRequest", vm.Namespace, name, v.Name)}
-		case err != nil || pvc.Status.Phase != corev1.ClaimPending:
+		case err != nil:
+			continue
+		case pvc.Status.Phase != corev1.ClaimPending:
+			m.claimEventsRead.Delete(pvc.UID)
 			continue
 		}
 		if d := m.diagnosePendingClaim(ctx, vm, v.Name, pvc); d != nil {
@@ -235,10 +238,62 @@ func (m *remoteMachines) diagnosePendingClaim(ctx context.Context, vm *kubevirtv
 			return &Diagnosis{v1alpha1.ReasonVolumeNotBound, fmt.Sprintf("%s is Pending: DataVolume %s/%s failed: %s", what, dv.Namespace, dv.Name, dataVolumeFailure(dv))}
 		}
 	}
+	if !m.claimEventsWorthReading(pvc) {
+		return nil
+	}
 	if why := m.latestWarning(ctx, pvc); why != "" {
 		return &Diagnosis{v1alpha1.ReasonVolumeNotBound, fmt.Sprintf("%s is Pending: %s", what, why)}
 	}
 	return nil
+}
+
+// claimEventsGrace is how long a disk may be Pending before its events are read for a warning,
+// and claimEventsInterval how often they are read again while it stays Pending. Every root disk
+// is Pending while Longhorn or CDI clones the image, and listing events is a scan of every event
+// in the namespace on the API server: reading them on every look at every new disk would cost
+// 1000 scans for 1000 machines, to find nothing. A disk that cannot bind says so within seconds
+// and keeps saying it; the diagnosis comes at most claimEventsGrace later.
+const (
+	claimEventsGrace    = 10 * time.Second
+	claimEventsInterval = 30 * time.Second
+)
+
+// claimsWorthDiagnosingAt returns when the first of the VM's Pending disks becomes worth a look
+// at its events (zero if none is waiting for that): no change on Harvester announces it.
+func (m *remoteMachines) claimsWorthDiagnosingAt(ctx context.Context, vm *kubevirtv1.VirtualMachine) time.Time {
+	var at time.Time
+	for _, name := range mountedClaims(vm) {
+		pvc := &corev1.PersistentVolumeClaim{}
+		if m.peek(ctx, client.ObjectKey{Namespace: vm.Namespace, Name: name}, pvc) != nil || pvc.Status.Phase != corev1.ClaimPending {
+			continue
+		}
+		if due := pvc.CreationTimestamp.Add(claimEventsGrace); due.After(time.Now()) {
+			at = earliest(at, due)
+		}
+	}
+	return at
+}
+
+// earliest returns the earlier of two times, a zero time counting as none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// claimEventsWorthReading reports whether the Pending disk's events are due a read (and records
+// the read).
+func (m *remoteMachines) claimEventsWorthReading(pvc *corev1.PersistentVolumeClaim) bool {
+	now := time.Now()
+	if now.Sub(pvc.CreationTimestamp.Time) < claimEventsGrace {
+		return false
+	}
+	if last, read := m.claimEventsRead.Load(pvc.UID); read && now.Sub(last.(time.Time)) < claimEventsInterval {
+		return false
+	}
+	m.claimEventsRead.Store(pvc.UID, now)
+	return true
 }
 
 // dataVolumeKind is CDI's kind, the controller of the PVCs it fills.

@@ -175,3 +175,35 @@ func TestCheckImageBackend(t *testing.T) {
 		}
 	}
 }
+
+// A new disk is Pending while its image is cloned: its events are read only once it has been
+// Pending for claimEventsGrace, then at most every claimEventsInterval, and the observation says
+// when to look again.
+func TestPendingDiskEventsAreReadAfterTheirGrace(t *testing.T) {
+	spec := testSpec()
+	vm := BuildVirtualMachine(spec)
+	pvc := BuildRootDiskClaim(spec, ImageInfo{Ref: spec.Image, StorageClassName: "lh-1"})
+	pvc.UID, pvc.Status.Phase, pvc.CreationTimestamp = "pvc-uid", corev1.ClaimPending, metav1.Now()
+	warning := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: pvc.Name + ".1", Namespace: vm.Namespace}, Type: corev1.EventTypeWarning,
+		Reason: "ProvisioningFailed", Message: `storageclass.storage.k8s.io "lh-1" not found`, InvolvedObject: corev1.ObjectReference{Name: pvc.Name, UID: pvc.UID}, LastTimestamp: metav1.Now()}
+	m := diagnosisCluster(t, pvc, warning)
+	ctx := context.Background()
+	if d := m.diagnoseDisks(ctx, vm); d != nil {
+		t.Fatalf("diagnosis %+v of a disk created just now", d)
+	}
+	if at := m.claimsWorthDiagnosingAt(ctx, vm); at.Before(time.Now()) || at.After(time.Now().Add(claimEventsGrace)) {
+		t.Fatalf("look again at %s, want within %s", at, claimEventsGrace)
+	}
+
+	pvc.CreationTimestamp = metav1.NewTime(time.Now().Add(-claimEventsGrace))
+	m = diagnosisCluster(t, pvc, warning)
+	if d := m.diagnoseDisks(ctx, vm); d == nil || d.Reason != v1alpha1.ReasonVolumeNotBound {
+		t.Fatalf("diagnosis %+v of a disk Pending for %s with a warning, want %s", d, claimEventsGrace, v1alpha1.ReasonVolumeNotBound)
+	}
+	if !m.claimsWorthDiagnosingAt(ctx, vm).IsZero() {
+		t.Fatal("a disk past its grace still asks to be looked at again")
+	}
+	if m.claimEventsWorthReading(pvc) {
+		t.Fatalf("events read again within %s", claimEventsInterval)
+	}
+}

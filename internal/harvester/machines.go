@@ -105,6 +105,9 @@ type remoteMachines struct {
 	// staleUnschedulable records when each VMI (by UID) was first seen still showing the
 	// scheduler's "unbound PVCs" reason with all its disks bound (see schedulingGrace).
 	staleUnschedulable sync.Map
+	// claimEventsRead records when the events of each Pending disk (by UID) were last read (see
+	// claimEventsWorthReading).
+	claimEventsRead sync.Map
 	// volumeUsersCalls shares one live list of a namespace's VMs among the deletions that need
 	// it at the same time (see volumeUsers).
 	volumeUsersCalls singleflight.Group
@@ -414,11 +417,15 @@ func (m *remoteMachines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMa
 		pending := m.pendingDisks(ctx, vm)
 		obs.Diagnosis = m.diagnose(ctx, vm, vmi, pending)
 		obs.Starting = starting(vm, vmi, pending)
-		if vmi == nil || obs.Diagnosis != nil {
+		if obs.Diagnosis != nil {
+			return obs, nil
+		}
+		obs.DiagnoseAgainAt = m.claimsWorthDiagnosingAt(ctx, vm)
+		if vmi == nil {
 			return obs, nil
 		}
 		if first, waiting := m.staleUnschedulable.Load(vmi.UID); waiting {
-			obs.DiagnoseAgainAt = first.(time.Time).Add(schedulingGrace)
+			obs.DiagnoseAgainAt = earliest(obs.DiagnoseAgainAt, first.(time.Time).Add(schedulingGrace))
 		}
 	}
 	return obs, nil
