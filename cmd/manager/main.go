@@ -189,7 +189,8 @@ func metricsOptions(o *options.Options) metricsserver.Options {
 func disableHTTP2(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }
 
 func cacheOptions(o *options.Options) cache.Options {
-	c := cache.Options{SyncPeriod: &o.SyncPeriod}
+	// Nothing reads managedFields: not caching them saves memory per object.
+	c := cache.Options{SyncPeriod: &o.SyncPeriod, DefaultTransform: cache.TransformStripManagedFields()}
 	if len(o.WatchNamespaces) > 0 {
 		c.DefaultNamespaces = make(map[string]cache.Config, len(o.WatchNamespaces))
 		for _, ns := range o.WatchNamespaces {

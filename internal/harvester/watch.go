@@ -61,6 +61,9 @@ func startCache(ctx context.Context, cfg *rest.Config, namespace string, notify 
 		DefaultLabelSelector: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue}),
 		// Images are few, and shared with the rest of Butler: all of them, not only ours.
 		ByObject: map[client.Object]cache.ByObject{newImage(): {Label: labels.Everything()}},
+		// KubeVirt and Harvester write VMs and VMIs from several field managers: their
+		// managedFields would be most of what the cache holds, and nothing reads them.
+		DefaultTransform: cache.TransformStripManagedFields(),
 	})
 	if err != nil {
 		log.FromContext(ctx).Error(err, "Building the Harvester cache; reading live instead")
