@@ -72,8 +72,8 @@ func (r result) summary() string {
 	return fmt.Sprintf("   all Running in %s; IP->Running p50 %s p99 %s; deleted in %s, %d objects left; per machine: management %.1f reads %.1f writes, Harvester %.1f reads %.1f writes; manager peak RSS %.0f MB, CPU %.1f s\n   until all Running: %s",
 		r.toRunning.Round(10*time.Millisecond), percentile(r.ipDelays, 0.5).Round(time.Millisecond), percentile(r.ipDelays, 0.99).Round(time.Millisecond),
 		r.toDeleted.Round(10*time.Millisecond), r.left, r.requests.mgmtReads/n, r.requests.mgmtWrites/n, r.requests.hvReads/n, r.requests.hvWrites/n, r.peakRSSMB, r.cpuSeconds,
-		r.obs.describe())+"\n   management API server writes per machine: "+r.mgmtWrites+
-		"\n   the manager's Harvester requests per machine: "+r.hvRequests
+		r.obs.describe()) + "\n   management API server writes per machine: " + r.mgmtWrites +
+		"\n   the manager's Harvester requests per machine: " + r.hvRequests
 }
 
 func renderTable(o options, results []result) string {

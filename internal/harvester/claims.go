@@ -2,9 +2,9 @@ package harvester
 
 import (
 	"context"
-	"time"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"

@@ -19,7 +19,7 @@ const (
 	// indexVMByClaim: the PVCs and DataVolumes a VM mounts.
 	indexVMByClaim = "sim.vm.claims"
 	// indexVMBySecret: the Secrets a VM reads cloud-init from.
-	indexVMBySecret = "sim.vm.cloudInitSecrets"
+	indexVMBySecret = "sim.vm.cloudInitSecrets" //nolint:gosec // G101: an index name, not a credential
 	// indexVMByMAC: the MAC addresses a VM's interfaces ask for.
 	indexVMByMAC = "sim.vm.macs"
 	// indexVMIByClaim: the PVCs a VMI mounts.
