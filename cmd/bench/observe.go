@@ -154,14 +154,25 @@ func apiServerWrites(ctx context.Context, cfg *rest.Config) (map[string]float64,
 	if err != nil {
 		return nil, err
 	}
+	return countRequests(fams["apiserver_request_total"], func(labels map[string]string) bool {
+		switch labels["verb"] {
+		case "GET", "LIST", "WATCH", "CONNECT":
+			return false
+		}
+		return true
+	}), nil
+}
+
+// countRequests sums a request counter by "verb resource[/subresource][ (code)]", the code only for
+// refusals, over the samples keep accepts.
+func countRequests(f *dto.MetricFamily, keep func(labels map[string]string) bool) map[string]float64 {
 	out := map[string]float64{}
-	for _, m := range fams["apiserver_request_total"].GetMetric() {
+	for _, m := range f.GetMetric() {
 		labels := map[string]string{}
 		for _, l := range m.GetLabel() {
 			labels[l.GetName()] = l.GetValue()
 		}
-		switch labels["verb"] {
-		case "GET", "LIST", "WATCH", "CONNECT":
+		if !keep(labels) {
 			continue
 		}
 		key := labels["verb"] + " " + labels["resource"]
@@ -173,7 +184,7 @@ func apiServerWrites(ctx context.Context, cfg *rest.Config) (map[string]float64,
 		}
 		out[key] += m.GetCounter().GetValue()
 	}
-	return out, nil
+	return out
 }
 
 // managerHarvesterRequests counts the manager's requests to Harvester by verb and resource ("get
@@ -184,19 +195,7 @@ func managerHarvesterRequests(ctx context.Context, managerURL string) (map[strin
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]float64{}
-	for _, m := range fams["butler_harvester_api_requests_total"].GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		key := labels["verb"] + " " + labels["resource"]
-		if code := labels["code"]; code >= "400" {
-			key += " (" + code + ")"
-		}
-		out[key] += m.GetCounter().GetValue()
-	}
-	return out, nil
+	return countRequests(fams["butler_harvester_api_requests_total"], func(map[string]string) bool { return true }), nil
 }
 
 // describeWrites renders the requests between two counts (apiServerWrites,
