@@ -60,7 +60,10 @@ func startCache(ctx context.Context, cfg *rest.Config, namespace string, notify 
 		DefaultNamespaces:    map[string]cache.Config{namespace: {}},
 		DefaultLabelSelector: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue}),
 		// Images are few, and shared with the rest of Butler: all of them, not only ours.
-		ByObject: map[client.Object]cache.ByObject{newImage(): {Label: labels.Everything()}},
+		ByObject: map[client.Object]cache.ByObject{
+			newImage():                          {Label: labels.Everything()},
+			&kubevirtv1.VirtualMachineInstance{}: {Transform: trimVMI},
+		},
 		// KubeVirt and Harvester write VMs and VMIs from several field managers: their
 		// managedFields would be most of what the cache holds, and nothing reads them.
 		DefaultTransform: cache.TransformStripManagedFields(),
@@ -198,4 +201,25 @@ func failureOf(vm *kubevirtv1.VirtualMachine) string {
 		}
 	}
 	return ""
+}
+
+// trimVMI keeps of a VMI what the provider reads (its metadata and the status fields that say
+// whether and where it runs, and why not): the spec repeats the VM's template, and the rest of the
+// status (volume status, guest OS information, migration state) is never read. At 1000 machines
+// that is memory the manager has no use for. managedFields go too, as for every cached object.
+func trimVMI(obj any) (any, error) {
+	vmi, ok := obj.(*kubevirtv1.VirtualMachineInstance)
+	if !ok {
+		return obj, nil
+	}
+	vmi.ManagedFields = nil
+	vmi.Spec = kubevirtv1.VirtualMachineInstanceSpec{}
+	vmi.Status = kubevirtv1.VirtualMachineInstanceStatus{
+		Phase:                     vmi.Status.Phase,
+		Conditions:                vmi.Status.Conditions,
+		Interfaces:                vmi.Status.Interfaces,
+		ActivePods:                vmi.Status.ActivePods,
+		PhaseTransitionTimestamps: vmi.Status.PhaseTransitionTimestamps,
+	}
+	return vmi, nil
 }

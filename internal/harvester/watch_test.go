@@ -103,3 +103,38 @@ func TestNotifierMapsToTheMachineRequest(t *testing.T) {
 		t.Fatalf("image notifications %v", n.images)
 	}
 }
+
+// The cache keeps of a VMI what the provider reads, and nothing else.
+func TestTrimVMIKeepsWhatIsRead(t *testing.T) {
+	vmi := &kubevirtv1.VirtualMachineInstance{
+		ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Namespace: "vms", UID: "vmi-uid", Labels: map[string]string{LabelManagedBy: ManagedByValue},
+			Annotations: map[string]string{"a": "b"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "virt-controller"}}},
+		Spec: kubevirtv1.VirtualMachineInstanceSpec{Hostname: "cp-0", Volumes: []kubevirtv1.Volume{{Name: "disk-0"}}},
+		Status: kubevirtv1.VirtualMachineInstanceStatus{
+			Phase:                     kubevirtv1.Running,
+			Conditions:                []kubevirtv1.VirtualMachineInstanceCondition{{Type: kubevirtv1.VirtualMachineInstanceReady, Status: corev1.ConditionTrue}},
+			Interfaces:                []kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: NICName, IP: "10.0.0.5"}},
+			ActivePods:                map[types.UID]string{"pod-uid": "node-1"},
+			PhaseTransitionTimestamps: []kubevirtv1.VirtualMachineInstancePhaseTransitionTimestamp{{Phase: kubevirtv1.Running}},
+			NodeName:                  "node-1",
+			VolumeStatus:              []kubevirtv1.VolumeStatus{{Name: "disk-0"}},
+		},
+	}
+	want := vmi.DeepCopy()
+	got, err := trimVMI(vmi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trimmed := got.(*kubevirtv1.VirtualMachineInstance)
+	if trimmed.ManagedFields != nil || trimmed.Spec.Hostname != "" || len(trimmed.Spec.Volumes) != 0 || trimmed.Status.NodeName != "" || trimmed.Status.VolumeStatus != nil {
+		t.Fatalf("kept what nobody reads: %+v", trimmed)
+	}
+	if trimmed.Name != want.Name || trimmed.UID != want.UID || trimmed.Labels[LabelManagedBy] != ManagedByValue || trimmed.Annotations["a"] != "b" ||
+		trimmed.Status.Phase != want.Status.Phase || len(trimmed.Status.Conditions) != 1 || len(trimmed.Status.Interfaces) != 1 ||
+		len(trimmed.Status.ActivePods) != 1 || len(trimmed.Status.PhaseTransitionTimestamps) != 1 {
+		t.Fatalf("lost what the provider reads: %+v", trimmed)
+	}
+	if other, _ := trimVMI("not a VMI"); other != "not a VMI" {
+		t.Fatalf("changed another kind: %v", other)
+	}
+}
