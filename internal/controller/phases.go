@@ -278,14 +278,6 @@ func creatingMessage(vm string) string {
 	return "Creating " + vm + " on Harvester; waiting for it to run and report an IPv4 address on " + harvester.NICName
 }
 
-// deletingMessage says what a deletion that takes longer than DeletionReportDelay waits for. Like
-// creatingMessage it does not follow the progress (the VM gone, then its disks, then the Secret):
-// each step would cost a status write and say nothing the user can act on. What blocks a deletion
-// is reported with its own reason (DeletionBlocked, DiskInUse).
-func deletingMessage(vm string) string {
-	return "Deleting " + vm + " on Harvester; waiting for it, its disks and its cloud-init Secret to be gone"
-}
-
 // notRunningMessage says what is wrong with the VM of a Running machine that is not running.
 func notRunningMessage(vm string, obs harvester.Observation) string {
 	status := obs.PrintableStatus
@@ -384,8 +376,9 @@ func (r *MachineRequestReconciler) reconcileDelete(ctx context.Context, s *machi
 		if left := r.DeletionReportDelay - time.Since(s.mr.DeletionTimestamp.Time); left > 0 {
 			return reconcile.Result{RequeueAfter: min(r.DeletionPollInterval, left+timerSlack)}, nil
 		}
-		log.FromContext(ctx).V(1).Info("Deletion under way", "waitingFor", remaining)
-		msg := deletingMessage(vmName(home.ref.Namespace, home.ref.Name))
+		// What is left is named, so that a deletion held up (a finalizer on the Secret, a slow
+		// garbage collector) says by what; each step of a slow deletion costs a status write.
+		msg := "Deleting on Harvester; waiting for " + remaining
 		s.setPhase(v1alpha1.MachinePhaseDeleting)
 		s.setCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting, msg)
 		s.setCondition(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonDeleting, msg)
