@@ -61,7 +61,7 @@ func startCache(ctx context.Context, cfg *rest.Config, namespace string, notify 
 		DefaultLabelSelector: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue}),
 		// Images are few, and shared with the rest of Butler: all of them, not only ours.
 		ByObject: map[client.Object]cache.ByObject{
-			newImage():                          {Label: labels.Everything()},
+			newImage():                           {Label: labels.Everything()},
 			&kubevirtv1.VirtualMachineInstance{}: {Transform: trimVMI},
 		},
 		// KubeVirt and Harvester write VMs and VMIs from several field managers: their
