@@ -388,3 +388,75 @@ func (o observation) describe() string {
 		o.latency["management"][0].Round(time.Millisecond), o.latency["management"][1].Round(time.Millisecond),
 		o.latency["Harvester"][0].Round(time.Millisecond), o.latency["Harvester"][1].Round(time.Millisecond))
 }
+
+// rssSampler records the manager's resident memory every second over a whole run (create, run,
+// delete), so that the peak can be placed in time.
+type rssSampler struct {
+	mu      sync.Mutex
+	mb      []float64
+	running int // samples taken before all were Running
+	stop    context.CancelFunc
+	done    chan struct{}
+}
+
+func sampleRSS(ctx context.Context, pid int) *rssSampler {
+	sctx, cancel := context.WithCancel(ctx)
+	s := &rssSampler{stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-sctx.Done():
+				return
+			case <-tick.C:
+				if mb, err := residentMB(pid, "VmRSS:"); err == nil {
+					s.mu.Lock()
+					s.mb = append(s.mb, mb)
+					s.mu.Unlock()
+				}
+			}
+		}
+	}()
+	return s
+}
+
+// allRunning marks the moment all machines are Running.
+func (s *rssSampler) allRunning() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running = len(s.mb)
+}
+
+// finish stops sampling and describes the series: every 5 s, "|" where all became Running.
+func (s *rssSampler) finish() string {
+	s.stop()
+	<-s.done
+	var out []string
+	for i, mb := range s.mb {
+		if i == s.running {
+			out = append(out, "|")
+		}
+		if i%5 == 0 {
+			out = append(out, strconv.Itoa(int(mb+0.5)))
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// residentMB reads a memory figure of a process (VmRSS:, VmHWM:) from /proc, in MB.
+func residentMB(pid int, field string) (float64, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, field) {
+			var kb float64
+			_, _ = fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, field)), "%f", &kb) // the kernel writes it
+			return kb / 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+}

@@ -73,7 +73,9 @@ func (r result) summary() string {
 		r.toRunning.Round(10*time.Millisecond), percentile(r.ipDelays, 0.5).Round(time.Millisecond), percentile(r.ipDelays, 0.99).Round(time.Millisecond),
 		r.toDeleted.Round(10*time.Millisecond), r.left, r.requests.mgmtReads/n, r.requests.mgmtWrites/n, r.requests.hvReads/n, r.requests.hvWrites/n, r.peakRSSMB, r.cpuSeconds,
 		r.obs.describe()) + "\n   management API server writes per machine: " + r.mgmtWrites +
-		"\n   the manager's Harvester requests per machine: " + r.hvRequests
+		"\n   the manager's Harvester requests per machine: " + r.hvRequests +
+		"\n   Harvester API server writes per machine (manager and simulator): " + r.hvWrites +
+		"\n   manager RSS (MB) every 5 s from the first create, | at all Running: " + r.rss
 }
 
 func renderTable(o options, results []result) string {
@@ -93,8 +95,8 @@ func renderTable(o options, results []result) string {
 	}
 	fmt.Fprintln(&b, "\nWhere the time went, from the first create to all Running:")
 	for _, r := range results {
-		fmt.Fprintf(&b, "\n- %s: %s Management API server writes per machine over the lifecycle: %s. The manager's Harvester requests per machine: %s.\n",
-			r.scenario.name, r.obs.describe(), r.mgmtWrites, r.hvRequests)
+		fmt.Fprintf(&b, "\n- %s: %s Management API server writes per machine over the lifecycle: %s. The manager's Harvester requests per machine: %s. Harvester API server writes per machine, the manager's and the simulated Harvester's: %s. The manager's RSS in MB every 5 s from the first create over the whole run (| where all are Running): %s.\n",
+			r.scenario.name, r.obs.describe(), r.mgmtWrites, r.hvRequests, r.hvWrites, r.rss)
 	}
 	return b.String()
 }

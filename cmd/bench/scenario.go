@@ -44,6 +44,11 @@ type result struct {
 	// hvRequests is what the manager asked of Harvester per machine, reads and writes, by verb
 	// and resource, from its own butler_harvester_api_requests_total.
 	hvRequests string
+	// hvWrites is what the Harvester API server was asked to write per machine, by verb and
+	// resource, over the whole lifecycle: the manager's writes and the simulated Harvester's.
+	hvWrites string
+	// rss is the manager's resident memory over the run, every 5 s.
+	rss string
 }
 
 func runScenario(ctx context.Context, o options, sc scenario, work string) (result, error) {
@@ -53,6 +58,13 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 		return res, err
 	}
 	args := []string{"--metrics-bind-address=" + metricsAddr, "--metrics-secure=false", "--log-level=warn"}
+	pprofAddr := ""
+	if o.profileDir != "" {
+		if pprofAddr, err = testbed.FreeLocalAddr(); err != nil {
+			return res, err
+		}
+		args = append(args, "--pprof-bind-address="+pprofAddr)
+	}
 	if o.concurrency > 0 {
 		args = append(args, fmt.Sprintf("--max-concurrent-reconciles=%d", o.concurrency))
 	}
@@ -94,10 +106,23 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 	if err != nil {
 		return res, err
 	}
+	hvWritesAtStart, err := apiServerWrites(ctx, tb.Harvester.Config)
+	if err != nil {
+		return res, err
+	}
 	hvRequestsAtStart, err := managerHarvesterRequests(ctx, "http://"+metricsAddr+"/metrics")
 	if err != nil {
 		return res, err
 	}
+	var prof *profiler
+	if o.profileDir != "" {
+		if prof, err = newProfiler(o.profileDir, tb, pprofAddr); err != nil {
+			return res, err
+		}
+		prof.startCPU(ctx)
+	}
+	rss := sampleRSS(ctx, tb.ManagerPID())
+	defer rss.stop()
 	start := time.Now()
 	if err := createAll(ctx, tb, o.n, !sc.noUserData); err != nil {
 		return res, err
@@ -106,8 +131,17 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 		return res, fmt.Errorf("waiting for Running (%d of %d): %w", seen.count(), o.n, err)
 	}
 	res.toRunning = time.Since(start)
+	rss.allRunning()
+	if prof != nil {
+		prof.heap(ctx)
+	}
 	if res.obs, err = observer.finish(ctx); err != nil {
 		return res, err
+	}
+	if prof != nil {
+		if err := prof.wait(); err != nil {
+			return res, err
+		}
 	}
 	for name, at := range seen.snapshot() {
 		if reported := tb.Harvester.Sim.IPReportedAt(testbed.HarvesterNamespace, name); !reported.IsZero() {
@@ -128,6 +162,7 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 		return res, fmt.Errorf("waiting for deletion: %w", err)
 	}
 	res.toDeleted = time.Since(start)
+	res.rss = rss.finish()
 	vms, vmis, pvcs, secrets, err := tb.HarvesterLeft(ctx)
 	if err != nil {
 		return res, err
@@ -146,6 +181,11 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 		return res, err
 	}
 	res.hvRequests = describeWrites(hvRequestsAtStart, hvRequestsAtEnd, o.n)
+	hvWritesAtEnd, err := apiServerWrites(ctx, tb.Harvester.Config)
+	if err != nil {
+		return res, err
+	}
+	res.hvWrites = describeWrites(hvWritesAtStart, hvWritesAtEnd, o.n)
 
 	if res.requests, err = scrapeRequests("http://"+metricsAddr+"/metrics", tb); err != nil {
 		return res, err
@@ -282,16 +322,8 @@ func watchIPs(ctx context.Context, tb *testbed.Testbed) (*ipSeen, func(), error)
 
 // processUsage reads the manager's peak RSS and CPU time from /proc.
 func processUsage(pid int) (rssMB, cpuSeconds float64, err error) {
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
+	if rssMB, err = residentMB(pid, "VmHWM:"); err != nil {
 		return 0, 0, err
-	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if strings.HasPrefix(line, "VmHWM:") {
-			var kb float64
-			_, _ = fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, "VmHWM:")), "%f", &kb)
-			rssMB = kb / 1024
-		}
 	}
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {

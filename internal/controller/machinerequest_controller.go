@@ -61,10 +61,11 @@ type MachineRequestReconciler struct {
 	HealthCheckInterval time.Duration
 	// DeletionPollInterval is how often a deletion in progress is looked at again.
 	DeletionPollInterval time.Duration
-	// DeletionReportDelay is how long a deletion may take before the status reports it (phase
-	// Deleting, and what it waits for; default DefaultDeletionReportDelay). A deletion that goes
-	// as it should is over by then, and the object with it: reporting it would cost a status
-	// write per machine and tell nobody anything.
+	// DeletionReportDelay is how long a deletion may wait for the same thing on Harvester before
+	// the status reports it (phase Deleting, and what it waits for; default
+	// DefaultDeletionReportDelay). A deletion that goes as it should makes progress faster than
+	// that, and is over before long: reporting each of its steps would cost a status write per
+	// step and machine and tell nobody anything (see deletionStalls).
 	DeletionReportDelay time.Duration
 	// ProvisioningTimeout is how long a machine may take to become Running before it is Failed
 	// with reason ProvisioningTimeout and the diagnosis; 0 waits for ever.
@@ -85,6 +86,8 @@ type MachineRequestReconciler struct {
 
 	// statuses remembers the last status written for each MachineRequest.
 	statuses statusMemory[v1alpha1.MachineRequestStatus]
+	// stalls remembers what each deletion in progress waits for, and since when.
+	stalls deletionStalls
 }
 
 // +kubebuilder:rbac:groups=butler.butlerlabs.dev,resources=machinerequests,verbs=get;list;watch;update;patch
@@ -100,6 +103,7 @@ func (r *MachineRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if err := r.Get(ctx, req.NamespacedName, mr); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.statuses.forgetKey(req.NamespacedName)
+			r.stalls.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

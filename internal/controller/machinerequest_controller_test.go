@@ -391,6 +391,48 @@ func TestDelete(t *testing.T) {
 	requireEvent(t, f.events(), "Normal Deleted")
 }
 
+// A deletion that makes progress is not reported step by step: the status names what is left
+// only once the same thing has held the deletion up for DeletionReportDelay.
+func TestDeletionReportsOnlyWhatHoldsItUp(t *testing.T) {
+	mr := placed(withFinalizer(machineRequest()))
+	mr.Status.Phase = v1alpha1.MachinePhaseRunning
+	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
+	if err := f.client.Delete(context.Background(), mr); err != nil {
+		t.Fatal(err)
+	}
+	f.r.DeletionReportDelay = 50 * time.Millisecond
+	left := "VirtualMachine vms/cluster-cp-0"
+	f.machines.delete = func(harvester.MachineRef) (bool, string, error) { return false, left, nil }
+
+	// The deletion has been under way for longer than the delay, but each step is left behind
+	// before the delay is up: nothing is written.
+	time.Sleep(f.r.DeletionReportDelay)
+	for _, step := range []string{"VirtualMachine vms/cluster-cp-0", "PersistentVolumeClaim vms/cluster-cp-0-disk-0", "Secret vms/cluster-cp-0-cloudinit"} {
+		left = step
+		res, err := f.reconcile(mr)
+		if err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > f.r.DeletionReportDelay+timerSlack {
+			t.Fatalf("Reconcile = %+v, %v; want a requeue when the delay is up", res, err)
+		}
+		if got := f.get(mr); got.Status.Phase != v1alpha1.MachinePhaseRunning {
+			t.Fatalf("phase %s written while the deletion makes progress (%s left)", got.Status.Phase, step)
+		}
+	}
+
+	// The Secret stays: once it has held the deletion up for the delay, the status says so.
+	time.Sleep(f.r.DeletionReportDelay)
+	if _, err := f.reconcile(mr); err != nil {
+		t.Fatal(err)
+	}
+	got := f.get(mr)
+	if got.Status.Phase != v1alpha1.MachinePhaseDeleting {
+		t.Fatalf("phase %s, want Deleting once the Secret holds the deletion up", got.Status.Phase)
+	}
+	c := requireCondition(t, got, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonDeleting)
+	if !strings.Contains(c.Message, "Secret vms/cluster-cp-0-cloudinit") || strings.Contains(c.Message, "VirtualMachine") {
+		t.Fatalf("message %q does not name what holds the deletion up alone", c.Message)
+	}
+}
+
 // Required test: permanent errors make the MachineRequest Failed with a Warning event; transient
 // errors never do; waiting is not an error.
 func TestErrorHandling(t *testing.T) {

@@ -371,13 +371,11 @@ func (r *MachineRequestReconciler) reconcileDelete(ctx context.Context, s *machi
 		return reconcile.Result{}, blockedDeletion(s, err)
 	}
 	if !done {
-		// Reported only once it takes longer than a deletion that goes as it should (see
-		// DeletionReportDelay).
-		if left := r.DeletionReportDelay - time.Since(s.mr.DeletionTimestamp.Time); left > 0 {
-			return reconcile.Result{RequeueAfter: min(r.DeletionPollInterval, left+timerSlack)}, nil
+		// Reported only once the same thing has held the deletion up for DeletionReportDelay
+		// (see deletionStalls); what is left is named, so that the report says by what.
+		if held := r.stalls.heldFor(s.mr, remaining, time.Now()); held < r.DeletionReportDelay {
+			return reconcile.Result{RequeueAfter: min(r.DeletionPollInterval, r.DeletionReportDelay-held+timerSlack)}, nil
 		}
-		// What is left is named, so that a deletion held up (a finalizer on the Secret, a slow
-		// garbage collector) says by what; each step of a slow deletion costs a status write.
 		msg := "Deleting on Harvester; waiting for " + remaining
 		s.setPhase(v1alpha1.MachinePhaseDeleting)
 		s.setCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting, msg)

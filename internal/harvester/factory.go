@@ -342,7 +342,11 @@ func (f *CachingFactory) newCluster(cfg *rest.Config, namespace string) (*cached
 		cfg.Burst = f.Burst
 	}
 	cfg.Wrap(metrics.InstrumentHarvester)
-	c, err := client.New(cfg, client.Options{Scheme: remoteScheme})
+	mapper, err := newRESTMapper(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: remoteScheme, Mapper: mapper})
 	if err != nil {
 		return nil, err
 	}

@@ -55,8 +55,14 @@ type Notifier interface {
 // and sends an event whenever one of them changes in a way that matters. It returns nil if the
 // informers do not sync (for example without list/watch permission).
 func startCache(ctx context.Context, cfg *rest.Config, namespace string, notify Notifier) cache.Cache {
+	mapper, err := newRESTMapper(cfg)
+	if err != nil {
+		log.FromContext(ctx).Error(err, "Building the Harvester cache; reading live instead")
+		return nil
+	}
 	c, err := cache.New(cfg, cache.Options{
 		Scheme:               remoteScheme,
+		Mapper:               mapper,
 		DefaultNamespaces:    map[string]cache.Config{namespace: {}},
 		DefaultLabelSelector: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue}),
 		// Images are few, and shared with the rest of Butler: all of them, not only ours.

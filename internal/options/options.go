@@ -42,6 +42,7 @@ type Options struct {
 	MetricsCertKey          string
 	EnableHTTP2             bool
 	ProbeAddr               string
+	PprofAddr               string
 	LeaderElect             bool
 	LeaderElectionID        string
 	LeaderElectionNamespace string
@@ -87,6 +88,7 @@ func NewFlagSet(output io.Writer) (*flag.FlagSet, *Options) {
 	fs.StringVar(&o.MetricsCertKey, "metrics-cert-key", "tls.key", "File name of the metrics endpoint's private key in --metrics-cert-dir.")
 	fs.BoolVar(&o.EnableHTTP2, "enable-http2", false, "Offer HTTP/2 on the HTTPS metrics endpoint. Off: HTTP/1.1 only, so that HTTP/2's stream-reset floods (CVE-2023-44487, CVE-2023-39325) cannot reach the manager; scrapers need nothing more.")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", DefaultProbeAddr, "Address the /healthz and /readyz probes bind to; \"0\" disables them. /readyz passes once the caches have synced.")
+	fs.StringVar(&o.PprofAddr, "pprof-bind-address", "", "Address Go's profiling endpoints (/debug/pprof/) bind to, plain HTTP without authentication; empty or \"0\": off. For diagnosing CPU or memory; bind it to localhost and reach it with kubectl port-forward.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", false, "Elect a leader so that only one replica reconciles at a time (needed with more than one replica).")
 	fs.StringVar(&o.LeaderElectionID, "leader-election-id", DefaultLeaderElectionID, "Name of the Lease used for leader election.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease; empty: the Pod's own namespace (required when running outside a cluster with --leader-elect).")

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
+)
+
+// profiler takes Go profiles of every process of a run, for -profile-dir: CPU profiles of both
+// API servers, the manager and the benchmark process (which runs the simulator) over the same
+// window while the machines are created, and the manager's heap when all are Running. The
+// figures in docs/benchmarks.md say where the time goes; these say why, function by function
+// (go tool pprof <file>).
+type profiler struct {
+	dir       string
+	tb        *testbed.Testbed
+	pprofAddr string // the manager's --pprof-bind-address
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	errs      []error
+}
+
+// cpuWindow is when the CPU profiles are taken, from the first create: after the creates have
+// started and while the work queue is deepest.
+const (
+	cpuWindowStart = 5 * time.Second
+	cpuWindowSpan  = 30 * time.Second
+)
+
+func newProfiler(dir string, tb *testbed.Testbed, pprofAddr string) (*profiler, error) {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return nil, err
+	}
+	return &profiler{dir: dir, tb: tb, pprofAddr: pprofAddr}, nil
+}
+
+// startCPU takes the CPU profiles in the background, starting cpuWindowStart from now.
+func (p *profiler) startCPU(ctx context.Context) {
+	seconds := int(cpuWindowSpan.Seconds())
+	fetches := map[string]func() error{
+		"cpu-management-apiserver.pprof": func() error {
+			return p.fetchAPIServer(ctx, p.tb.MgmtConfig, seconds, "cpu-management-apiserver.pprof")
+		},
+		"cpu-harvester-apiserver.pprof": func() error {
+			return p.fetchAPIServer(ctx, p.tb.Harvester.Config, seconds, "cpu-harvester-apiserver.pprof")
+		},
+		"cpu-manager.pprof": func() error {
+			return p.fetch(ctx, http.DefaultClient, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprofAddr, seconds), "cpu-manager.pprof")
+		},
+		"cpu-bench-and-simulator.pprof": func() error { return p.profileSelf(ctx) },
+	}
+	for name, fetch := range fetches {
+		p.wg.Go(func() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(cpuWindowStart):
+			}
+			if err := fetch(); err != nil {
+				p.fail(fmt.Errorf("%s: %w", name, err))
+			}
+		})
+	}
+}
+
+// heap saves the manager's heap profile now.
+func (p *profiler) heap(ctx context.Context) {
+	if err := p.fetch(ctx, http.DefaultClient, "http://"+p.pprofAddr+"/debug/pprof/heap", "heap-manager.pprof"); err != nil {
+		p.fail(fmt.Errorf("heap-manager.pprof: %w", err))
+	}
+}
+
+// wait waits for the CPU profiles and returns what failed.
+func (p *profiler) wait() error {
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.errs) > 0 {
+		return fmt.Errorf("profiles: %v", p.errs)
+	}
+	fmt.Printf("profiles in %s\n", p.dir)
+	return nil
+}
+
+func (p *profiler) fail(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.errs = append(p.errs, err)
+}
+
+// fetchAPIServer reads kube-apiserver's own /debug/pprof (on by default: --profiling) as the
+// administrator of that test API server.
+func (p *profiler) fetchAPIServer(ctx context.Context, cfg *rest.Config, seconds int, name string) error {
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return err
+	}
+	return p.fetch(ctx, httpClient, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(cfg.Host, "/"), seconds), name)
+}
+
+func (p *profiler) fetch(ctx context.Context, c *http.Client, url, name string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(filepath.Join(p.dir, name))
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// profileSelf profiles this process (the benchmark's clients and the simulator) for the window.
+func (p *profiler) profileSelf(ctx context.Context) error {
+	f, err := os.Create(filepath.Join(p.dir, "cpu-bench-and-simulator.pprof"))
+	if err != nil {
+		return err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(cpuWindowSpan):
+	}
+	pprof.StopCPUProfile()
+	return f.Close()
+}
