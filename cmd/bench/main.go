@@ -34,6 +34,7 @@ type options struct {
 	workDir, repoRoot string
 	report            string
 	profileDir        string
+	runs              int
 }
 
 func main() {
@@ -48,7 +49,8 @@ func main() {
 	flag.StringVar(&o.workDir, "work-dir", ".bench", "Directory for kubeconfigs, the manager binary and its log.")
 	flag.StringVar(&o.repoRoot, "repo", ".", "Root of the repository.")
 	flag.StringVar(&o.report, "report", "docs/benchmarks.md", "Markdown file the results are added to (empty: none).")
-	flag.StringVar(&o.profileDir, "profile-dir", "", "If set, the first run writes CPU profiles of both API servers, the manager and the simulator, taken 5s to 35s after the first create, and the manager's heap when all are Running, to this directory.")
+	flag.StringVar(&o.profileDir, "profile-dir", "", "If set, the first run writes CPU profiles of both API servers, the manager and the simulator, taken 5s to 35s after the first create, and the manager's heap when all are Running and when all are deleted, to this directory.")
+	flag.IntVar(&o.runs, "runs", 3, "How many of the three runs (zero boot delay, realistic boot, no userData) to do, in that order.")
 	flag.Parse()
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(io.Discard, nil)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -69,11 +71,15 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	var results []result
-	for _, sc := range []scenario{
+	scenarios := []scenario{
 		{name: "zero boot delay", boot: 0, ip: 0},
 		{name: fmt.Sprintf("boot %s + IP %s", o.realisticBoot, o.realisticIP), boot: o.realisticBoot, ip: o.realisticIP},
 		{name: "zero boot delay, no userData", noUserData: true},
-	} {
+	}
+	if o.runs < 1 || o.runs > len(scenarios) {
+		return fmt.Errorf("-runs must be 1 to %d", len(scenarios))
+	}
+	for _, sc := range scenarios[:o.runs] {
 		fmt.Printf("== N=%d, %s\n", o.n, sc.name)
 		r, err := runScenario(ctx, o, sc, filepath.Join(work, fmt.Sprintf("boot-%s", sc.boot)))
 		o.profileDir = "" // profiles of the first run only

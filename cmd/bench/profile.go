@@ -19,7 +19,7 @@ import (
 
 // profiler takes Go profiles of every process of a run, for -profile-dir: CPU profiles of both
 // API servers, the manager and the benchmark process (which runs the simulator) over the same
-// window while the machines are created, and the manager's heap when all are Running. The
+// window while the machines are created, and the manager's heap when all are Running and when all are deleted. The
 // figures in docs/benchmarks.md say where the time goes; these say why, function by function
 // (go tool pprof <file>).
 type profiler struct {
@@ -74,10 +74,12 @@ func (p *profiler) startCPU(ctx context.Context) {
 	}
 }
 
-// heap saves the manager's heap profile now.
-func (p *profiler) heap(ctx context.Context) {
-	if err := p.fetch(ctx, http.DefaultClient, "http://"+p.pprofAddr+"/debug/pprof/heap", "heap-manager.pprof"); err != nil {
-		p.fail(fmt.Errorf("heap-manager.pprof: %w", err))
+// heap saves the manager's heap profile now, as heap-manager-<when>.pprof. Two of them tell
+// what was allocated in between: go tool pprof -sample_index=alloc_space -base <first> <second>.
+func (p *profiler) heap(ctx context.Context, when string) {
+	name := "heap-manager-" + when + ".pprof"
+	if err := p.fetch(ctx, http.DefaultClient, "http://"+p.pprofAddr+"/debug/pprof/heap", name); err != nil {
+		p.fail(fmt.Errorf("%s: %w", name, err))
 	}
 }
 

@@ -133,15 +133,10 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 	res.toRunning = time.Since(start)
 	rss.allRunning()
 	if prof != nil {
-		prof.heap(ctx)
+		prof.heap(ctx, "running")
 	}
 	if res.obs, err = observer.finish(ctx); err != nil {
 		return res, err
-	}
-	if prof != nil {
-		if err := prof.wait(); err != nil {
-			return res, err
-		}
 	}
 	for name, at := range seen.snapshot() {
 		if reported := tb.Harvester.Sim.IPReportedAt(testbed.HarvesterNamespace, name); !reported.IsZero() {
@@ -163,6 +158,12 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 	}
 	res.toDeleted = time.Since(start)
 	res.rss = rss.finish()
+	if prof != nil {
+		prof.heap(ctx, "deleted")
+		if err := prof.wait(); err != nil {
+			return res, err
+		}
+	}
 	vms, vmis, pvcs, secrets, err := tb.HarvesterLeft(ctx)
 	if err != nil {
 		return res, err

@@ -32,7 +32,7 @@ const (
 	DefaultProvisioningTimeout  = 15 * time.Minute
 	DefaultIPReportTimeout      = 3 * time.Minute
 	DefaultStartGracePeriod     = 5 * time.Minute
-	DefaultDeletionReportDelay  = 10 * time.Second
+	DefaultDeletionReportDelay  = 30 * time.Second
 )
 
 // reconcileTimeout bounds a reconcile, and with it every request to Harvester it makes: the

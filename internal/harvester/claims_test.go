@@ -2,6 +2,8 @@ package harvester
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -155,3 +157,61 @@ func TestQuotaAndAdmissionErrors(t *testing.T) {
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// The VMs that mount a disk are read page by page, and a VM on the last page counts as much as
+// one on the first.
+func TestVolumeUsersReadsEveryPage(t *testing.T) {
+	const vms = 2*vmListPageSize + 7
+	var objs []client.Object
+	for i := range vms {
+		vm := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: fmt.Sprintf("vm-%03d", i)}}
+		vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
+		claim := fmt.Sprintf("disk-%03d", i)
+		if i == 0 || i == vms-1 {
+			claim = "shared" // the first VM and the last mount the same disk
+		}
+		vm.Spec.Template.Spec.Volumes = []kubevirtv1.Volume{{Name: "disk", VolumeSource: kubevirtv1.VolumeSource{
+			PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}}
+		objs = append(objs, vm)
+	}
+	pages := 0
+	// The fake client ignores Limit and Continue: serve pages as the API server does.
+	m := claimsCluster(t, interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+		page, ok := list.(*kubevirtv1.VirtualMachineList)
+		if !ok {
+			return c.List(ctx, list, opts...)
+		}
+		o := (&client.ListOptions{}).ApplyOptions(opts)
+		if o.Limit != vmListPageSize {
+			return fmt.Errorf("limit %d, want pages of %d", o.Limit, vmListPageSize)
+		}
+		all := &kubevirtv1.VirtualMachineList{}
+		if err := c.List(ctx, all, client.InNamespace(o.Namespace)); err != nil {
+			return err
+		}
+		from := 0
+		if o.Continue != "" {
+			from, _ = strconv.Atoi(o.Continue)
+		}
+		to := min(from+int(o.Limit), len(all.Items))
+		page.Items = all.Items[from:to]
+		if page.Continue = ""; to < len(all.Items) {
+			page.Continue = strconv.Itoa(to)
+		}
+		pages++
+		return nil
+	}}, objs...)
+	users, err := m.volumeUsers(context.Background(), "vms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pages != 3 {
+		t.Errorf("read %d pages of VMs, want 3", pages)
+	}
+	if got := users["shared"]; len(got) != 2 || !strings.Contains(got[1], fmt.Sprintf("vm-%03d", vms-1)) {
+		t.Errorf("users of the shared disk = %v, want the first VM and the last", got)
+	}
+	if len(users) != vms-1 {
+		t.Errorf("%d disks have users, want %d", len(users), vms-1)
+	}
+}

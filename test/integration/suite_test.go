@@ -123,6 +123,7 @@ func run(m *testing.M) int {
 		ProvisioningTimeout:     provisioningTimeout,
 		ConfigGracePeriod:       configGrace,
 		IPReportTimeout:         time.Second,
+		DeletionReportDelay:     10 * time.Second, // a held-up deletion is reported within the tests' timeout
 		StartGracePeriod:        startGrace,
 		MaxConcurrentReconciles: 4,
 	}
