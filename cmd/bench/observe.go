@@ -49,8 +49,7 @@ type observer struct {
 
 	mu    sync.Mutex
 	depth []float64
-	stop  context.CancelFunc
-	done  chan struct{}
+	stop  func()
 }
 
 type procCPU struct {
@@ -60,7 +59,7 @@ type procCPU struct {
 
 // observe starts sampling; finish ends it and returns what it saw.
 func observe(ctx context.Context, tb *testbed.Testbed, managerURL string) (*observer, error) {
-	o := &observer{tb: tb, managerURL: managerURL, cpuStart: processCPU(), done: make(chan struct{})}
+	o := &observer{tb: tb, managerURL: managerURL, cpuStart: processCPU()}
 	var err error
 	if o.apiStart, err = o.apiServerMetrics(ctx); err != nil {
 		return nil, err
@@ -68,10 +67,23 @@ func observe(ctx context.Context, tb *testbed.Testbed, managerURL string) (*obse
 	if o.mgrStart, err = scrape(ctx, http.DefaultClient, managerURL); err != nil {
 		return nil, err
 	}
+	o.stop = everySecond(ctx, func(ctx context.Context) {
+		if fams, err := scrape(ctx, http.DefaultClient, managerURL); err == nil {
+			o.mu.Lock()
+			o.depth = append(o.depth, sumOf(fams["workqueue_depth"], "name", "machinerequest"))
+			o.mu.Unlock()
+		}
+	})
+	return o, nil
+}
+
+// everySecond calls sample every second in the background; stop ends it and waits for the sample
+// under way, if any (calling it again is harmless).
+func everySecond(ctx context.Context, sample func(context.Context)) (stop func()) {
 	sctx, cancel := context.WithCancel(ctx)
-	o.stop = cancel
+	done := make(chan struct{})
 	go func() {
-		defer close(o.done)
+		defer close(done)
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		for {
@@ -79,20 +91,15 @@ func observe(ctx context.Context, tb *testbed.Testbed, managerURL string) (*obse
 			case <-sctx.Done():
 				return
 			case <-tick.C:
-				if fams, err := scrape(sctx, http.DefaultClient, managerURL); err == nil {
-					o.mu.Lock()
-					o.depth = append(o.depth, sumOf(fams["workqueue_depth"], "name", "machinerequest"))
-					o.mu.Unlock()
-				}
+				sample(sctx)
 			}
 		}
 	}()
-	return o, nil
+	return func() { cancel(); <-done }
 }
 
 func (o *observer) finish(ctx context.Context) (observation, error) {
 	o.stop()
-	<-o.done
 	obs := observation{cpu: map[string]float64{}, limiterWait: map[string]time.Duration{}, latency: map[string][2]time.Duration{}}
 	for pid, end := range processCPU() {
 		obs.cpu[end.kind] += end.seconds - o.cpuStart[pid].seconds
@@ -395,30 +402,18 @@ type rssSampler struct {
 	mu      sync.Mutex
 	mb      []float64
 	running int // samples taken before all were Running
-	stop    context.CancelFunc
-	done    chan struct{}
+	stop    func()
 }
 
 func sampleRSS(ctx context.Context, pid int) *rssSampler {
-	sctx, cancel := context.WithCancel(ctx)
-	s := &rssSampler{stop: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-sctx.Done():
-				return
-			case <-tick.C:
-				if mb, err := residentMB(pid, "VmRSS:"); err == nil {
-					s.mu.Lock()
-					s.mb = append(s.mb, mb)
-					s.mu.Unlock()
-				}
-			}
+	s := &rssSampler{}
+	s.stop = everySecond(ctx, func(context.Context) {
+		if mb, err := residentMB(pid, "VmRSS:"); err == nil {
+			s.mu.Lock()
+			s.mb = append(s.mb, mb)
+			s.mu.Unlock()
 		}
-	}()
+	})
 	return s
 }
 
@@ -432,7 +427,6 @@ func (s *rssSampler) allRunning() {
 // finish stops sampling and describes the series: every 5 s, "|" where all became Running.
 func (s *rssSampler) finish() string {
 	s.stop()
-	<-s.done
 	var out []string
 	for i, mb := range s.mb {
 		if i == s.running {
