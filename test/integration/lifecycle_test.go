@@ -462,6 +462,9 @@ func TestDeletionBlockedSaysWhy(t *testing.T) {
 				w.waitPCCondition(w.pc, v1alpha1.ConditionCredentialsValid, metav1.ConditionFalse, v1alpha1.ReasonCredentialsUnavailable)
 			} else {
 				w.must(mgmt.Delete(w.ctx, w.pc))
+				// Likewise: a deletion the provider starts before its cache has seen the
+				// ProviderConfig go still reaches Harvester, and deletes the VM.
+				w.waitMRCondition(mr, v1alpha1.ConditionDegraded, v1alpha1.ReasonProviderConfigNotFound)
 			}
 			w.must(mgmt.Delete(w.ctx, mr))
 			eventually(t, timeout, func() error {
