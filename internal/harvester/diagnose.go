@@ -74,13 +74,13 @@ func (m *remoteMachines) diagnose(ctx context.Context, vm *kubevirtv1.VirtualMac
 			why := c.Message
 			if strings.Contains(why, unboundPVCsMessage) {
 				if len(pending) > 0 {
-					m.staleUnschedulable.Delete(vmi.UID)
+					m.staleUnschedulable.forget(client.ObjectKeyFromObject(vmi))
 					continue // the disks are still being provisioned: part of every start
 				}
 				// KubeVirt copies the pod's PodScheduled condition once and keeps it: with the
 				// disks bound, the scheduler's current reason is in the pod's latest event,
 				// worth reading only once the scheduler has had time to place the pod.
-				if !m.unscheduledPastGrace(vmi.UID) {
+				if !m.unscheduledPastGrace(vmi) {
 					continue
 				}
 				if why = m.launcherWarning(ctx, vmi, "FailedScheduling"); why == "" || strings.Contains(why, unboundPVCsMessage) {
@@ -103,9 +103,17 @@ const schedulingGrace = 10 * time.Second
 
 // unscheduledPastGrace reports whether the VMI has shown the stale reason, with its disks bound,
 // for schedulingGrace (counted from the first time it is asked).
-func (m *remoteMachines) unscheduledPastGrace(vmi types.UID) bool {
-	first, seen := m.staleUnschedulable.LoadOrStore(vmi, time.Now())
-	return seen && time.Since(first.(time.Time)) >= schedulingGrace
+func (m *remoteMachines) unscheduledPastGrace(vmi *kubevirtv1.VirtualMachineInstance) bool {
+	first, seen := m.staleUnschedulable.loadOrStore(vmi, time.Now())
+	return seen && time.Since(first) >= schedulingGrace
+}
+
+// forgetDiagnosis forgets what the diagnosis remembers of a VM's VMI and disks, when it is deleted.
+func (m *remoteMachines) forgetDiagnosis(vm *kubevirtv1.VirtualMachine) {
+	m.staleUnschedulable.forget(client.ObjectKeyFromObject(vm)) // the VMI has the VM's name
+	for _, claim := range mountedClaims(vm) {
+		m.claimEventsRead.forget(types.NamespacedName{Namespace: vm.Namespace, Name: claim})
+	}
 }
 
 // launcherWarning returns the message of the newest Warning event of that reason about the VMI's
@@ -211,7 +219,7 @@ func (m *remoteMachines) diagnoseDisks(ctx context.Context, vm *kubevirtv1.Virtu
 		case err != nil:
 			continue
 		case pvc.Status.Phase != corev1.ClaimPending:
-			m.claimEventsRead.Delete(pvc.UID)
+			m.claimEventsRead.forget(client.ObjectKeyFromObject(pvc))
 			continue
 		}
 		if d := m.diagnosePendingClaim(ctx, vm, v.Name, pvc); d != nil {
@@ -289,10 +297,10 @@ func (m *remoteMachines) claimEventsWorthReading(pvc *corev1.PersistentVolumeCla
 	if now.Sub(pvc.CreationTimestamp.Time) < claimEventsGrace {
 		return false
 	}
-	if last, read := m.claimEventsRead.Load(pvc.UID); read && now.Sub(last.(time.Time)) < claimEventsInterval {
+	if last, read := m.claimEventsRead.load(pvc); read && now.Sub(last) < claimEventsInterval {
 		return false
 	}
-	m.claimEventsRead.Store(pvc.UID, now)
+	m.claimEventsRead.store(pvc, now)
 	return true
 }
 

@@ -100,7 +100,7 @@ func TestDiagnoseOnlyFromRealFailureSignals(t *testing.T) {
 			m := diagnosisCluster(t, tc.objs...)
 			ctx := context.Background()
 			if seen, ok := unscheduledFor[name]; ok {
-				m.staleUnschedulable.Store(tc.vmi.UID, time.Now().Add(-seen))
+				m.staleUnschedulable.store(tc.vmi, time.Now().Add(-seen))
 			}
 			d := m.diagnose(ctx, tc.vm, tc.vmi, m.pendingDisks(ctx, tc.vm))
 			switch {
@@ -205,5 +205,42 @@ func TestPendingDiskEventsAreReadAfterTheirGrace(t *testing.T) {
 	}
 	if m.claimEventsWorthReading(pvc) {
 		t.Fatalf("events read again within %s", claimEventsInterval)
+	}
+}
+
+// What the diagnosis remembers of a VMI or a disk belongs to that very object: one recreated under
+// the same name starts afresh, and a deleted machine's VMI and disks are forgotten.
+func TestDiagnosisMemoryIsPerObjectAndForgottenWithTheMachine(t *testing.T) {
+	m := &remoteMachines{}
+	vm := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "cp-0"}}
+	vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
+	for _, claim := range []string{"cp-0-disk-0", "cp-0-disk-1"} {
+		vm.Spec.Template.Spec.Volumes = append(vm.Spec.Template.Spec.Volumes, kubevirtv1.Volume{Name: claim, VolumeSource: kubevirtv1.VolumeSource{
+			PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}})
+	}
+	vmi := &kubevirtv1.VirtualMachineInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "cp-0", UID: "vmi-1"}}
+	disk := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "cp-0-disk-1", UID: "pvc-1"}}
+	at := time.Now().Add(-time.Minute)
+	m.staleUnschedulable.store(vmi, at)
+	m.claimEventsRead.store(disk, at)
+
+	if got, ok := m.claimEventsRead.load(disk); !ok || !got.Equal(at) {
+		t.Fatalf("claimEventsRead.load = %v, %v; want %v", got, ok, at)
+	}
+	recreated := disk.DeepCopy()
+	recreated.UID = "pvc-2"
+	if _, ok := m.claimEventsRead.load(recreated); ok {
+		t.Error("a disk recreated under the same name inherits what was remembered of the old one")
+	}
+	if first, seen := m.staleUnschedulable.loadOrStore(vmi, time.Now()); !seen || !first.Equal(at) {
+		t.Errorf("staleUnschedulable.loadOrStore = %v, %v; want the first time %v", first, seen, at)
+	}
+
+	m.forgetDiagnosis(vm)
+	if _, ok := m.staleUnschedulable.load(vmi); ok {
+		t.Error("the deleted machine's VMI is still remembered")
+	}
+	if _, ok := m.claimEventsRead.load(disk); ok {
+		t.Error("the deleted machine's disk is still remembered")
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -102,12 +101,12 @@ type remoteMachines struct {
 	namespace string
 	discovery discovery.ServerVersionInterface
 	*identity
-	// staleUnschedulable records when each VMI (by UID) was first seen still showing the
-	// scheduler's "unbound PVCs" reason with all its disks bound (see schedulingGrace).
-	staleUnschedulable sync.Map
-	// claimEventsRead records when the events of each Pending disk (by UID) were last read (see
+	// staleUnschedulable records when each VMI was first seen still showing the scheduler's
+	// "unbound PVCs" reason with all its disks bound (see schedulingGrace).
+	staleUnschedulable objectMemory
+	// claimEventsRead records when the events of each Pending disk were last read (see
 	// claimEventsWorthReading).
-	claimEventsRead sync.Map
+	claimEventsRead objectMemory
 	// volumeUsersCalls shares one live list of a namespace's VMs among the deletions that need
 	// it at the same time (see volumeUsers).
 	volumeUsersCalls singleflight.Group
@@ -408,7 +407,7 @@ func (m *remoteMachines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMa
 		obs.VMIPhase = string(vmi.Status.Phase)
 		obs.Running = vmi.Status.Phase == kubevirtv1.Running
 		if obs.Running {
-			m.staleUnschedulable.Delete(vmi.UID)
+			m.staleUnschedulable.forget(client.ObjectKeyFromObject(vmi))
 		}
 		obs.RunningSince = runningSince(vmi)
 		obs.Addresses = SelectAddresses(vmi.Status.Interfaces)
@@ -424,8 +423,8 @@ func (m *remoteMachines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMa
 		if vmi == nil {
 			return obs, nil
 		}
-		if first, waiting := m.staleUnschedulable.Load(vmi.UID); waiting {
-			obs.DiagnoseAgainAt = earliest(obs.DiagnoseAgainAt, first.(time.Time).Add(schedulingGrace))
+		if first, waiting := m.staleUnschedulable.load(vmi); waiting {
+			obs.DiagnoseAgainAt = earliest(obs.DiagnoseAgainAt, first.Add(schedulingGrace))
 		}
 	}
 	return obs, nil
@@ -603,6 +602,7 @@ func (m *remoteMachines) ownedRootDataVolume(ctx context.Context, ref MachineRef
 // deletes the VM (only this UID).
 func (m *remoteMachines) deleteVM(ctx context.Context, vm *kubevirtv1.VirtualMachine, o Owner) error {
 	what := describe("VirtualMachine", vm.Namespace, vm.Name)
+	m.forgetDiagnosis(vm)
 	if vm.DeletionTimestamp != nil {
 		return nil
 	}
