@@ -136,11 +136,7 @@ func (o *observer) finish(ctx context.Context) (observation, error) {
 func (o *observer) apiServerMetrics(ctx context.Context) (map[string]*dto.MetricFamily, error) {
 	out := map[string]*dto.MetricFamily{}
 	for cluster, cfg := range map[string]*rest.Config{"management": o.tb.MgmtConfig, "Harvester": o.tb.Harvester.Config} {
-		hc, err := rest.HTTPClientFor(cfg)
-		if err != nil {
-			return nil, err
-		}
-		fams, err := scrape(ctx, hc, strings.TrimSuffix(cfg.Host, "/")+"/metrics")
+		fams, err := scrapeAPIServer(ctx, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("%s API server metrics: %w", cluster, err)
 		}
@@ -149,15 +145,20 @@ func (o *observer) apiServerMetrics(ctx context.Context) (map[string]*dto.Metric
 	return out, nil
 }
 
-// apiServerWrites counts the writes an API server has answered, by verb and resource
-// ("PATCH machinerequests/status", with the code if refused: "DELETE virtualmachines (409)"), from
-// apiserver_request_total: all clients together.
-func apiServerWrites(ctx context.Context, cfg *rest.Config) (map[string]float64, error) {
+// scrapeAPIServer reads a test API server's /metrics as its administrator.
+func scrapeAPIServer(ctx context.Context, cfg *rest.Config) (map[string]*dto.MetricFamily, error) {
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
 	}
-	fams, err := scrape(ctx, hc, strings.TrimSuffix(cfg.Host, "/")+"/metrics")
+	return scrape(ctx, hc, strings.TrimSuffix(cfg.Host, "/")+"/metrics")
+}
+
+// apiServerWrites counts the writes an API server has answered, by verb and resource
+// ("PATCH machinerequests/status", with the code if refused: "DELETE virtualmachines (409)"), from
+// apiserver_request_total: all clients together.
+func apiServerWrites(ctx context.Context, cfg *rest.Config) (map[string]float64, error) {
+	fams, err := scrapeAPIServer(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}

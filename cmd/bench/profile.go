@@ -48,17 +48,17 @@ func newProfiler(dir string, tb *testbed.Testbed, pprofAddr string) (*profiler, 
 // startCPU takes the CPU profiles in the background, starting cpuWindowStart from now.
 func (p *profiler) startCPU(ctx context.Context) {
 	seconds := int(cpuWindowSpan.Seconds())
-	fetches := map[string]func() error{
-		"cpu-management-apiserver.pprof": func() error {
-			return p.fetchAPIServer(ctx, p.tb.MgmtConfig, seconds, "cpu-management-apiserver.pprof")
+	fetches := map[string]func(name string) error{
+		"cpu-management-apiserver.pprof": func(name string) error {
+			return p.fetchAPIServer(ctx, p.tb.MgmtConfig, seconds, name)
 		},
-		"cpu-harvester-apiserver.pprof": func() error {
-			return p.fetchAPIServer(ctx, p.tb.Harvester.Config, seconds, "cpu-harvester-apiserver.pprof")
+		"cpu-harvester-apiserver.pprof": func(name string) error {
+			return p.fetchAPIServer(ctx, p.tb.Harvester.Config, seconds, name)
 		},
-		"cpu-manager.pprof": func() error {
-			return p.fetch(ctx, http.DefaultClient, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprofAddr, seconds), "cpu-manager.pprof")
+		"cpu-manager.pprof": func(name string) error {
+			return p.fetch(ctx, http.DefaultClient, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprofAddr, seconds), name)
 		},
-		"cpu-bench-and-simulator.pprof": func() error { return p.profileSelf(ctx) },
+		"cpu-bench-and-simulator.pprof": func(name string) error { return p.profileSelf(ctx, name) },
 	}
 	for name, fetch := range fetches {
 		p.wg.Go(func() {
@@ -67,7 +67,7 @@ func (p *profiler) startCPU(ctx context.Context) {
 				return
 			case <-time.After(cpuWindowStart):
 			}
-			if err := fetch(); err != nil {
+			if err := fetch(name); err != nil {
 				p.fail(fmt.Errorf("%s: %w", name, err))
 			}
 		})
@@ -124,7 +124,7 @@ func (p *profiler) fetch(ctx context.Context, c *http.Client, url, name string) 
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-	f, err := os.Create(filepath.Join(p.dir, name)) //nolint:gosec // G304: a file of the directory the benchmark was told to write profiles to, under a name of its own
+	f, err := p.create(name)
 	if err != nil {
 		return err
 	}
@@ -136,8 +136,8 @@ func (p *profiler) fetch(ctx context.Context, c *http.Client, url, name string) 
 }
 
 // profileSelf profiles this process (the benchmark's clients and the simulator) for the window.
-func (p *profiler) profileSelf(ctx context.Context) error {
-	f, err := os.Create(filepath.Join(p.dir, "cpu-bench-and-simulator.pprof"))
+func (p *profiler) profileSelf(ctx context.Context, name string) error {
+	f, err := p.create(name)
 	if err != nil {
 		return err
 	}
@@ -151,4 +151,9 @@ func (p *profiler) profileSelf(ctx context.Context) error {
 	}
 	pprof.StopCPUProfile()
 	return f.Close()
+}
+
+// create creates a profile file in the profile directory.
+func (p *profiler) create(name string) (*os.File, error) {
+	return os.Create(filepath.Join(p.dir, name)) //nolint:gosec // G304: a file of the directory the benchmark was told to write profiles to, under a name of its own
 }

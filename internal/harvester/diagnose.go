@@ -38,8 +38,8 @@ const unboundPVCsMessage = "unbound immediate PersistentVolumeClaims"
 // (Ready=False PodNotExists or GuestNotRunning, PodScheduled=False while its disk is cloned) are
 // not failures, and a start that takes too long is the caller's to judge (see Observation.Starting).
 // Errors while reading are ignored: a diagnosis is a hint, never a reason to fail.
-// pending names the VM's disks that are not bound yet.
-func (m *remoteMachines) diagnose(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, pending []string) *Diagnosis {
+// pending are the VM's disks that are not bound yet (pendingDisks).
+func (m *remoteMachines) diagnose(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, pending []*corev1.PersistentVolumeClaim) *Diagnosis {
 	what := describe("VirtualMachine", vm.Namespace, vm.Name)
 	if d := m.diagnoseDisks(ctx, vm); d != nil {
 		return d
@@ -266,13 +266,13 @@ const (
 	claimEventsInterval = 30 * time.Second
 )
 
-// claimsWorthDiagnosingAt returns when the first of the VM's Pending disks becomes worth a look
-// at its events (zero if none is waiting for that): no change on Harvester announces it.
-func (m *remoteMachines) claimsWorthDiagnosingAt(ctx context.Context, vm *kubevirtv1.VirtualMachine) time.Time {
+// claimsWorthDiagnosingAt returns when the first of the Pending disks (pendingDisks) becomes
+// worth a look at its events (zero if none is waiting for that): no change on Harvester announces
+// it.
+func claimsWorthDiagnosingAt(pending []*corev1.PersistentVolumeClaim) time.Time {
 	var at time.Time
-	for _, name := range mountedClaims(vm) {
-		pvc := &corev1.PersistentVolumeClaim{}
-		if m.peek(ctx, client.ObjectKey{Namespace: vm.Namespace, Name: name}, pvc) != nil || pvc.Status.Phase != corev1.ClaimPending {
+	for _, pvc := range pending {
+		if pvc.Status.Phase != corev1.ClaimPending {
 			continue
 		}
 		if due := pvc.CreationTimestamp.Add(claimEventsGrace); due.After(time.Now()) {
@@ -323,16 +323,26 @@ func dataVolumeFailure(dv *cdiv1.DataVolume) string {
 	return "no condition says why"
 }
 
-// pendingDisks names the VM's disks that are not bound yet (read from the cache, as diagnose did).
-func (m *remoteMachines) pendingDisks(ctx context.Context, vm *kubevirtv1.VirtualMachine) []string {
-	var pending []string
+// pendingDisks returns the VM's disks that are not bound yet (read from the cache, as diagnose
+// did).
+func (m *remoteMachines) pendingDisks(ctx context.Context, vm *kubevirtv1.VirtualMachine) []*corev1.PersistentVolumeClaim {
+	var pending []*corev1.PersistentVolumeClaim
 	for _, name := range mountedClaims(vm) {
 		pvc := &corev1.PersistentVolumeClaim{}
 		if err := m.read(ctx, client.ObjectKey{Namespace: vm.Namespace, Name: name}, pvc); err == nil && pvc.Status.Phase != corev1.ClaimBound {
-			pending = append(pending, describe("PersistentVolumeClaim", vm.Namespace, name))
+			pending = append(pending, pvc)
 		}
 	}
 	return pending
+}
+
+// diskNames names disks for messages.
+func diskNames(disks []*corev1.PersistentVolumeClaim) []string {
+	names := make([]string, 0, len(disks))
+	for _, pvc := range disks {
+		names = append(names, describe("PersistentVolumeClaim", pvc.Namespace, pvc.Name))
+	}
+	return names
 }
 
 // latestWarning returns the message of the newest Warning event about obj ("" if none).

@@ -191,7 +191,7 @@ func TestPendingDiskEventsAreReadAfterTheirGrace(t *testing.T) {
 	if d := m.diagnoseDisks(ctx, vm); d != nil {
 		t.Fatalf("diagnosis %+v of a disk created just now", d)
 	}
-	if at := m.claimsWorthDiagnosingAt(ctx, vm); at.Before(time.Now()) || at.After(time.Now().Add(claimEventsGrace)) {
+	if at := claimsWorthDiagnosingAt(m.pendingDisks(ctx, vm)); at.Before(time.Now()) || at.After(time.Now().Add(claimEventsGrace)) {
 		t.Fatalf("look again at %s, want within %s", at, claimEventsGrace)
 	}
 
@@ -200,7 +200,7 @@ func TestPendingDiskEventsAreReadAfterTheirGrace(t *testing.T) {
 	if d := m.diagnoseDisks(ctx, vm); d == nil || d.Reason != v1alpha1.ReasonVolumeNotBound {
 		t.Fatalf("diagnosis %+v of a disk Pending for %s with a warning, want %s", d, claimEventsGrace, v1alpha1.ReasonVolumeNotBound)
 	}
-	if !m.claimsWorthDiagnosingAt(ctx, vm).IsZero() {
+	if !claimsWorthDiagnosingAt(m.pendingDisks(ctx, vm)).IsZero() {
 		t.Fatal("a disk past its grace still asks to be looked at again")
 	}
 	if m.claimEventsWorthReading(pvc) {

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -101,7 +102,7 @@ type CachingFactory struct {
 
 	// startInformers starts a client's informers, nil if they do not sync (default startCache;
 	// tests replace it).
-	startInformers func(ctx context.Context, cfg *rest.Config, namespace string, notify Notifier) client.Reader
+	startInformers func(ctx context.Context, cfg *rest.Config, mapper meta.RESTMapper, namespace string, notify Notifier) client.Reader
 
 	mu       sync.Mutex
 	secrets  map[Credentials]*secretRead
@@ -367,7 +368,7 @@ func (f *CachingFactory) newCluster(cfg *rest.Config, namespace string) (*cached
 	m := NewCluster(c, nil, dc, cfg.Host).(*remoteMachines)
 	m.namespace = namespace
 	notify := f.Notify
-	if informers := f.informers(ctx, cfg, namespace, notify); informers != nil {
+	if informers := f.informers(ctx, cfg, mapper, namespace, notify); informers != nil {
 		m.useCache(informers)
 	} else {
 		// Reads go to the API until the informers sync, which is tried again in the
@@ -386,18 +387,20 @@ func (f *CachingFactory) retryCache(ctx context.Context, m *remoteMachines, cfg 
 			return
 		case <-time.After(every):
 		}
-		if informers := f.informers(ctx, cfg, namespace, notify); informers != nil {
+		if informers := f.informers(ctx, cfg, m.c.RESTMapper(), namespace, notify); informers != nil {
 			m.useCache(informers)
 			return
 		}
 	}
 }
 
-func (f *CachingFactory) informers(ctx context.Context, cfg *rest.Config, namespace string, notify Notifier) client.Reader {
+// informers starts the informers of a client, sharing its REST mapper (what it has discovered of
+// the API).
+func (f *CachingFactory) informers(ctx context.Context, cfg *rest.Config, mapper meta.RESTMapper, namespace string, notify Notifier) client.Reader {
 	if f.startInformers != nil {
-		return f.startInformers(ctx, cfg, namespace, notify)
+		return f.startInformers(ctx, cfg, mapper, namespace, notify)
 	}
-	if c := startCache(ctx, cfg, namespace, notify); c != nil {
+	if c := startCache(ctx, cfg, mapper, namespace, notify); c != nil {
 		return c
 	}
 	return nil // not a typed nil in the interface

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -72,7 +73,7 @@ func newFactoryFixture(t *testing.T) *factoryFixture {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	x.f = &CachingFactory{SecretReader: x.c, Context: ctx, CacheRetry: 20 * time.Millisecond,
-		startInformers: func(ctx context.Context, _ *rest.Config, _ string, _ Notifier) client.Reader {
+		startInformers: func(ctx context.Context, _ *rest.Config, _ meta.RESTMapper, _ string, _ Notifier) client.Reader {
 			x.starts.Add(1)
 			if x.failing.Load() {
 				return nil

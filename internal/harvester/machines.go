@@ -415,11 +415,11 @@ func (m *remoteMachines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMa
 	if !obs.Running {
 		pending := m.pendingDisks(ctx, vm)
 		obs.Diagnosis = m.diagnose(ctx, vm, vmi, pending)
-		obs.Starting = starting(vm, vmi, pending)
+		obs.Starting = starting(vm, vmi, diskNames(pending))
 		if obs.Diagnosis != nil {
 			return obs, nil
 		}
-		obs.DiagnoseAgainAt = m.claimsWorthDiagnosingAt(ctx, vm)
+		obs.DiagnoseAgainAt = claimsWorthDiagnosingAt(pending)
 		if vmi == nil {
 			return obs, nil
 		}

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -54,12 +55,7 @@ type Notifier interface {
 // startCache starts informers for the objects we own in namespace, and for every image there,
 // and sends an event whenever one of them changes in a way that matters. It returns nil if the
 // informers do not sync (for example without list/watch permission).
-func startCache(ctx context.Context, cfg *rest.Config, namespace string, notify Notifier) cache.Cache {
-	mapper, err := newRESTMapper(cfg)
-	if err != nil {
-		log.FromContext(ctx).Error(err, "Building the Harvester cache; reading live instead")
-		return nil
-	}
+func startCache(ctx context.Context, cfg *rest.Config, mapper meta.RESTMapper, namespace string, notify Notifier) cache.Cache {
 	c, err := cache.New(cfg, cache.Options{
 		Scheme:               remoteScheme,
 		Mapper:               mapper,

@@ -82,13 +82,14 @@ func ownerUIDs(o client.Object) []string {
 	return uids
 }
 
-// vmsByIndex lists the VMs of namespace ("" for all) whose index field has value.
-func (s *Simulator) vmsByIndex(ctx context.Context, namespace, field, value string) ([]kubevirtv1.VirtualMachine, error) {
+// vmsByIndex lists, through the simulator's cache, the VMs of namespace ("" for all) whose index
+// field has value.
+func vmsByIndex(ctx context.Context, c client.Reader, namespace, field, value string) ([]kubevirtv1.VirtualMachine, error) {
 	vms := &kubevirtv1.VirtualMachineList{}
 	opts := []client.ListOption{client.MatchingFields{field: value}}
 	if namespace != "" {
 		opts = append(opts, client.InNamespace(namespace))
 	}
-	err := s.c.List(ctx, vms, opts...)
+	err := c.List(ctx, vms, opts...)
 	return vms.Items, err
 }

@@ -74,7 +74,7 @@ func (r *vmReconciler) vmsUsing(ctx context.Context, obj client.Object) []ctrl.R
 	if _, isSecret := obj.(*corev1.Secret); isSecret {
 		field = indexVMBySecret
 	}
-	vms, err := r.sim.vmsByIndex(ctx, obj.GetNamespace(), field, obj.GetName())
+	vms, err := vmsByIndex(ctx, r.sim.c, obj.GetNamespace(), field, obj.GetName())
 	if err != nil {
 		return nil
 	}

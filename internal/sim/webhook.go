@@ -160,12 +160,12 @@ func (w *webhooks) validate(ctx context.Context, req *admissionv1.AdmissionReque
 // claimInUse is the PVC validator's Delete: a volume a VM (not being deleted) mounts cannot be
 // deleted (409 since Harvester v1.8.0), nor one a VM owns (422).
 func (w *webhooks) claimInUse(ctx context.Context, pvc *corev1.PersistentVolumeClaim) *admissionv1.AdmissionResponse {
-	vms := &kubevirtv1.VirtualMachineList{}
-	if err := w.c.List(ctx, vms, client.InNamespace(pvc.Namespace), client.MatchingFields{indexVMByClaim: pvc.Name}); err != nil {
+	vms, err := vmsByIndex(ctx, w.c, pvc.Namespace, indexVMByClaim, pvc.Name)
+	if err != nil {
 		return denied(http.StatusInternalServerError, metav1.StatusReasonInternalError, fmt.Sprintf("failed to get VMs by index: harvesterhci.io/vm-by-pvc, PVC: %s/%s, err: %s", pvc.Namespace, pvc.Name, err))
 	}
-	for i := range vms.Items {
-		vm := &vms.Items[i]
+	for i := range vms {
+		vm := &vms[i]
 		if vm.DeletionTimestamp == nil {
 			return denied(http.StatusConflict, metav1.StatusReasonConflict,
 				fmt.Sprintf("can not delete the volume %s which is currently attached to VM: %s/%s", pvc.Name, vm.Namespace, vm.Name))
@@ -222,12 +222,12 @@ func (w *webhooks) macConflict(ctx context.Context, vm *kubevirtv1.VirtualMachin
 		return ""
 	}
 	for m := range macs {
-		vms := &kubevirtv1.VirtualMachineList{}
-		if err := w.c.List(ctx, vms, client.MatchingFields{indexVMByMAC: m}); err != nil {
+		vms, err := vmsByIndex(ctx, w.c, "", indexVMByMAC, m)
+		if err != nil {
 			return "" // fail open on our own errors: the rule is about MACs, not about the simulator
 		}
-		for i := range vms.Items {
-			if other := &vms.Items[i]; other.Namespace != vm.Namespace || other.Name != vm.Name {
+		for i := range vms {
+			if other := &vms[i]; other.Namespace != vm.Namespace || other.Name != vm.Name {
 				return fmt.Sprintf("failed to allocate requested mac address %s: already used by VirtualMachine %s/%s", m, other.Namespace, other.Name)
 			}
 		}
