@@ -10,6 +10,10 @@ KUSTOMIZE := $(GO) tool -modfile=hack/tools/kustomize/go.mod kustomize
 GOLANGCI_LINT := $(GO) tool -modfile=hack/tools/golangci-lint/go.mod golangci-lint
 ACTIONLINT := $(GO) tool -modfile=hack/tools/actionlint/go.mod actionlint
 CHART := charts/butler-provider-harvester
+# The representative integration tests that run again on Butler's published CRD sets
+# (test/testdata/butler-crds): lifecycle, restarts, safety, bootstrap, deletion, ImageSync (not on
+# the Butler CLI's set, which has no ImageSync CRD). The whole suite runs on the project's CRDs.
+BUTLER_SCHEMA_TESTS ?= ^(TestLifecycle|TestRestartWhileCreating|TestNamespaceEditAfterRestart|TestDeletionWithoutCredentialsAfterRestart|TestInstalledSchemaDetected|TestBootstrapMachinePhase|TestProviderConfigNamespaceEditedWhileRunning|TestRerunTakesOverTheVMOfTheSameMachineRequestName|TestDeletionBlockedSaysWhy|TestVMDeletedOutOfBand|TestDeletedWhileCreating|TestConfigurationProblemFailsAfterGraceAndRetriesWhenFixed|TestImageSyncGoesReady)$$
 # Packages under test; the integration tests start two real API servers each.
 TEST_PKGS ?= ./...
 TEST_FLAGS ?= -count=1 -timeout=20m
@@ -79,9 +83,13 @@ kubectl: ## Build kubectl from Go modules (once; cached) and print its path.
 	@echo "$$(bash hack/tools/controlplane.sh kubectl)/kubectl"
 
 .PHONY: test
-test: ## Run all tests: unit, integration on real API servers, and the install (chart, kustomize, RBAC, metrics).
+test: ## Run all tests: unit, integration on real API servers (again on Butler's published CRDs), and the install (chart, kustomize, RBAC, metrics).
 	@assets=$$(bash hack/tools/controlplane.sh) && \
-		KUBEBUILDER_ASSETS=$$assets $(GO) test $(TEST_FLAGS) $(TEST_PKGS)
+		KUBEBUILDER_ASSETS=$$assets $(GO) test $(TEST_FLAGS) $(TEST_PKGS) && \
+		echo "Integration tests on Butler's CRDs of butler-api v0.13.0" && \
+		KUBEBUILDER_ASSETS=$$assets BUTLER_TEST_SCHEMA=butler-api-v0.13.0 $(GO) test $(TEST_FLAGS) -run '$(BUTLER_SCHEMA_TESTS)' ./test/integration/ && \
+		echo "Integration tests on the Butler CLI's CRDs (no ImageSync CRD)" && \
+		KUBEBUILDER_ASSETS=$$assets BUTLER_TEST_SCHEMA=butler-cli $(GO) test $(TEST_FLAGS) -run '$(BUTLER_SCHEMA_TESTS)' -skip '^TestImageSync' ./test/integration/
 
 # The packages whose tests exercise concurrent code (informers, caches, the simulator, the
 # reconcilers on real API servers); test/deploy only drives tools and binaries it builds.

@@ -109,6 +109,10 @@ const (
 	ReasonNameConflict = "NameConflict"
 	// ReasonVMDeleted (permanent): the VM of a Running machine was deleted outside the provider.
 	ReasonVMDeleted = "VMDeleted"
+	// ReasonPlacementNotRecorded (waiting): the API server did not keep AnnotationPlacement on the
+	// MachineRequest (a webhook or policy removed or changed it), or the annotation no longer
+	// parses: nothing is created, and a deletion waits, until the record is kept and readable.
+	ReasonPlacementNotRecorded = "PlacementNotRecorded"
 )
 
 const (
@@ -122,10 +126,20 @@ const (
 	// AnnotationRetry lets a user retry a Failed MachineRequest without a spec change: set to
 	// "true", it makes the provider retry, and the provider removes it when the retry starts.
 	AnnotationRetry = "harvester.butler.butlerlabs.dev/retry"
-	// AnnotationAllowInsecureCredentials accepts, set to "true" on a ProviderConfig, a kubeconfig
-	// that skips TLS verification, talks plain http, or goes through a proxy-url. Without it
-	// such kubeconfigs are refused (ReasonInsecureCredentials). It never allows
-	// spec.harvester.endpoint to name another host (ReasonUntrustedEndpoint).
+	// AnnotationPlacement records where on Harvester the machine lives, as JSON
+	// ({"clusterID":...,"server":...,"namespace":...,"name":...}). The provider writes it, together
+	// with its finalizer, before it creates anything for the machine, reads it back from the API
+	// server's answer, and never changes it: the machine is observed and deleted there, whatever
+	// its ProviderConfig or spec say later. It is metadata so that every MachineRequest schema
+	// keeps it (Butler's own CRD prunes status fields it does not know); the VM's UID is in
+	// status.providerID. Do not edit it.
+	AnnotationPlacement = "harvester.butler.butlerlabs.dev/placement"
+	// AnnotationAllowInsecureCredentials accepts, set to "true" on the credentials Secret, a
+	// kubeconfig that skips TLS verification, talks plain http, or goes through a proxy-url.
+	// Without it such kubeconfigs are refused (ReasonInsecureCredentials). It lives on the Secret
+	// so that only who may write the credentials may weaken them: people who may edit
+	// ProviderConfigs cannot (on a ProviderConfig it is ignored). It never allows
+	// spec.harvester.endpoint to name another host or path (ReasonUntrustedEndpoint).
 	AnnotationAllowInsecureCredentials = "harvester.butler.butlerlabs.dev/allow-insecure-credentials"
 )
 
@@ -181,7 +195,7 @@ const (
 	ReasonUntrustedEndpoint = "UntrustedEndpoint"
 	// ReasonInsecureCredentials (CredentialsValid=False; MachineRequest, waiting): the kubeconfig
 	// skips TLS verification, uses a plain http:// server, or a proxy-url. Nothing is sent unless
-	// the ProviderConfig carries AnnotationAllowInsecureCredentials.
+	// the credentials Secret carries AnnotationAllowInsecureCredentials.
 	ReasonInsecureCredentials = "InsecureCredentials"
 	// ReasonProviderConfigNotReady (MachineRequest, waiting): a preflight check of the
 	// ProviderConfig that this request depends on failed; the message names it and its fix.

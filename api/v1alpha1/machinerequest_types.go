@@ -1,6 +1,9 @@
 package v1alpha1
 
 import (
+	"encoding/json"
+	"fmt"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -156,14 +159,17 @@ type MachineRequestStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Placement records where on Harvester the machine lives. The provider writes it before it
-	// creates anything for the machine and never moves it: the machine is observed and deleted
-	// there, whatever its ProviderConfig says later. Not part of the published schema.
+	// Placement is where earlier versions of this provider recorded the machine's place.
+	//
+	// Deprecated: the place is recorded in annotation
+	// harvester.butler.butlerlabs.dev/placement (AnnotationPlacement), which every
+	// MachineRequest schema keeps, and the VM's UID in providerID. A placement found here is
+	// moved to the annotation, and then cleared. Not part of the published schema.
 	// +optional
 	Placement *Placement `json:"placement,omitempty"`
 }
 
-// Placement is where on Harvester a machine was created.
+// Placement is where on Harvester a machine was created: the value of AnnotationPlacement (JSON).
 type Placement struct {
 	// ClusterID identifies the Harvester cluster: the UID of its kube-system namespace.
 	// +kubebuilder:validation:MinLength=1
@@ -182,7 +188,8 @@ type Placement struct {
 	// +kubebuilder:validation:MinLength=1
 	Name string `json:"name"`
 
-	// VMUID is the VirtualMachine's UID, once the provider has seen it.
+	// VMUID is the VirtualMachine's UID, once the provider has seen it (only in the deprecated
+	// status.placement: the annotation leaves it to status.providerID).
 	// +optional
 	VMUID string `json:"vmUID,omitempty"`
 }
@@ -225,4 +232,32 @@ func (m *MachineRequest) ProviderConfigKey() (namespace, name string) {
 		namespace = m.Namespace
 	}
 	return namespace, m.Spec.ProviderRef.Name
+}
+
+// RecordedPlacement returns where the machine lives as recorded in AnnotationPlacement, else (by an
+// earlier version of the provider) in the deprecated status.placement; nil if neither holds one.
+// The error says why an annotation that is there cannot be read.
+func (m *MachineRequest) RecordedPlacement() (*Placement, error) {
+	if value, ok := m.Annotations[AnnotationPlacement]; ok {
+		p := &Placement{}
+		if err := json.Unmarshal([]byte(value), p); err != nil {
+			return nil, fmt.Errorf("annotation %s is not a placement: %w", AnnotationPlacement, err)
+		}
+		if p.ClusterID == "" || p.Namespace == "" || p.Name == "" {
+			return nil, fmt.Errorf("annotation %s lacks the clusterID, namespace or name", AnnotationPlacement)
+		}
+		return p, nil
+	}
+	if m.Status.Placement != nil {
+		p := *m.Status.Placement
+		return &p, nil
+	}
+	return nil, nil
+}
+
+// EncodePlacement is the value of AnnotationPlacement for p (its VMUID is left to status.providerID).
+func EncodePlacement(p Placement) string {
+	p.VMUID = ""
+	value, _ := json.Marshal(p) // a struct of strings always encodes
+	return string(value)
 }

@@ -150,6 +150,12 @@ func run(ctx context.Context, args []string) error {
 	}); err != nil {
 		return err
 	}
+	if schema, err := controller.InstalledSchema(restConfig); err != nil {
+		logger.Info("Could not tell which MachineRequest schema is installed; the provider works with either", "reason", err.Error())
+	} else {
+		logger.Info("MachineRequest schema installed", "schema", schema,
+			"note", "the provider records its finalizer, annotation "+v1alpha1.AnnotationPlacement+" and status.providerID, which every schema keeps")
+	}
 	logger.Info("Starting manager", "watchNamespaces", o.WatchNamespaces, "leaderElect", o.LeaderElect)
 	return mgr.Start(ctx)
 }

@@ -158,6 +158,9 @@ func (r *ImageSyncReconciler) target(ctx context.Context, s *imageSyncScope, pc 
 	if _, err := harvesterOf(pc, pcRef); err != nil {
 		return nil, harvester.ObjectRef{}, err
 	}
+	if err := sharedWith(pc, s.is.Namespace, "ImageSyncs", "spec.providerConfigRef"); err != nil {
+		return nil, harvester.ObjectRef{}, err
+	}
 	creds, err := credentialsOf(pc, pcRef)
 	if err != nil {
 		return nil, harvester.ObjectRef{}, err
@@ -177,6 +180,9 @@ func (r *ImageSyncReconciler) sync(ctx context.Context, s *imageSyncScope, pc *v
 	if s.is.Spec.TransferMode == v1alpha1.TransferModeProxy {
 		return reconcile.Result{}, harvester.Permanent(v1alpha1.ReasonUnsupportedTransferMode,
 			"spec.transferMode is %q: Harvester downloads images from the factory itself; set spec.transferMode to %q (the default)", v1alpha1.TransferModeProxy, v1alpha1.TransferModeDirect)
+	}
+	if err := harvester.ValidateFactoryRef(s.is.Spec); err != nil {
+		return reconcile.Result{}, asImageSyncError(err)
 	}
 	factory, err := r.factoryURL(ctx)
 	if err != nil {
@@ -299,7 +305,7 @@ func (r *ImageSyncReconciler) retryable(ctx context.Context, s *imageSyncScope, 
 		if _, err := r.factoryURL(ctx); err == nil {
 			return "the ButlerConfig now configures the image factory", true, nil
 		}
-	case v1alpha1.ReasonCredentialsError, v1alpha1.ReasonProviderConfigNotFound:
+	case v1alpha1.ReasonCredentialsError, v1alpha1.ReasonProviderConfigNotFound, v1alpha1.ReasonProviderConfigNotShared:
 		if _, _, err := r.target(ctx, s, pc); err == nil {
 			return "the ProviderConfig and its credentials work now", true, nil
 		}

@@ -129,10 +129,13 @@ func (r *MachineRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 		res, err := r.reconcileDelete(ctx, scope)
 		return asPoll(scope.outcome(ctx, res, err))
 	}
-	if err := r.ensureFinalizer(ctx, scope); err != nil {
-		return scope.outcome(ctx, ctrl.Result{}, err)
-	}
 	res, err := r.reconcileNormal(ctx, scope)
+	// The finalizer is written with the machine's place, before anything is created (see
+	// recordPlacement). A machine that stopped short of that, waiting or failed, gets it now,
+	// before its status: it is ours from its first status on.
+	if ferr := r.ensureFinalizer(ctx, scope); ferr != nil && err == nil {
+		err = ferr
+	}
 	return asPoll(scope.outcome(ctx, res, err))
 }
 

@@ -48,7 +48,20 @@ func (f *fakeMachines) Identity(context.Context) (harvester.ClusterIdentity, err
 	return f.identity, nil
 }
 
-func (f *fakeMachines) Ensure(_ context.Context, s *harvester.MachineSpec) (harvester.Observation, error) {
+// Ensure behaves as the engine's: for a machine without a recorded VM, the front door's gate,
+// then its record of the place; then what the test wants (recorded as call "Ensure": it may
+// create).
+func (f *fakeMachines) Ensure(ctx context.Context, s *harvester.MachineSpec) (harvester.Observation, error) {
+	if s.Gate != nil && s.VMUID == "" {
+		if err := s.Gate(); err != nil {
+			return harvester.Observation{}, err
+		}
+	}
+	if s.Record != nil {
+		if err := s.Record(ctx, f.identity); err != nil {
+			return harvester.Observation{}, err
+		}
+	}
 	f.calls = append(f.calls, "Ensure")
 	return f.ensure(s)
 }
@@ -214,7 +227,8 @@ var testCluster = harvester.ClusterIdentity{ID: "cluster-a", Server: "https://ha
 // placed records that the machine lives in Harvester namespace "vms" of testCluster, with VM UID
 // "vm-uid", as it would be once its VM was created.
 func placed(mr *v1alpha1.MachineRequest) *v1alpha1.MachineRequest {
-	mr.Status.Placement = &v1alpha1.Placement{ClusterID: testCluster.ID, Server: testCluster.Server, Namespace: "vms", Name: mr.Spec.MachineName, VMUID: "vm-uid"}
+	metav1.SetMetaDataAnnotation(&mr.ObjectMeta, v1alpha1.AnnotationPlacement, v1alpha1.EncodePlacement(
+		v1alpha1.Placement{ClusterID: testCluster.ID, Server: testCluster.Server, Namespace: "vms", Name: mr.Spec.MachineName}))
 	mr.Status.ProviderID = "harvester://vm-uid"
 	return mr
 }
@@ -270,14 +284,13 @@ func TestVMCreate(t *testing.T) {
 		t.Fatalf("Reconcile = %+v, %v; want RequeueAfter %s", res, err, f.r.CreatingPollInterval)
 	}
 	mr := f.get(machineRequest())
-	// One status write while creating: the write-ahead of the placement. The VM's UID and
-	// providerID ride along with the next write (Running, or a diagnosis).
-	if mr.Status.Phase != v1alpha1.MachinePhaseCreating || mr.Status.ProviderID != "" || mr.Status.ObservedGeneration != mr.Generation {
-		t.Fatalf("status = %+v; want Creating, observedGeneration %d, no providerID yet", mr.Status, mr.Generation)
+	// One status write while creating, once the VM exists: Creating, with its providerID.
+	if mr.Status.Phase != v1alpha1.MachinePhaseCreating || mr.Status.ProviderID != "harvester://vm-uid" || mr.Status.ObservedGeneration != mr.Generation {
+		t.Fatalf("status = %+v; want Creating, observedGeneration %d, providerID harvester://vm-uid", mr.Status, mr.Generation)
 	}
 	want := v1alpha1.Placement{ClusterID: testCluster.ID, Server: testCluster.Server, Namespace: "vms", Name: "cluster-cp-0"}
-	if p := mr.Status.Placement; p == nil || *p != want {
-		t.Fatalf("placement = %+v, want %+v", p, want)
+	if p, err := mr.RecordedPlacement(); err != nil || p == nil || *p != want || mr.Status.Placement != nil {
+		t.Fatalf("placement = %+v (%v), status.placement %+v; want %+v in the annotation", p, err, mr.Status.Placement, want)
 	}
 	if !hasFinalizer(mr) {
 		t.Fatal("finalizer not added")

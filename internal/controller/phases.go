@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,21 +24,26 @@ func hasFinalizer(mr *v1alpha1.MachineRequest) bool {
 	return slices.Contains(mr.Finalizers, v1alpha1.MachineRequestFinalizer)
 }
 
-// ensureFinalizer adds our finalizer before anything is created on Harvester. The patch carries
+// ensureFinalizer adds our finalizer to a machine that waits before its place is recorded. The patch carries
 // the resourceVersion: a merge patch replaces the whole list, and must not drop a finalizer
 // another controller added since our copy was read (a conflict is retried).
 func (r *MachineRequestReconciler) ensureFinalizer(ctx context.Context, s *machineScope) error {
-	if hasFinalizer(s.mr) {
+	if s.released || hasFinalizer(s.mr) {
 		return nil
 	}
 	patch := client.MergeFromWithOptions(s.mr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.AddFinalizer(s.mr, v1alpha1.MachineRequestFinalizer)
-	return s.patchMeta(ctx, r.Client, patch)
+	err := s.patchMeta(ctx, r.Client, patch)
+	if apierrors.IsNotFound(err) {
+		s.released = true
+		return errMachineRequestGone
+	}
+	return err
 }
 
 // reconcileNormal runs the phase the MachineRequest is in.
 func (r *MachineRequestReconciler) reconcileNormal(ctx context.Context, s *machineScope) (reconcile.Result, error) {
-	if s.pc != nil && s.pc.Spec.Provider != v1alpha1.ProviderTypeHarvester && s.mr.Status.Placement == nil && s.mr.Status.ProviderID == "" {
+	if s.pc != nil && s.pc.Spec.Provider != v1alpha1.ProviderTypeHarvester && !s.placed() {
 		// Its ProviderConfig now names another provider and nothing was ever created here:
 		// hand it over instead of holding it with a finalizer nobody will remove.
 		return reconcile.Result{}, r.handOver(ctx, s)
@@ -62,11 +68,9 @@ func (r *MachineRequestReconciler) reconcileNormal(ctx context.Context, s *machi
 		log.FromContext(ctx).Info("Retrying failed MachineRequest", "generation", s.mr.Generation, "because", why)
 		s.event(corev1.EventTypeNormal, "Retrying", "Provision", "Retrying after "+s.mr.Status.FailureReason+": "+why)
 		s.clearFailure()
-		if p := s.mr.Status.Placement; p != nil {
-			// A retry may create a new VM where the machine lives; the one that failed is
-			// looked for again by name.
-			p.VMUID = ""
-		}
+		// A retry may create a new VM where the machine lives; the one that failed is looked for
+		// again by name.
+		s.mr.Status.ProviderID = ""
 		s.setPhase(v1alpha1.MachinePhasePending)
 		return r.reconcileProvisioning(ctx, s)
 	case v1alpha1.MachinePhaseRunning:
@@ -90,8 +94,8 @@ func (r *MachineRequestReconciler) configFixed(ctx context.Context, s *machineSc
 	if !configReasons[s.mr.Status.FailureReason] {
 		return ""
 	}
-	_, creds, err := machineSpecFor(s.mr, s.pc)
-	if err != nil {
+	spec, creds, err := machineSpecFor(s.mr, s.pc)
+	if err != nil || spec.Gate() != nil {
 		return ""
 	}
 	if _, err := r.Harvester.ClusterFor(ctx, creds); err != nil {
@@ -118,29 +122,42 @@ func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s 
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if home != nil && home.moved != "" && home.ref.VMUID == "" {
+	if home != nil && home.ref.VMUID == "" {
 		// No VM is recorded where the machine was to live, and the ProviderConfig now points
 		// elsewhere: if none of ours is there, the machine starts afresh where it points now.
-		if home, err = r.abandonEmptyHome(ctx, s, home); err != nil {
-			return reconcile.Result{}, err
+		switch {
+		case home.elsewhere != nil:
+			leaveEmptyHome(ctx, s, home)
+			home = nil
+		case home.moved != "":
+			if home, err = r.abandonEmptyHome(ctx, s, home); err != nil {
+				return reconcile.Result{}, err
+			}
 		}
 	}
+	if home != nil && home.elsewhere != nil {
+		return reconcile.Result{}, home.unreachable(s)
+	}
 	if home == nil {
-		if home, err = r.recordHome(ctx, s, spec, creds); err != nil {
+		// Nothing recorded: the engine records the place (spec.Record) once the gates and the
+		// image pass, before it creates anything.
+		cluster, err := r.Harvester.ClusterFor(ctx, creds)
+		if err != nil {
 			return reconcile.Result{}, err
 		}
+		home = &machineHome{cluster: cluster, ref: spec.Ref()}
+		spec.Record = r.recordPlacementFor(s, spec)
 	}
 	spec.Namespace, spec.Name, spec.VMUID = home.ref.Namespace, home.ref.Name, home.ref.VMUID
 	obs, err := home.cluster.Ensure(ctx, spec)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	// The VM's UID and providerID ride along with the next status write (Running, or whatever
-	// goes wrong first): until then the VM is found by its name and ownership.
-	s.setLazily(func(st *v1alpha1.MachineRequestStatus) {
-		st.ProviderID = obs.ProviderID
-		recordVM(st, obs)
-	})
+	// The VM's UID is recorded as soon as the VM exists (status.providerID, kept by every
+	// schema): from then on the machine is judged as one that has a VM.
+	if obs.ProviderID != "" {
+		s.mr.Status.ProviderID = obs.ProviderID
+	}
 	vm := vmName(spec.Namespace, spec.Name)
 	if obs.TookOverFrom != "" {
 		log.FromContext(ctx).Info("Took over a VM of an earlier MachineRequest of the same name", "vm", vm, "earlierUID", obs.TookOverFrom)
@@ -163,31 +180,10 @@ func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s 
 	return reconcile.Result{RequeueAfter: next}, nil
 }
 
-// recordHome records where a machine that has nothing on Harvester yet will live (where its
-// ProviderConfig points now), and stores that record before anything is created: a crash or a
-// ProviderConfig edit right after the create can then never leave a VM the MachineRequest does
-// not point to.
-func (r *MachineRequestReconciler) recordHome(ctx context.Context, s *machineScope, spec *harvester.MachineSpec, creds harvester.Credentials) (*machineHome, error) {
-	cluster, id, err := r.reach(ctx, creds)
-	if err != nil {
-		return nil, err
-	}
-	s.mr.Status.Placement = &v1alpha1.Placement{ClusterID: id.ID, Server: id.Server, Namespace: spec.Namespace, Name: spec.Name}
-	// Creating from now on, with the message the whole creation keeps (see creatingMessage):
-	// this write is the only one until the machine is Running, unless something goes wrong.
-	s.setPhase(v1alpha1.MachinePhaseCreating)
-	s.progressing(v1alpha1.ReasonVMCreating, creatingMessage(vmName(spec.Namespace, spec.Name)))
-	s.healthy()
-	s.observed()
-	if err := s.writeStatus(ctx, r.Client, &r.statuses); err != nil {
-		return nil, err
-	}
-	return &machineHome{cluster: cluster, ref: spec.Ref()}, nil
-}
-
 // abandonEmptyHome removes what an interrupted earlier attempt left where a machine without a VM
-// was to live, and forgets that place once nothing of ours is left there. It keeps the home if a
-// VM of ours is there after all (created just before its UID could be recorded).
+// was to live, and forgets that place once nothing of ours is left there (the next record
+// replaces it). It keeps the home if a VM of ours is there after all (created just before its
+// UID could be recorded).
 func (r *MachineRequestReconciler) abandonEmptyHome(ctx context.Context, s *machineScope, home *machineHome) (*machineHome, error) {
 	obs, err := home.cluster.Observe(ctx, home.ref)
 	if err != nil || obs.VMExists {
@@ -203,7 +199,6 @@ func (r *MachineRequestReconciler) abandonEmptyHome(ctx context.Context, s *mach
 			home.moved, home.ref.Namespace, remaining)
 	}
 	log.FromContext(ctx).Info("Forgetting an empty placement: the ProviderConfig points elsewhere now", "namespace", home.ref.Namespace)
-	s.mr.Status.Placement = nil
 	return nil, nil
 }
 
@@ -308,7 +303,7 @@ func vmName(namespace, name string) string { return "VirtualMachine " + namespac
 // reconcileRunning is the periodic health check of a Running machine: the VM must still exist
 // (else Failed VMDeleted), and the status follows its addresses.
 func (r *MachineRequestReconciler) reconcileRunning(ctx context.Context, s *machineScope) (reconcile.Result, error) {
-	home, err := r.homeOf(ctx, s)
+	home, err := r.reachableHome(ctx, s)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -327,7 +322,7 @@ func (r *MachineRequestReconciler) reconcileRunning(ctx context.Context, s *mach
 		return reconcile.Result{}, harvester.Permanent(v1alpha1.ReasonVMDeleted,
 			"%s was deleted outside the provider: set annotation %s=true on the MachineRequest (or change its spec) to create a new VM, or delete the MachineRequest", vm, v1alpha1.AnnotationRetry)
 	}
-	recordVM(&s.mr.Status, obs)
+	s.mr.Status.ProviderID = obs.ProviderID
 	if !obs.Running || obs.Addresses.Primary == "" {
 		msg := notRunningMessage(vm, obs)
 		if obs.Running {
@@ -353,7 +348,7 @@ func (r *MachineRequestReconciler) reconcileDelete(ctx context.Context, s *machi
 			"Released without deleting anything on Harvester because of annotation "+v1alpha1.AnnotationSkipHarvesterCleanup+"; "+describeHome(s)+" may remain there")
 		return reconcile.Result{}, r.removeFinalizer(ctx, s)
 	}
-	home, err := r.homeOf(ctx, s)
+	home, err := r.reachableHome(ctx, s)
 	if err == nil && home == nil {
 		home, err = r.unrecordedHome(ctx, s)
 	}
@@ -389,29 +384,43 @@ func (r *MachineRequestReconciler) reconcileDelete(ctx context.Context, s *machi
 	return reconcile.Result{}, r.removeFinalizer(ctx, s)
 }
 
-// unrecordedHome is where a machine without a placement may have left something: nowhere, since
-// the placement is recorded before anything is created. A version of this provider that did not
-// record placements could have been interrupted between a create and its status write, so
-// where the ProviderConfig points is cleaned up too when it can be reached; when it cannot, there
-// is nothing to wait for.
+// unrecordedHome is where a machine without a recorded place may have left something. This
+// version records the place before it creates anything, so a machine that never left Pending
+// (or failed on its configuration before anything was created) has nothing on Harvester. A
+// machine that went further was served by the published provider or a version of this one that
+// recorded nothing before it created: what it left is where its ProviderConfig points, and the
+// deletion must reach it there (else it is blocked, and says how to get out of it).
 func (r *MachineRequestReconciler) unrecordedHome(ctx context.Context, s *machineScope) (*machineHome, error) {
+	if nothingCreated(s.mr.Status) {
+		return nil, nil
+	}
 	creds, err := credentialsFor(s.mr, s.pc)
 	if err != nil {
-		return nil, nil
+		return nil, err
 	}
 	cluster, err := r.Harvester.ClusterFor(ctx, creds)
 	if err != nil {
-		if _, wait := harvester.AsWaiting(err); wait {
-			return nil, nil
-		}
 		return nil, err
 	}
 	return &machineHome{cluster: cluster, ref: harvester.MachineRef{Owner: ownerOf(s.mr), Namespace: creds.Namespace, Name: s.mr.Spec.MachineName}}, nil
 }
 
+// nothingCreated reports whether the status of a machine without a recorded place shows that
+// nothing can have been created for it: it never got past Pending, or failed on its
+// configuration (which is checked before anything is created).
+func nothingCreated(st v1alpha1.MachineRequestStatus) bool {
+	switch st.Phase {
+	case "", v1alpha1.MachinePhasePending:
+		return true
+	case v1alpha1.MachinePhaseFailed:
+		return configReasons[st.FailureReason]
+	}
+	return false
+}
+
 // describeHome names the machine's VM for messages: where it lives if recorded.
 func describeHome(s *machineScope) string {
-	if p := s.mr.Status.Placement; p != nil {
+	if p, _ := s.mr.RecordedPlacement(); p != nil {
 		return fmt.Sprintf("VM %s/%s (cluster %s)", p.Namespace, p.Name, p.Server)
 	}
 	return "VM " + s.mr.Spec.MachineName

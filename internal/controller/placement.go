@@ -5,15 +5,25 @@ import (
 	"fmt"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
-// A machine lives where it was created. Its place (Harvester cluster, namespace, name and VM UID)
-// is recorded in status.placement before anything is created for it, and from then on the machine
-// is observed and deleted there, never where fields edited since would put it: a ProviderConfig
+// A machine lives where it was created. Its place (Harvester cluster, namespace and name) is
+// recorded in annotation v1alpha1.AnnotationPlacement, with the finalizer and in the same write,
+// before anything is created for it, and read back from the API server's answer; its VM's UID is
+// status.providerID, written as soon as the VM exists. Both are kept by every MachineRequest
+// schema, Butler's own included (it prunes status fields it does not know, such as the
+// status.placement where earlier versions recorded the place). From then on the machine is
+// observed and deleted there, never where fields edited since would put it: a ProviderConfig
 // pointed at another namespace or cluster must not make a running machine look deleted, let its
 // deletion skip the VM, or make a retry create a second VM.
 
@@ -21,9 +31,22 @@ import (
 type machineHome struct {
 	cluster harvester.Cluster
 	ref     harvester.MachineRef
+	place   v1alpha1.Placement
 	// moved, when set, says how the ProviderConfig now points elsewhere than where the machine
 	// lives (and what to do about it).
 	moved string
+	// elsewhere, when set, is the cluster the credentials reach now, which is not the one the
+	// machine lives on: cluster is nil, and the machine can be neither observed nor deleted.
+	elsewhere *harvester.ClusterIdentity
+}
+
+// unreachable says why a machine whose credentials now reach another cluster cannot be managed.
+func (h *machineHome) unreachable(s *machineScope) error {
+	p, id := h.place, h.elsewhere
+	return harvester.Waiting(v1alpha1.ReasonProviderConfigMoved, providerConfigRetry,
+		"ProviderConfig %s's credentials now reach another Harvester cluster (%s, cluster ID %s) than the one VM %s/%s lives on (%s, cluster ID %s): "+
+			"restore credentials for that cluster to manage the machine; to give it up, delete the MachineRequest with annotation %s=true",
+		providerConfigRef(s.mr), id.Server, id.ID, p.Namespace, p.Name, p.Server, p.ClusterID, v1alpha1.AnnotationSkipHarvesterCleanup)
 }
 
 // reach returns the client of the Harvester cluster the credentials reach and its identity.
@@ -36,17 +59,26 @@ func (r *MachineRequestReconciler) reach(ctx context.Context, creds harvester.Cr
 	return cluster, id, err
 }
 
-// homeOf finds where the machine lives, reached with the ProviderConfig's current credentials
-// when they reach the cluster it was created on. It returns nil, and no error, when nothing has
-// been recorded: nothing was ever created for the machine.
+// homeOf finds where the machine lives, reached with the ProviderConfig's current credentials.
+// It returns nil, and no error, when nothing has been recorded: nothing was ever created for the
+// machine. When the credentials reach another cluster, the home has elsewhere set and no client.
 //
-// A MachineRequest of the published provider, or of a version of this one before placements were
-// recorded, has a providerID but no placement: its VM is where the ProviderConfig points now,
-// which is recorded (with this reconcile's status) from then on.
+// A MachineRequest of the published provider, or of a version of this one before the place was
+// recorded in the annotation, has a providerID or a status.placement but no annotation: its
+// place (the one in status.placement, else where the ProviderConfig points now) is recorded in
+// the annotation from then on.
 func (r *MachineRequestReconciler) homeOf(ctx context.Context, s *machineScope) (*machineHome, error) {
-	p := s.mr.Status.Placement
-	legacyUID := uidOfProviderID(s.mr.Status.ProviderID)
-	if p == nil && legacyUID == "" {
+	p, err := s.mr.RecordedPlacement()
+	if err != nil {
+		return nil, harvester.Waiting(v1alpha1.ReasonPlacementNotRecorded, providerConfigRetry,
+			"%v: the provider cannot tell where the machine lives; restore the annotation the provider wrote, or delete the MachineRequest with annotation %s=true and remove what is left on Harvester yourself",
+			err, v1alpha1.AnnotationSkipHarvesterCleanup)
+	}
+	vmUID := uidOfProviderID(s.mr.Status.ProviderID)
+	if p != nil && vmUID == "" {
+		vmUID = p.VMUID // only in the deprecated status.placement
+	}
+	if p == nil && vmUID == "" {
 		return nil, nil
 	}
 	creds, err := credentialsFor(s.mr, s.pc)
@@ -58,18 +90,22 @@ func (r *MachineRequestReconciler) homeOf(ctx context.Context, s *machineScope) 
 		return nil, err
 	}
 	if p == nil {
-		p = &v1alpha1.Placement{ClusterID: id.ID, Server: id.Server, Namespace: creds.Namespace, Name: s.mr.Spec.MachineName, VMUID: legacyUID}
-		s.mr.Status.Placement = p
+		p = &v1alpha1.Placement{ClusterID: id.ID, Server: id.Server, Namespace: creds.Namespace, Name: s.mr.Spec.MachineName}
 	}
-	if p.ClusterID != id.ID {
-		return nil, harvester.Waiting(v1alpha1.ReasonProviderConfigMoved, providerConfigRetry,
-			"ProviderConfig %s's credentials now reach another Harvester cluster (%s, cluster ID %s) than the one VM %s/%s lives on (%s, cluster ID %s): "+
-				"restore credentials for that cluster to manage the machine; to give it up, delete the MachineRequest with annotation %s=true",
-			providerConfigRef(s.mr), id.Server, id.ID, p.Namespace, p.Name, p.Server, p.ClusterID, v1alpha1.AnnotationSkipHarvesterCleanup)
+	if _, annotated := s.mr.Annotations[v1alpha1.AnnotationPlacement]; !annotated {
+		if err := r.recordPlacement(ctx, s, *p); err != nil {
+			return nil, err
+		}
+		s.mr.Status.Placement = nil // moved to the annotation
 	}
-	home := &machineHome{cluster: cluster, ref: harvester.MachineRef{
-		Owner: ownerOf(s.mr), Namespace: p.Namespace, Name: p.Name, VMUID: types.UID(p.VMUID),
+	home := &machineHome{place: *p, ref: harvester.MachineRef{
+		Owner: ownerOf(s.mr), Namespace: p.Namespace, Name: p.Name, VMUID: types.UID(vmUID),
 	}}
+	if p.ClusterID != id.ID {
+		home.elsewhere = &id
+		return home, nil
+	}
+	home.cluster = cluster
 	var moved []string
 	if s.pc.Spec.Provider != v1alpha1.ProviderTypeHarvester {
 		moved = append(moved, fmt.Sprintf("now says provider %q", s.pc.Spec.Provider))
@@ -89,12 +125,66 @@ func (r *MachineRequestReconciler) homeOf(ctx context.Context, s *machineScope) 
 	return home, nil
 }
 
-// recordVM records the UID of the machine's VM once it is known.
-func recordVM(st *v1alpha1.MachineRequestStatus, obs harvester.Observation) {
-	if p := st.Placement; p != nil && p.VMUID == "" && obs.VMUID != "" {
-		p.VMUID = string(obs.VMUID)
+// reachableHome is homeOf for a machine that must be reached where it lives: observed while
+// Running, or deleted.
+func (r *MachineRequestReconciler) reachableHome(ctx context.Context, s *machineScope) (*machineHome, error) {
+	home, err := r.homeOf(ctx, s)
+	if err == nil && home != nil && home.elsewhere != nil {
+		return nil, home.unreachable(s)
+	}
+	return home, err
+}
+
+// recordPlacement stores where the machine lives, with the finalizer, in one write locked on the
+// resourceVersion (a merge patch replaces the whole list of finalizers), and checks the API
+// server's answer: if the annotation did not persist as sent (a webhook or policy dropped or
+// changed it), nothing may be created, since nothing would find it again.
+func (r *MachineRequestReconciler) recordPlacement(ctx context.Context, s *machineScope, p v1alpha1.Placement) error {
+	p.VMUID = ""
+	patch := client.MergeFromWithOptions(s.mr.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(s.mr, v1alpha1.MachineRequestFinalizer)
+	metav1.SetMetaDataAnnotation(&s.mr.ObjectMeta, v1alpha1.AnnotationPlacement, v1alpha1.EncodePlacement(p))
+	if err := s.patchMeta(ctx, r.Client, patch); err != nil {
+		if apierrors.IsNotFound(err) {
+			s.released = true
+			return errMachineRequestGone
+		}
+		return err
+	}
+	// s.mr is the server's answer now.
+	got, err := s.mr.RecordedPlacement()
+	if err != nil || got == nil || *got != p || !hasFinalizer(s.mr) {
+		return harvester.Waiting(v1alpha1.ReasonPlacementNotRecorded, providerConfigRetry,
+			"the API server did not keep annotation %s or finalizer %s on the MachineRequest: nothing is created until they persist; check the admission webhooks and policies that change MachineRequests",
+			v1alpha1.AnnotationPlacement, v1alpha1.MachineRequestFinalizer)
+	}
+	log.FromContext(ctx).V(1).Info("Recorded the machine's place", "cluster", p.Server, "namespace", p.Namespace, "name", p.Name)
+	return nil
+}
+
+// recordPlacementFor is the MachineSpec.Record of a machine with nothing recorded: its place is
+// the cluster the engine reached and the namespace and name of the spec.
+func (r *MachineRequestReconciler) recordPlacementFor(s *machineScope, spec *harvester.MachineSpec) func(context.Context, harvester.ClusterIdentity) error {
+	return func(ctx context.Context, id harvester.ClusterIdentity) error {
+		return r.recordPlacement(ctx, s, v1alpha1.Placement{ClusterID: id.ID, Server: id.Server, Namespace: spec.Namespace, Name: spec.Name})
 	}
 }
+
+// leaveEmptyHome gives up the place of a machine without a VM whose credentials now reach
+// another cluster: the machine starts afresh where they point, as after a namespace move. What
+// an interrupted earlier attempt may have left on the first cluster cannot be reached from here:
+// a Warning event names where to look.
+func leaveEmptyHome(ctx context.Context, s *machineScope, home *machineHome) {
+	p := home.place
+	log.FromContext(ctx).Info("Forgetting a placement without a VM: the credentials reach another cluster now", "cluster", p.Server, "namespace", p.Namespace)
+	s.event(corev1.EventTypeWarning, v1alpha1.ReasonProviderConfigMoved, "Provision", fmt.Sprintf(
+		"ProviderConfig %s's credentials now reach another Harvester cluster (%s) than the one the machine was to live on (%s, namespace %s), where no VM was recorded: the machine starts afresh where they point. An interrupted earlier attempt may have left disks or the cloud-init Secret named after %s (labelled with this MachineRequest's UID %s) on %s",
+		providerConfigRef(s.mr), home.elsewhere.Server, p.Server, p.Namespace, p.Name, s.mr.UID, p.Server))
+}
+
+// errMachineRequestGone stops a reconcile whose MachineRequest was deleted meanwhile: a write
+// answered NotFound, so nothing is to be created for it.
+var errMachineRequestGone = fmt.Errorf("the MachineRequest no longer exists")
 
 // uidOfProviderID returns the VM UID of a providerID ("harvester://<uid>", or the bare UID the
 // published provider wrote).

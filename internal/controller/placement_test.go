@@ -28,13 +28,17 @@ func pcInNamespace(ns string) *v1alpha1.ProviderConfig {
 	return pc
 }
 
-// The place is stored before anything is created on Harvester: a crash right after a create, or a
-// ProviderConfig edit, can never leave a VM the MachineRequest does not point to.
+// The place is stored, with the finalizer, before anything is created on Harvester: a crash right
+// after a create, or a ProviderConfig edit, can never leave a VM the MachineRequest does not point
+// to. The VM's UID is stored as soon as the VM exists.
 func TestPlacementRecordedBeforeAnythingIsCreated(t *testing.T) {
 	f := newFixture(t, machineRequest(), harvesterPC(v1alpha1.ProviderTypeHarvester))
 	var storedWhenCreating *v1alpha1.Placement
+	finalizerWhenCreating := false
 	f.machines.ensure = func(s *harvester.MachineSpec) (harvester.Observation, error) {
-		storedWhenCreating = f.get(machineRequest()).Status.Placement
+		stored := f.get(machineRequest())
+		storedWhenCreating, _ = stored.RecordedPlacement()
+		finalizerWhenCreating = hasFinalizer(stored)
 		if s.VMUID != "" {
 			return harvester.Observation{}, fmt.Errorf("a new machine was given VM UID %q", s.VMUID)
 		}
@@ -44,12 +48,11 @@ func TestPlacementRecordedBeforeAnythingIsCreated(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := v1alpha1.Placement{ClusterID: testCluster.ID, Server: testCluster.Server, Namespace: "vms", Name: "cluster-cp-0"}
-	if storedWhenCreating == nil || *storedWhenCreating != want {
-		t.Fatalf("placement stored when Ensure ran = %+v, want %+v", storedWhenCreating, want)
+	if storedWhenCreating == nil || *storedWhenCreating != want || !finalizerWhenCreating {
+		t.Fatalf("placement stored when Ensure ran = %+v (finalizer %v), want %+v with the finalizer", storedWhenCreating, finalizerWhenCreating, want)
 	}
-	// The VM's UID is stored with the next write (here Running).
-	if got := f.get(machineRequest()).Status.Placement; got == nil || got.VMUID != string(running.VMUID) {
-		t.Fatalf("placement after the create = %+v, want VM UID %s recorded", got, running.VMUID)
+	if got := f.get(machineRequest()); got.Status.ProviderID != running.ProviderID || got.Status.Placement != nil {
+		t.Fatalf("after the create: providerID %q, status.placement %+v; want %s and none", got.Status.ProviderID, got.Status.Placement, running.ProviderID)
 	}
 }
 
@@ -79,7 +82,7 @@ func TestRunningMachineStaysWhereItLives(t *testing.T) {
 				t.Fatalf("clients asked for namespaces %v, none for where the machine lives", f.factory.namespaces)
 			}
 			got := f.get(mr)
-			if got.Status.Phase != v1alpha1.MachinePhaseRunning || got.Status.Placement.Namespace != "vms" {
+			if p, _ := got.RecordedPlacement(); got.Status.Phase != v1alpha1.MachinePhaseRunning || p == nil || p.Namespace != "vms" {
 				t.Fatalf("status = %+v", got.Status)
 			}
 			requireCondition(t, got, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonVMRunning)
@@ -153,7 +156,7 @@ func TestDeletionWhereTheMachineLives(t *testing.T) {
 // points now.
 func TestMachineWithoutVMStartsAfreshWhereTheProviderConfigPoints(t *testing.T) {
 	mr := placed(withFinalizer(machineRequest()))
-	mr.Status.Placement.VMUID, mr.Status.ProviderID = "", ""
+	mr.Status.ProviderID = ""
 	mr.Status.Phase = v1alpha1.MachinePhasePending
 	f := newFixture(t, mr, pcInNamespace("vms-new"))
 	f.machines.observe = func(harvester.MachineRef) (harvester.Observation, error) { return harvester.Observation{}, nil }
@@ -171,27 +174,50 @@ func TestMachineWithoutVMStartsAfreshWhereTheProviderConfigPoints(t *testing.T) 
 	if deleted != "vms" || created != "vms-new" {
 		t.Fatalf("cleaned up %q and created in %q, want vms and vms-new", deleted, created)
 	}
-	if p := f.get(mr).Status.Placement; p == nil || p.Namespace != "vms-new" || p.VMUID != "new-uid" {
-		t.Fatalf("placement %+v", p)
+	got := f.get(mr)
+	if p, _ := got.RecordedPlacement(); p == nil || p.Namespace != "vms-new" || got.Status.ProviderID != "harvester://new-uid" {
+		t.Fatalf("placement %+v, providerID %q", p, got.Status.ProviderID)
 	}
 }
 
-// Nothing was created (no placement): deletion needs neither the ProviderConfig nor Harvester.
-func TestNothingCreatedIsReleasedWithoutHarvester(t *testing.T) {
-	mr := withFinalizer(machineRequest())
-	mr.Status.Phase = v1alpha1.MachinePhaseFailed
-	f := newFixture(t, mr) // no ProviderConfig
-	if err := f.client.Delete(context.Background(), mr); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.reconcile(mr); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.client.Get(context.Background(), client.ObjectKeyFromObject(mr), &v1alpha1.MachineRequest{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("MachineRequest not released: %v", err)
-	}
-	if f.factory.calls != 0 {
-		t.Fatalf("Harvester contacted %d times", f.factory.calls)
+// Nothing was created (no place recorded, and the status shows it never got past the checks):
+// deletion needs neither the ProviderConfig nor Harvester. A machine without a record that went
+// further (served by the published provider, or by a version that recorded nothing before it
+// created) may have left something where its ProviderConfig points: its deletion waits until it
+// can look there, and says how to get out of it.
+func TestDeletionOfAnUnrecordedMachine(t *testing.T) {
+	for name, tc := range map[string]struct {
+		phase    v1alpha1.MachinePhase
+		reason   string
+		released bool
+	}{
+		"pending":                   {phase: v1alpha1.MachinePhasePending, released: true},
+		"failed on configuration":   {phase: v1alpha1.MachinePhaseFailed, reason: v1alpha1.ReasonProviderConfigNotFound, released: true},
+		"creating, earlier version": {phase: v1alpha1.MachinePhaseCreating},
+		"failed on its VM":          {phase: v1alpha1.MachinePhaseFailed, reason: v1alpha1.ReasonProvisioningTimeout},
+	} {
+		t.Run(name, func(t *testing.T) {
+			mr := withFinalizer(machineRequest())
+			mr.Status.Phase, mr.Status.FailureReason = tc.phase, tc.reason
+			f := newFixture(t, mr) // no ProviderConfig
+			if err := f.client.Delete(context.Background(), mr); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.reconcile(mr); err != nil {
+				t.Fatal(err)
+			}
+			err := f.client.Get(context.Background(), client.ObjectKeyFromObject(mr), &v1alpha1.MachineRequest{})
+			if released := apierrors.IsNotFound(err); released != tc.released {
+				t.Fatalf("released %v (%v), want %v", released, err, tc.released)
+			}
+			if f.factory.calls != 0 {
+				t.Fatalf("Harvester contacted %d times", f.factory.calls)
+			}
+			if !tc.released {
+				c := requireCondition(t, f.get(mr), v1alpha1.ConditionDegraded, metav1.ConditionTrue, v1alpha1.ReasonDeletionBlocked)
+				requireMentions(t, c.Message, "butler-system/pc", v1alpha1.AnnotationSkipHarvesterCleanup)
+			}
+		})
 	}
 }
 
@@ -477,4 +503,158 @@ func TestProvisioningTimeout(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The place must persist before anything is created: an API server that does not keep the
+// annotation (a webhook or policy strips it) or answers NotFound (the MachineRequest is gone)
+// leaves Harvester untouched.
+func TestNothingCreatedUnlessThePlacePersists(t *testing.T) {
+	for name, tc := range map[string]struct {
+		patch  func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error
+		reason string
+	}{
+		"annotation stripped": {
+			patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				if err := cl.Patch(ctx, obj, patch, opts...); err != nil {
+					return err
+				}
+				annotations := obj.GetAnnotations()
+				delete(annotations, v1alpha1.AnnotationPlacement) // what a mutating webhook would do
+				obj.SetAnnotations(annotations)
+				return cl.Update(ctx, obj)
+			},
+			reason: v1alpha1.ReasonPlacementNotRecorded,
+		},
+		"gone": {
+			patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				if _, ok := obj.(*v1alpha1.MachineRequest); ok {
+					return apierrors.NewNotFound(schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "machinerequests"}, obj.GetName())
+				}
+				return cl.Patch(ctx, obj, patch, opts...)
+			},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(newScheme(t)).
+				WithObjects(machineRequest(), harvesterPC(v1alpha1.ProviderTypeHarvester)).
+				WithStatusSubresource(&v1alpha1.MachineRequest{}).
+				WithInterceptorFuncs(interceptor.Funcs{Patch: tc.patch}).Build()
+			f := newFixture(t)
+			f.client, f.r.Client = c, c
+			f.machines.ensure = func(*harvester.MachineSpec) (harvester.Observation, error) {
+				return harvester.Observation{}, errors.New("created although the place was not recorded")
+			}
+			if _, err := f.reconcile(machineRequest()); err != nil {
+				t.Fatal(err)
+			}
+			if slices.Contains(f.machines.calls, "Ensure") {
+				t.Fatal("Harvester was asked to create")
+			}
+			if tc.reason != "" {
+				c := requireCondition(t, f.get(machineRequest()), v1alpha1.ConditionProgressing, metav1.ConditionTrue, tc.reason)
+				requireMentions(t, c.Message, v1alpha1.AnnotationPlacement, "webhooks")
+			}
+		})
+	}
+}
+
+// A place recorded by an earlier version in status.placement (which Butler's schema prunes) is
+// moved to the annotation, and the status field cleared.
+func TestLegacyStatusPlacementMovedToTheAnnotation(t *testing.T) {
+	mr := withFinalizer(machineRequest())
+	mr.Status.Phase = v1alpha1.MachinePhaseRunning
+	mr.Status.Placement = &v1alpha1.Placement{ClusterID: testCluster.ID, Server: testCluster.Server, Namespace: "vms-old", Name: "cluster-cp-0", VMUID: "vm-uid"}
+	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
+	var observed harvester.MachineRef
+	f.machines.observe = func(ref harvester.MachineRef) (harvester.Observation, error) {
+		observed = ref
+		return running, nil
+	}
+	if _, err := f.reconcile(mr); err != nil {
+		t.Fatal(err)
+	}
+	if observed.Namespace != "vms-old" || observed.VMUID != "vm-uid" {
+		t.Fatalf("observed %+v, want the VM status.placement recorded", observed)
+	}
+	got := f.get(mr)
+	p, err := got.RecordedPlacement()
+	want := v1alpha1.Placement{ClusterID: testCluster.ID, Server: testCluster.Server, Namespace: "vms-old", Name: "cluster-cp-0"}
+	if err != nil || p == nil || *p != want || got.Annotations[v1alpha1.AnnotationPlacement] == "" || got.Status.Placement != nil {
+		t.Fatalf("annotation %q, status.placement %+v; want %+v moved to the annotation", got.Annotations[v1alpha1.AnnotationPlacement], got.Status.Placement, want)
+	}
+	if got.Status.ProviderID != "harvester://vm-uid" {
+		t.Fatalf("providerID %q", got.Status.ProviderID)
+	}
+}
+
+// A machine whose VM exists is never judged by the creation-only gates: its ProviderConfig turning
+// not-Ready while the VM boots does not fail it, however long that lasts.
+func TestCreationGatesNeverJudgeAMachineWithAVM(t *testing.T) {
+	mr := placed(withFinalizer(machineRequest()))
+	mr.Status.Phase = v1alpha1.MachinePhaseCreating
+	pc := harvesterPC(v1alpha1.ProviderTypeHarvester)
+	pc.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionNetworkReady, Status: metav1.ConditionFalse, Reason: "NetworkNotFound",
+		Message: "network gone", ObservedGeneration: pc.Generation, LastTransitionTime: metav1.Now()}}
+	f := newFixture(t, mr, pc)
+	starting := harvester.Observation{VMExists: true, VMUID: "vm-uid", ProviderID: "harvester://vm-uid", PrintableStatus: "Starting", VMCreatedAt: time.Now()}
+	f.machines.ensure = func(s *harvester.MachineSpec) (harvester.Observation, error) {
+		if s.VMUID != "vm-uid" {
+			return harvester.Observation{}, fmt.Errorf("the recorded VM was not given: %q", s.VMUID)
+		}
+		return starting, nil
+	}
+	for range 2 {
+		if _, err := f.reconcile(mr); err != nil {
+			t.Fatal(err)
+		}
+		backdate(f, mr, f.r.ConfigGracePeriod+time.Minute)
+	}
+	got := f.get(mr)
+	if got.Status.Phase != v1alpha1.MachinePhaseCreating || got.Status.FailureReason != "" {
+		t.Fatalf("phase %s (%s): a machine with a VM was judged by the ProviderConfig's checks", got.Status.Phase, got.Status.FailureReason)
+	}
+	requireCondition(t, got, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonVMCreating)
+}
+
+// Credentials that now reach another cluster: a machine that never got a VM starts afresh there
+// (with a Warning naming where an interrupted attempt may have left something); one with a VM
+// waits for the credentials of its own cluster.
+func TestClusterMove(t *testing.T) {
+	t.Run("no VM", func(t *testing.T) {
+		mr := placed(withFinalizer(machineRequest()))
+		mr.Status.ProviderID = ""
+		mr.Status.Phase = v1alpha1.MachinePhaseCreating
+		f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
+		clusterB := harvester.ClusterIdentity{ID: "cluster-b", Server: "https://harvester-b.example:6443"}
+		f.machines.identity = clusterB
+		f.machines.ensure = func(*harvester.MachineSpec) (harvester.Observation, error) {
+			return harvester.Observation{VMExists: true, VMCreated: true, VMUID: "b-uid", ProviderID: "harvester://b-uid", PrintableStatus: "Starting"}, nil
+		}
+		if _, err := f.reconcile(mr); err != nil {
+			t.Fatal(err)
+		}
+		got := f.get(mr)
+		if p, _ := got.RecordedPlacement(); p == nil || p.ClusterID != clusterB.ID || got.Status.ProviderID != "harvester://b-uid" {
+			t.Fatalf("placement %+v, providerID %q; want the machine created on cluster-b", p, got.Status.ProviderID)
+		}
+		requireEvent(t, f.events(), "Warning "+v1alpha1.ReasonProviderConfigMoved)
+	})
+	t.Run("with a VM", func(t *testing.T) {
+		mr := placed(withFinalizer(machineRequest()))
+		mr.Status.Phase = v1alpha1.MachinePhaseCreating
+		f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
+		f.machines.identity = harvester.ClusterIdentity{ID: "cluster-b", Server: "https://harvester-b.example:6443"}
+		if _, err := f.reconcile(mr); err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(f.machines.calls, "Ensure") {
+			t.Fatal("a machine with a VM on cluster-a was created on cluster-b")
+		}
+		got := f.get(mr)
+		c := requireCondition(t, got, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonProviderConfigMoved)
+		requireMentions(t, c.Message, "cluster-a", "cluster-b")
+		if p, _ := got.RecordedPlacement(); p == nil || p.ClusterID != testCluster.ID {
+			t.Fatalf("placement %+v changed", p)
+		}
+	})
 }

@@ -70,7 +70,6 @@ type ProviderConfigReconciler struct {
 type lastValidation struct {
 	uid             types.UID // a recreated ProviderConfig of the same name is validated afresh
 	generation      int64
-	allowInsecure   bool // the opt-in annotation changes what the credentials check accepts
 	secretVersion   string
 	at              time.Time
 	ready           bool
@@ -124,7 +123,7 @@ func (r *ProviderConfigReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	case !ready && failure != last.reportedFailure:
 		recordEvent(r.Recorder, pc, corev1.EventTypeWarning, "PreflightFailed", "Validate", failure)
 	}
-	r.remember(pc, lastValidation{generation: pc.Generation, allowInsecure: allowsInsecure(pc), secretVersion: secretVersion, at: time.Now(), ready: ready, reportedFailure: failure, unwritten: unwritten})
+	r.remember(pc, lastValidation{generation: pc.Generation, secretVersion: secretVersion, at: time.Now(), ready: ready, reportedFailure: failure, unwritten: unwritten})
 	if unwritten != nil && (ready != last.ready || failure != last.reportedFailure) {
 		r.wakeMachineRequests(pc)
 	}
@@ -141,7 +140,7 @@ func (r *ProviderConfigReconciler) due(pc *v1alpha1.ProviderConfig, secretVersio
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	last, ok := r.seen[client.ObjectKeyFromObject(pc)]
-	if !ok || last.uid != pc.UID || last.generation != pc.Generation || last.secretVersion != secretVersion || last.allowInsecure != allowsInsecure(pc) {
+	if !ok || last.uid != pc.UID || last.generation != pc.Generation || last.secretVersion != secretVersion {
 		return last, true
 	}
 	period := r.RecheckInterval
@@ -312,21 +311,9 @@ func (r *ProviderConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("providerconfig").
-		For(&v1alpha1.ProviderConfig{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, insecureOptInChanged()))).
+		For(&v1alpha1.ProviderConfig{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{ReconciliationTimeout: reconcileTimeout}).
 		Complete(r)
-}
-
-func allowsInsecure(pc *v1alpha1.ProviderConfig) bool {
-	return pc.Annotations[v1alpha1.AnnotationAllowInsecureCredentials] == "true"
-}
-
-// insecureOptInChanged passes updates that add or remove the allow-insecure-credentials opt-in:
-// an annotation does not change the generation, but it changes what the credentials check accepts.
-func insecureOptInChanged() predicate.Predicate {
-	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
-		return allowsInsecure(e.ObjectOld.(*v1alpha1.ProviderConfig)) != allowsInsecure(e.ObjectNew.(*v1alpha1.ProviderConfig))
-	}}
 }
 
 // conditionsChanged passes ProviderConfig updates that change the spec or a condition, so that

@@ -121,9 +121,16 @@ func (s *machineScope) clearFailure() {
 	meta.RemoveStatusCondition(&s.mr.Status.Conditions, v1alpha1.ConditionDegraded)
 }
 
-// hasVM reports whether a VM was ever recorded for the machine.
+// hasVM reports whether a VM was recorded for the machine (its providerID is written as soon as
+// the VM exists).
 func (s *machineScope) hasVM() bool {
 	return s.mr.Status.ProviderID != "" || (s.mr.Status.Placement != nil && s.mr.Status.Placement.VMUID != "")
+}
+
+// placed reports whether anything records where the machine lives: a place, or a VM.
+func (s *machineScope) placed() bool {
+	_, annotated := s.mr.Annotations[v1alpha1.AnnotationPlacement]
+	return annotated || s.mr.Status.Placement != nil || s.mr.Status.ProviderID != ""
 }
 
 // provisioningLeft says how much of the provisioning timeout is left to a machine that has not
@@ -214,6 +221,9 @@ func (s *machineScope) outcome(ctx context.Context, res ctrl.Result, err error) 
 		s.observed()
 		return ctrl.Result{}, nil
 	}
+	if errors.Is(err, errMachineRequestGone) {
+		return ctrl.Result{}, nil
+	}
 	if apierrors.IsConflict(err) {
 		// Someone wrote the object since we read it: nothing is wrong, read it again.
 		log.FromContext(ctx).V(1).Info("Conflict; retrying with a fresh copy", "error", err.Error())
@@ -297,8 +307,9 @@ func (s *machineScope) observed() {
 
 // writeStatus stores the status if it differs from what is stored, as a merge patch from what is
 // stored: the cached copy may lag behind this manager's last write, so the comparison and the
-// patch start from that write. A MachineRequest that is gone (its finalizer was just removed)
-// has no status left to write.
+// patch start from the answer to that write. A MachineRequest that is gone (its finalizer was
+// just removed, or the write answers NotFound) has no status left to write. It is the last write
+// of a reconcile: nothing is created after it.
 func (s *machineScope) writeStatus(ctx context.Context, c client.Client, statuses *statusMemory[v1alpha1.MachineRequestStatus]) error {
 	if s.released || equality.Semantic.DeepEqual(s.stored, s.mr.Status) {
 		return nil
@@ -309,17 +320,18 @@ func (s *machineScope) writeStatus(ctx context.Context, c client.Client, statuse
 	s.lazy = nil
 	base := s.mr.DeepCopy()
 	base.Status = s.stored
-	status := *s.mr.Status.DeepCopy()
 	err := c.Status().Patch(ctx, s.mr, client.MergeFrom(base))
 	if apierrors.IsNotFound(err) {
+		s.released = true
 		return nil
 	}
 	if err != nil {
 		log.FromContext(ctx).Error(err, "Patching MachineRequest status")
 		return errors.Join(errors.New("patch MachineRequest status"), err)
 	}
-	// What is stored now is what was sent, whatever the cache says until it catches up.
-	s.mr.Status = status
+	// What is stored now is the server's answer (what the installed schema kept of what was
+	// sent), whatever the cache says until it catches up.
+	status := s.mr.Status
 	statuses.remember(s.mr, *status.DeepCopy())
 	// Observed only once the status that says Running is stored, so that a failed patch (and
 	// its retry) does not count the machine twice.

@@ -38,11 +38,16 @@ func credentialsFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (h
 	return credentialsOf(pc, pcRef)
 }
 
-// ownerOf identifies the MachineRequest on Harvester.
+// ownerOf identifies the MachineRequest on Harvester. A MachineRequest the published provider
+// served is recognised by its status: a providerID that is a bare UID, or, since it can reach
+// Running without writing one, a status past Pending with nothing this provider records (it
+// records the place before it creates anything): its VM is then adopted by name.
 func ownerOf(mr *v1alpha1.MachineRequest) harvester.Owner {
+	_, recorded := mr.Annotations[v1alpha1.AnnotationPlacement]
 	return harvester.Owner{
 		Namespace: mr.Namespace, Name: mr.Name, UID: mr.UID,
 		LegacyProviderID: legacyProviderID(mr.Status.ProviderID),
+		AdoptByName:      !recorded && mr.Status.Placement == nil && mr.Status.ProviderID == "" && !nothingCreated(mr.Status),
 	}
 }
 
@@ -78,12 +83,6 @@ func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (*
 	if err := validateRequest(mr); err != nil {
 		return nil, creds, err
 	}
-	if err := sharedWith(pc, mr); err != nil {
-		return nil, creds, err
-	}
-	if err := preflightGate(pc, mr.Spec.Image == ""); err != nil {
-		return nil, creds, err
-	}
 	spec := &harvester.MachineSpec{
 		Owner:               ownerOf(mr),
 		Namespace:           creds.Namespace,
@@ -98,6 +97,7 @@ func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (*
 		UserData:            mr.Spec.UserData,
 		NetworkData:         mr.Spec.NetworkData,
 		Labels:              mr.Spec.Labels,
+		Gate:                creationGate(pc, mr),
 	}
 	for _, d := range mr.Spec.ExtraDisks {
 		spec.ExtraDisks = append(spec.ExtraDisks, harvester.DiskSpec{SizeGB: int64(d.SizeGB), StorageClass: d.StorageClass})
@@ -105,17 +105,29 @@ func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (*
 	return spec, creds, nil
 }
 
-// sharedWith enforces who may use a ProviderConfig: MachineRequests of its own namespace, and of
-// any namespace when its spec.scope.type is "platform". A request in another namespace could
-// otherwise use credentials its author cannot read. The policy gates creation only: machines that
-// exist are still observed and deleted.
-func sharedWith(pc *v1alpha1.ProviderConfig, mr *v1alpha1.MachineRequest) error {
-	if pc.Namespace == mr.Namespace || (pc.Spec.Scope != nil && pc.Spec.Scope.Type == v1alpha1.ProviderConfigScopePlatform) {
+// creationGate holds up the creation of a machine until its ProviderConfig may be used by it and
+// passes its checks. It judges machines without a VM only: one that exists is observed and
+// deleted whatever the ProviderConfig's checks say now.
+func creationGate(pc *v1alpha1.ProviderConfig, mr *v1alpha1.MachineRequest) func() error {
+	return func() error {
+		if err := sharedWith(pc, mr.Namespace, "MachineRequests", "spec.providerRef"); err != nil {
+			return err
+		}
+		return preflightGate(pc, mr.Spec.Image == "")
+	}
+}
+
+// sharedWith enforces who may use a ProviderConfig: MachineRequests and ImageSyncs (kinds) of its
+// own namespace, and of any namespace when its spec.scope.type is "platform". An object in another
+// namespace could otherwise use credentials its author cannot read. The policy gates creation
+// only: machines that exist are still observed and deleted.
+func sharedWith(pc *v1alpha1.ProviderConfig, namespace, kinds, refField string) error {
+	if pc.Namespace == namespace || (pc.Spec.Scope != nil && pc.Spec.Scope.Type == v1alpha1.ProviderConfigScopePlatform) {
 		return nil
 	}
 	return harvester.Waiting(v1alpha1.ReasonProviderConfigNotShared, providerConfigRetry,
-		"ProviderConfig %s/%s (spec.providerRef) is in another namespace and not shared: set its spec.scope.type to \"platform\" to let MachineRequests of other namespaces use it, or use a ProviderConfig in namespace %s",
-		pc.Namespace, pc.Name, mr.Namespace)
+		"ProviderConfig %s/%s (%s) is in another namespace and not shared: set its spec.scope.type to \"platform\" to let %s of other namespaces use it, or use a ProviderConfig in namespace %s",
+		pc.Namespace, pc.Name, refField, kinds, namespace)
 }
 
 // harvesterOf returns the ProviderConfig's harvester block, which a harvester ProviderConfig needs.
@@ -138,7 +150,7 @@ func credentialsOf(pc *v1alpha1.ProviderConfig, pcRef string) (harvester.Credent
 			"spec.credentialsRef.namespace is %q: the credentials Secret must be in the ProviderConfig's own namespace %q; copy the Secret there", ref.Namespace, pc.Namespace))
 	}
 	creds := harvester.Credentials{SecretNamespace: ref.Namespace, SecretName: ref.Name, Key: ref.Key, Namespace: "default",
-		AllowInsecure: allowsInsecure(pc)}
+	}
 	if pc.Spec.Harvester != nil {
 		creds.Endpoint = pc.Spec.Harvester.Endpoint
 		creds.Namespace = namespaceOf(pc.Spec.Harvester)

@@ -37,11 +37,6 @@ type Credentials struct {
 	// Endpoint (the ProviderConfig's spec.harvester.endpoint), when set, replaces the
 	// kubeconfig's server URL if it cannot take the credentials elsewhere (KubeconfigOptions).
 	Endpoint string
-	// AllowInsecure (the ProviderConfig's annotation AnnotationAllowInsecureCredentials)
-	// accepts kubeconfigs that skip TLS verification, talk plain http or use a proxy. It is part
-	// of the cache key, so a client accepted for one ProviderConfig is never handed to another
-	// that did not opt in.
-	AllowInsecure bool
 }
 
 func (c Credentials) secret() string { return c.SecretNamespace + "/" + c.SecretName }
@@ -197,6 +192,7 @@ func (f *CachingFactory) credentials(ctx context.Context, creds Credentials) (*s
 	secret := &corev1.Secret{}
 	if err := f.SecretReader.Get(ctx, client.ObjectKey{Namespace: creds.SecretNamespace, Name: creds.SecretName}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
+			f.forgetSecret(creds, last) // its clients are not used without it
 			return nil, Waiting(v1alpha1.ReasonCredentialsUnavailable, credentialsRetry,
 				"credentials Secret %s does not exist: create it with the Harvester kubeconfig under key %q", creds.secret(), creds.Key)
 		}
@@ -207,12 +203,15 @@ func (f *CachingFactory) credentials(ctx context.Context, creds Credentials) (*s
 		return nil, Waiting(v1alpha1.ReasonCredentialsUnavailable, credentialsRetry,
 			"credentials Secret %s has no key %q: put the Harvester kubeconfig there, or set the ProviderConfig's credentialsRef.key", creds.secret(), creds.Key)
 	}
-	read := &secretRead{at: time.Now(), content: contentKey(kubeconfig, creds)}
+	// The opt-in to insecure kubeconfigs is the Secret's: whoever may write the credentials.
+	allowInsecure := secret.Annotations[v1alpha1.AnnotationAllowInsecureCredentials] == "true"
+	read := &secretRead{at: time.Now(), content: contentKey(kubeconfig, creds.Endpoint, allowInsecure)}
 	if last != nil && last.content == read.content {
 		read.cfg = last.cfg // the same kubeconfig: the same client
 	} else {
-		cfg, err := RESTConfigFromKubeconfig(kubeconfig, KubeconfigOptions{Endpoint: creds.Endpoint, AllowInsecure: creds.AllowInsecure})
+		cfg, err := RESTConfigFromKubeconfig(kubeconfig, KubeconfigOptions{Endpoint: creds.Endpoint, AllowInsecure: allowInsecure})
 		if err != nil {
+			f.forgetSecret(creds, last) // what it held before is not what it holds now
 			reason := v1alpha1.ReasonCredentialsUnavailable
 			if refused, ok := errors.AsType[*KubeconfigError](err); ok {
 				reason = refused.Reason
@@ -233,10 +232,26 @@ func (f *CachingFactory) credentials(ctx context.Context, creds Credentials) (*s
 	return read, nil
 }
 
-// contentKey identifies what a client is built from: the kubeconfig and the options applied to it.
-func contentKey(kubeconfig []byte, creds Credentials) [sha256.Size]byte {
+// forgetSecret drops what was read from a Secret that is gone or no longer holds usable
+// credentials, and retires the clients built from it: nothing keeps using credentials their
+// owner removed or replaced.
+func (f *CachingFactory) forgetSecret(creds Credentials, last *secretRead) {
+	if last == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.secrets[creds] == last {
+		delete(f.secrets, creds)
+	}
+	f.retire(last.content)
+}
+
+// contentKey identifies what a client is built from: the kubeconfig and the options applied to it
+// (a client accepted for one opt-in is never handed to credentials without it).
+func contentKey(kubeconfig []byte, endpoint string, allowInsecure bool) [sha256.Size]byte {
 	h := sha256.New()
-	_, _ = fmt.Fprintf(h, "%d\x00%s\x00%t\x00", len(kubeconfig), creds.Endpoint, creds.AllowInsecure)
+	_, _ = fmt.Fprintf(h, "%d\x00%s\x00%t\x00", len(kubeconfig), endpoint, allowInsecure)
 	_, _ = h.Write(kubeconfig)
 	return [sha256.Size]byte(h.Sum(nil))
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -216,4 +217,37 @@ func (m *remoteMachines) ImageExists(ctx context.Context, ref ObjectRef) (bool, 
 		return false, classify(err, "get VirtualMachineImage "+ref.String())
 	}
 	return image.GetDeletionTimestamp() == nil, nil
+}
+
+var (
+	schematicPattern = regexp.MustCompile(`^[0-9a-f]{8,64}$`)
+	versionPattern   = regexp.MustCompile(`^v?(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
+	platformPattern  = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+)
+
+// imageArchs and imageFormats are what the Butler Image Factory serves.
+var (
+	imageArchs   = []string{"amd64", "arm64"}
+	imageFormats = []string{"qcow2", "raw", "raw.xz", "raw.zst", "iso", "vmdk", "ova"}
+)
+
+// ValidateFactoryRef checks the parts of an ImageSync that go into the factory URL, so that none
+// can add a path ("../"), a query ("?") or a fragment ("#") to it: the schematic ID is hex, the
+// version semver, the platform a name, the architecture and format ones the factory serves. The
+// error names the field and what it may be.
+func ValidateFactoryRef(s v1alpha1.ImageSyncSpec) error {
+	ref := s.FactoryRef
+	switch {
+	case !schematicPattern.MatchString(ref.SchematicID):
+		return Permanent(v1alpha1.ReasonInvalidSpec, "spec.factoryRef.schematicID %q is not a schematic ID: it is the schematic's SHA-256, 8 to 64 lower-case hex digits", ref.SchematicID)
+	case !versionPattern.MatchString(ref.Version):
+		return Permanent(v1alpha1.ReasonInvalidSpec, "spec.factoryRef.version %q is not a version such as v1.9.5 (semver, with or without the v)", ref.Version)
+	case ref.Platform != "" && !platformPattern.MatchString(ref.Platform):
+		return Permanent(v1alpha1.ReasonInvalidSpec, "spec.factoryRef.platform %q is not a platform name such as nocloud or metal (lower-case letters, digits and dashes)", ref.Platform)
+	case ref.Arch != "" && !slices.Contains(imageArchs, ref.Arch):
+		return Permanent(v1alpha1.ReasonInvalidSpec, "spec.factoryRef.arch %q is not one of %s", ref.Arch, strings.Join(imageArchs, ", "))
+	case s.Format != "" && !slices.Contains(imageFormats, s.Format):
+		return Permanent(v1alpha1.ReasonInvalidSpec, "spec.format %q is not one of %s", s.Format, strings.Join(imageFormats, ", "))
+	}
+	return nil
 }

@@ -108,3 +108,41 @@ func TestImportStateOf(t *testing.T) {
 		})
 	}
 }
+
+// Nothing an ImageSync's author writes can add a path, a query or a fragment to the factory URL.
+func TestValidateFactoryRef(t *testing.T) {
+	good := v1alpha1.ImageSyncSpec{FactoryRef: v1alpha1.ImageFactoryRef{
+		SchematicID: "376567988ad370138ad8b2698212367b8edcb69b5fd68c80be1f2ec7d603b4ba", Version: "v1.9.5", Arch: "amd64", Platform: "nocloud"}, Format: "qcow2"}
+	if err := ValidateFactoryRef(good); err != nil {
+		t.Fatalf("a good spec refused: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		mutate func(*v1alpha1.ImageSyncSpec)
+		field  string
+	}{
+		"schematic with a path":  {func(s *v1alpha1.ImageSyncSpec) { s.FactoryRef.SchematicID = "../../admin" }, "spec.factoryRef.schematicID"},
+		"schematic not hex":      {func(s *v1alpha1.ImageSyncSpec) { s.FactoryRef.SchematicID = "376567988AD3701Z" }, "spec.factoryRef.schematicID"},
+		"version with a query":   {func(s *v1alpha1.ImageSyncSpec) { s.FactoryRef.Version = "v1.9.5?x=1" }, "spec.factoryRef.version"},
+		"version not semver":     {func(s *v1alpha1.ImageSyncSpec) { s.FactoryRef.Version = "latest" }, "spec.factoryRef.version"},
+		"platform with a slash":  {func(s *v1alpha1.ImageSyncSpec) { s.FactoryRef.Platform = "nocloud/../x" }, "spec.factoryRef.platform"},
+		"arch unknown":           {func(s *v1alpha1.ImageSyncSpec) { s.FactoryRef.Arch = "amd64#frag" }, "spec.factoryRef.arch"},
+		"format with a fragment": {func(s *v1alpha1.ImageSyncSpec) { s.Format = "qcow2#x" }, "spec.format"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := good
+			tc.mutate(&s)
+			err := ValidateFactoryRef(s)
+			p, ok := AsPermanent(err)
+			if !ok || p.Reason != v1alpha1.ReasonInvalidSpec || !strings.Contains(p.Message, tc.field) {
+				t.Fatalf("err = %v, want InvalidSpec naming %s", err, tc.field)
+			}
+		})
+	}
+	for _, v := range []string{"1.9.5", "v1.10.0-alpha.1", "v1.9.5+build.7"} {
+		s := good
+		s.FactoryRef.Version = v
+		if err := ValidateFactoryRef(s); err != nil {
+			t.Errorf("version %q refused: %v", v, err)
+		}
+	}
+}

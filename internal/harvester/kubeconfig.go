@@ -175,11 +175,19 @@ func parseServer(s string) (*url.URL, error) {
 }
 
 // checkEndpoint refuses an endpoint that could take the credentials to another server than the
-// kubeconfig's. The same host is the server the Secret names (only the port or path differ).
-// Another host is trusted only if it must prove, over TLS, that it holds a certificate from the
-// CA the kubeconfig pins: client-go then trusts that CA alone, not the system roots.
+// kubeconfig's. The same host with the same path is the server the Secret names (only the port
+// differs); another path is not: behind Rancher the path selects the downstream cluster
+// (/k8s/clusters/<id>), so it could take the credentials to another cluster. Another host is
+// trusted only if it must prove, over TLS, that it holds a certificate from the CA the kubeconfig
+// pins: client-go then trusts that CA alone, not the system roots.
 func checkEndpoint(endpoint, server *url.URL, clusterName string, cluster *clientcmdapi.Cluster) error {
 	if sameHost(endpoint.Hostname(), server.Hostname()) {
+		if strings.TrimSuffix(endpoint.EscapedPath(), "/") != strings.TrimSuffix(server.EscapedPath(), "/") {
+			return refuse(v1alpha1.ReasonUntrustedEndpoint,
+				"the ProviderConfig's spec.harvester.endpoint has path %q, not %q of the kubeconfig's server %q: on the same host another path can be another cluster (behind Rancher the path selects the downstream cluster), so nothing was sent. "+
+					"Give spec.harvester.endpoint the kubeconfig's path (only its port may differ), or put the endpoint into the kubeconfig's server",
+				endpoint.EscapedPath(), server.EscapedPath(), server.Host)
+		}
 		return nil
 	}
 	var unproven string
@@ -232,7 +240,7 @@ func checkSecure(clusterName string, cluster *clientcmdapi.Cluster, target *url.
 		return nil
 	}
 	return refuse(v1alpha1.ReasonInsecureCredentials,
-		"%s, so others could read or redirect the connection: use https with TLS verification and no proxy-url, or annotate the ProviderConfig with %s: \"true\" to accept that",
+		"%s, so others could read or redirect the connection: use https with TLS verification and no proxy-url, or annotate the credentials Secret with %s: \"true\" to accept that",
 		strings.Join(problems, "; "), v1alpha1.AnnotationAllowInsecureCredentials)
 }
 

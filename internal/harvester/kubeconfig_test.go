@@ -119,8 +119,8 @@ users:
 		// spec.harvester.endpoint
 		"endpoint on the same host, another port": {kubeconfig: systemRoots(""), opts: withEndpoint("https://harvester.example:8443", false),
 			wantHost: "https://harvester.example:8443"},
-		"endpoint on the same host, spelt otherwise": {kubeconfig: systemRoots(""), opts: withEndpoint("https://HARVESTER.example.:443/k8s", false),
-			wantHost: "https://HARVESTER.example.:443/k8s"},
+		"endpoint on the same host, spelt otherwise": {kubeconfig: systemRoots(""), opts: withEndpoint("https://HARVESTER.example.:443/", false),
+			wantHost: "https://HARVESTER.example.:443/"},
 		// tls-server-name belongs to the kubeconfig's server: the endpoint must prove its own name.
 		"endpoint on another host, CA pinned": {kubeconfig: kubeconfigWith(server, pinnedCA+"    tls-server-name: harvester.example\n", tokenUser),
 			opts: withEndpoint("https://10.0.0.1:6443", false), wantHost: "https://10.0.0.1:6443",
@@ -138,6 +138,11 @@ users:
 			wantMentions: []string{"spec.harvester.endpoint", "insecure-skip-tls-verify"}},
 		"endpoint on another host over http, CA pinned": {kubeconfig: kubeconfig(tokenUser), opts: withEndpoint("http://evil.example:6443", true),
 			wantReason: v1alpha1.ReasonUntrustedEndpoint, wantMentions: []string{"spec.harvester.endpoint", "plain http"}},
+		"endpoint on the same host, another path (another cluster behind Rancher)": {kubeconfig: kubeconfigWith("https://rancher.example/k8s/clusters/c-harvester", pinnedCA, tokenUser),
+			opts: withEndpoint("https://rancher.example/k8s/clusters/c-other", true), wantReason: v1alpha1.ReasonUntrustedEndpoint,
+			wantMentions: []string{"spec.harvester.endpoint", `"/k8s/clusters/c-other"`, `"/k8s/clusters/c-harvester"`, "only its port may differ"}},
+		"endpoint on the same host and path, another port": {kubeconfig: kubeconfigWith("https://rancher.example/k8s/clusters/c-harvester", pinnedCA, tokenUser),
+			opts: withEndpoint("https://rancher.example:8443/k8s/clusters/c-harvester/", false), wantHost: "https://rancher.example:8443/k8s/clusters/c-harvester/"},
 		"endpoint over http on the same host": {kubeconfig: kubeconfig(tokenUser), opts: withEndpoint("http://harvester.example:8080", false),
 			wantReason: v1alpha1.ReasonInsecureCredentials, wantMentions: []string{"spec.harvester.endpoint is plain http://", v1alpha1.AnnotationAllowInsecureCredentials}},
 		"endpoint over http on the same host, opted in": {kubeconfig: kubeconfig(tokenUser), opts: withEndpoint("http://harvester.example:8080", true),
@@ -245,27 +250,30 @@ func TestSameHost(t *testing.T) {
 // The factory refuses before it builds a client, with the kubeconfig's own reason: the
 // ProviderConfig's CredentialsValid and the waiting MachineRequests show it.
 func TestClusterForRefusesWithTheKubeconfigsReason(t *testing.T) {
-	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "mgmt", Name: "harvester"},
-		Data:       map[string][]byte{"kubeconfig": kubeconfigWith("https://harvester.example:6443", "    insecure-skip-tls-verify: true\n", tokenUser)},
-	}
-	f := &CachingFactory{SecretReader: fake.NewClientBuilder().WithObjects(secret).Build()}
-	defer f.Stop()
 	creds := Credentials{Namespace: "default", SecretNamespace: "mgmt", SecretName: "harvester", Key: "kubeconfig"}
 	for _, tc := range []struct {
 		endpoint      string
-		allowInsecure bool
+		allowInsecure bool // the credentials Secret's annotation
 		want          string
 	}{
 		{"", false, v1alpha1.ReasonInsecureCredentials},
 		{"https://evil.example", true, v1alpha1.ReasonUntrustedEndpoint},
 		{"ftp://harvester.example", true, v1alpha1.ReasonInvalidProviderConfig},
 	} {
-		creds.Endpoint, creds.AllowInsecure = tc.endpoint, tc.allowInsecure
+		secret := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "mgmt", Name: "harvester"},
+			Data:       map[string][]byte{"kubeconfig": kubeconfigWith("https://harvester.example:6443", "    insecure-skip-tls-verify: true\n", tokenUser)},
+		}
+		if tc.allowInsecure {
+			secret.Annotations = map[string]string{v1alpha1.AnnotationAllowInsecureCredentials: "true"}
+		}
+		f := &CachingFactory{SecretReader: fake.NewClientBuilder().WithObjects(secret).Build()}
+		creds.Endpoint = tc.endpoint
 		_, err := f.ClusterFor(context.Background(), creds)
+		f.Stop()
 		w, ok := AsWaiting(err)
 		if !ok || w.Reason != tc.want {
-			t.Errorf("endpoint %q, allow insecure %v: err = %v, want a wait with reason %s", tc.endpoint, tc.allowInsecure, err, tc.want)
+			t.Errorf("endpoint %q, Secret opted in %v: err = %v, want a wait with reason %s", tc.endpoint, tc.allowInsecure, err, tc.want)
 			continue
 		}
 		if !strings.Contains(w.Message, "credentials Secret mgmt/harvester") || strings.Contains(w.Message, secretToken) {

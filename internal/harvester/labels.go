@@ -45,6 +45,10 @@ type Owner struct {
 	// LegacyProviderID is the MachineRequest's status.providerID when it was written by the published
 	// provider (the VM's bare UID); a VM with that UID and LabelManagedBy is adopted.
 	LegacyProviderID string
+	// AdoptByName, set when the MachineRequest was served by the published provider but has no
+	// providerID (it can reach Running without one), adopts the VM of the machine's name that
+	// carries only the published provider's LabelManagedBy.
+	AdoptByName bool
 }
 
 // ownerLabels are the labels every object we create carries.

@@ -185,13 +185,22 @@ func (m *remoteMachines) Ensure(ctx context.Context, spec *MachineSpec) (Observa
 	}
 	created := false
 	if vm == nil {
-		// The image decides whether the machine can be created at all: check it before
-		// creating anything, so a request that cannot work leaves nothing on Harvester. Then
-		// the disks, the cloud-init Secret owned by the root disk (so that it goes with the
-		// disk, without a second write to name an owner), and the VM last: it starts only once
-		// everything it mounts is there.
+		// The front door's gate and the image decide whether the machine can be created at
+		// all: both are read-only, and checked before the place is recorded and anything is
+		// created, so a request that cannot work leaves nothing behind. Then the disks, the
+		// cloud-init Secret owned by the root disk (so that it goes with the disk, without a
+		// second write to name an owner), and the VM last: it starts only once everything it
+		// mounts is there.
+		if spec.Gate != nil {
+			if err := spec.Gate(); err != nil {
+				return Observation{}, err
+			}
+		}
 		image, err := m.usableImage(ctx, spec)
 		if err != nil {
+			return Observation{}, err
+		}
+		if err := m.record(ctx, spec); err != nil {
 			return Observation{}, err
 		}
 		root, err := m.ensureDisks(ctx, spec, image)
@@ -204,12 +213,29 @@ func (m *remoteMachines) Ensure(ctx context.Context, spec *MachineSpec) (Observa
 		if vm, takenOver, created, err = m.createVM(ctx, spec); err != nil {
 			return Observation{}, err
 		}
-	} else if err := m.ensureCloudInitSecret(ctx, spec, nil); err != nil {
-		return Observation{}, err
+	} else {
+		if err := m.record(ctx, spec); err != nil {
+			return Observation{}, err
+		}
+		if err := m.ensureCloudInitSecret(ctx, spec, nil); err != nil {
+			return Observation{}, err
+		}
 	}
 	obs, err := m.observeVM(ctx, vm)
 	obs.VMCreated, obs.TookOverFrom = created, takenOver
 	return obs, err
+}
+
+// record has the front door store where the machine lives, if it asked to (see MachineSpec.Record).
+func (m *remoteMachines) record(ctx context.Context, spec *MachineSpec) error {
+	if spec.Record == nil {
+		return nil
+	}
+	id, err := m.Identity(ctx)
+	if err != nil {
+		return err
+	}
+	return spec.Record(ctx, id)
 }
 
 // findVM returns the machine's VM (nil if there is none), taking over a VM of an earlier
@@ -275,10 +301,16 @@ func (m *remoteMachines) getOwnedVM(ctx context.Context, ref MachineRef, confirm
 }
 
 // adoptable recognises a VM created by the published provider for this MachineRequest: it carries
-// the published managed-by label and its UID is the MachineRequest's bare providerID.
+// the published managed-by label and none of ours, and its UID is the MachineRequest's bare
+// providerID, or (without a providerID) the front door asked to adopt by name.
 func adoptable(vm *kubevirtv1.VirtualMachine, o Owner) bool {
-	return vm.Labels[LabelMachineRequestUID] == "" && vm.Labels[LabelManagedBy] == ManagedByValue &&
-		o.LegacyProviderID != "" && strings.TrimPrefix(o.LegacyProviderID, ProviderIDPrefix) == string(vm.UID)
+	if vm.Labels[LabelMachineRequestUID] != "" || vm.Labels[LabelManagedBy] != ManagedByValue {
+		return false
+	}
+	if o.LegacyProviderID != "" {
+		return strings.TrimPrefix(o.LegacyProviderID, ProviderIDPrefix) == string(vm.UID)
+	}
+	return o.AdoptByName
 }
 
 func (m *remoteMachines) adopt(ctx context.Context, vm *kubevirtv1.VirtualMachine, o Owner) (*kubevirtv1.VirtualMachine, error) {
@@ -401,6 +433,10 @@ func (m *remoteMachines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMa
 		if !apierrors.IsNotFound(err) {
 			return obs, classify(err, "get "+describe("VirtualMachineInstance", vm.Namespace, vm.Name))
 		}
+		vmi = nil
+	} else if !metav1.IsControlledBy(vmi, vm) {
+		// A VMI of the name that this VM does not control: one of a deleted VM that KubeVirt
+		// has not removed yet. Its phase and addresses are not this machine's.
 		vmi = nil
 	}
 	if vmi != nil {

@@ -1,6 +1,7 @@
 package harvester
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -33,6 +34,18 @@ type MachineSpec struct {
 	NetworkData         string
 	// Labels are the user's labels for the VM (spec.labels); ours take precedence.
 	Labels map[string]string
+
+	// Gate, if set, holds creation up: Ensure asks it before it creates anything for a machine
+	// that has no VM, and returns its error as is. A front door's creation-only checks (who may
+	// use the credentials, the ProviderConfig's preflight) go here, so that they never judge a
+	// machine whose VM exists.
+	Gate func() error
+	// Record, if set, stores where the machine lives (the cluster, Namespace and Name) before
+	// anything is created for it: Ensure calls it once the image has passed its read-only check
+	// and before the first create, or when it finds a VM of the machine that nothing recorded
+	// (adopted, or created just before a crash). Nothing is created unless it succeeds. Nil when
+	// the machine's place is recorded already.
+	Record func(ctx context.Context, cluster ClusterIdentity) error
 }
 
 // HasCloudInit reports whether the machine has cloud-init data. Without any (what the Butler

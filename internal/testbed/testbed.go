@@ -49,6 +49,9 @@ const (
 type Options struct {
 	// RepoRoot holds config/crd/bases and cmd/manager.
 	RepoRoot string
+	// Schema chooses the management cluster's CRDs: "" for the project's, else one of
+	// ButlerSchemas (see CRDDirectories).
+	Schema string
 	// WorkDir receives the kubeconfigs, the manager binary and its log.
 	WorkDir string
 	Sim     sim.Config
@@ -125,12 +128,13 @@ func Start(ctx context.Context, opts Options) (*Testbed, error) {
 }
 
 func (t *Testbed) startManagement(context.Context) error {
-	// Our CRDs, and Butler's ButlerConfig (reduced, see api/platform), which Butler installs.
-	t.mgmtEnv = &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(t.opts.RepoRoot, "config", "crd", "bases"), filepath.Join(t.opts.RepoRoot, "config", "crd", "platform")},
-		ErrorIfCRDPathMissing: true,
+	// Our CRDs, and Butler's ButlerConfig (reduced, see api/platform), which Butler installs; or
+	// Butler's own CRDs (see CRDDirectories).
+	crds, err := CRDDirectories(t.opts.RepoRoot, t.opts.Schema)
+	if err != nil {
+		return err
 	}
-	var err error
+	t.mgmtEnv = &envtest.Environment{CRDDirectoryPaths: crds, ErrorIfCRDPathMissing: true}
 	if t.MgmtConfig, err = t.mgmtEnv.Start(); err != nil {
 		return err
 	}

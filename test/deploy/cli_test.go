@@ -135,8 +135,9 @@ func requireGatedByChecks(ctx context.Context, t *testing.T, tb *testbed.Testbed
 		degraded = meta.FindStatusCondition(mr.Status.Conditions, v1alpha1.ConditionDegraded)
 		return degraded != nil && degraded.Reason == v1alpha1.ReasonProviderConfigNotReady
 	})
-	if !strings.Contains(degraded.Message, v1alpha1.ConditionNetworkReady+"=False") || mr.Status.Placement != nil && mr.Status.Placement.VMUID != "" {
-		t.Errorf("MachineRequest gated-0: %s %q, placement %+v; want the failed NetworkReady check named and no VM", degraded.Reason, degraded.Message, mr.Status.Placement)
+	if !strings.Contains(degraded.Message, v1alpha1.ConditionNetworkReady+"=False") || mr.Status.ProviderID != "" || mr.Annotations[v1alpha1.AnnotationPlacement] != "" {
+		t.Errorf("MachineRequest gated-0: %s %q, providerID %q, placement %q; want the failed NetworkReady check named, no VM and no place recorded",
+			degraded.Reason, degraded.Message, mr.Status.ProviderID, mr.Annotations[v1alpha1.AnnotationPlacement])
 	}
 	return mr
 }

@@ -119,11 +119,11 @@ func TestUntrustedEndpointNeverGetsTheCredentials(t *testing.T) {
 			token := "harvester-token-" + rand.String(16)
 			pc := w.credentialsPC(name, tokenKubeconfig("https://harvester.invalid:6443", token, cluster), func(pc *v1alpha1.ProviderConfig) {
 				pc.Spec.Harvester.Endpoint = thief.URL
-				if name == "skip-verify" {
-					// The opt-in accepts insecure transport, never another server.
-					pc.Annotations = map[string]string{v1alpha1.AnnotationAllowInsecureCredentials: "true"}
-				}
 			})
+			if name == "skip-verify" {
+				// The opt-in accepts insecure transport, never another server.
+				w.optInInsecure(name)
+			}
 			c := w.waitPCCondition(pc, v1alpha1.ConditionCredentialsValid, metav1.ConditionFalse, v1alpha1.ReasonUntrustedEndpoint)
 			requireMentions(t, "CredentialsValid message", c.Message, "spec.harvester.endpoint", `"127.0.0.1"`, `"harvester.invalid"`, "nothing was sent")
 
@@ -164,8 +164,19 @@ func TestUntrustedEndpointNeverGetsTheCredentials(t *testing.T) {
 	}
 }
 
-// A kubeconfig that skips TLS verification is refused until the ProviderConfig opts in; only
-// then does its server see a request, with the token.
+// optInInsecure sets the insecure-credentials opt-in on the credentials Secret name.
+func (w *world) optInInsecure(name string) {
+	w.t.Helper()
+	secret := &corev1.Secret{}
+	w.must(mgmt.Get(w.ctx, client.ObjectKey{Namespace: w.ns, Name: name}, secret))
+	patch := client.MergeFrom(secret.DeepCopy())
+	secret.Annotations = map[string]string{v1alpha1.AnnotationAllowInsecureCredentials: "true"}
+	w.must(mgmt.Patch(w.ctx, secret, patch))
+}
+
+// A kubeconfig that skips TLS verification is refused until its Secret opts in (the opt-in on the
+// ProviderConfig, which people who may not write the credentials may edit, is ignored); only then
+// does its server see a request, with the token.
 func TestInsecureCredentialsNeedTheOptIn(t *testing.T) {
 	w := newWorld(t)
 	server := newRecorder(t)
@@ -184,7 +195,15 @@ func TestInsecureCredentialsNeedTheOptIn(t *testing.T) {
 	w.must(mgmt.Get(w.ctx, client.ObjectKeyFromObject(pc), got))
 	patch := client.MergeFrom(got.DeepCopy())
 	got.Annotations = map[string]string{v1alpha1.AnnotationAllowInsecureCredentials: "true"}
+	got.Spec.Harvester.StorageClassName = "longhorn" // a new generation: checked again, still refused
 	w.must(mgmt.Patch(w.ctx, got, patch))
+	consistently(t, 2*time.Second, func() error {
+		if seen := server.seen(); len(seen) != 0 {
+			return fmt.Errorf("the server got %d requests with the opt-in on the ProviderConfig", len(seen))
+		}
+		return nil
+	})
+	w.optInInsecure("insecure")
 	// A failing ProviderConfig is checked again within NotReadyRetry (500ms here), now with the
 	// opt-in; the recorder is no Harvester, so the check fails further on.
 	eventually(t, timeout, func() error {

@@ -1,11 +1,14 @@
 package integration
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -99,4 +102,41 @@ func TestProviderConfigDeletedWhileRunning(t *testing.T) {
 	w.must(mgmt.Create(w.ctx, pc))
 	w.deleteAndWait(mr)
 	w.requireHarvesterEmpty("left on Harvester")
+}
+
+// An ImageSync obeys the sharing rule MachineRequests obey: a ProviderConfig of another namespace
+// that is not shared creates nothing on Harvester, and the ImageSync says which rule holds it up.
+func TestImageSyncProviderConfigMustBeShared(t *testing.T) {
+	setButlerConfig(t, factoryURL)
+	w := newWorld(t)
+	tenant := "tenant-" + rand.String(5)
+	createNamespace(t, mgmt, tenant)
+	is := w.imageSync("tenant-image")
+	is.Namespace = tenant
+	is.Spec.ProviderConfigRef = v1alpha1.ProviderReference{Name: w.pc.Name, Namespace: w.ns}
+	w.must(mgmt.Create(w.ctx, is))
+	eventually(t, timeout, func() error {
+		for _, c := range w.getSync(is).Status.Conditions {
+			if c.Reason == v1alpha1.ReasonProviderConfigNotShared {
+				if !strings.Contains(c.Message, `spec.scope.type to "platform"`) || !strings.Contains(c.Message, "ImageSyncs") {
+					return fmt.Errorf("condition %s says %q", c.Type, c.Message)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("ImageSync conditions %s, want one with reason %s", describeConditions(w.getSync(is).Status.Conditions), v1alpha1.ReasonProviderConfigNotShared)
+	})
+	images := &unstructured.UnstructuredList{}
+	images.SetGroupVersionKind(sim.VirtualMachineImageGVK.GroupVersion().WithKind("VirtualMachineImageList"))
+	w.must(hv.List(w.ctx, images, client.InNamespace(w.hvNs)))
+	if len(images.Items) != 1 { // the world's own image only
+		t.Fatalf("%d images in %s: an unshared ProviderConfig created one", len(images.Items), w.hvNs)
+	}
+
+	pc := &v1alpha1.ProviderConfig{}
+	w.must(mgmt.Get(w.ctx, client.ObjectKeyFromObject(w.pc), pc))
+	patch := client.MergeFrom(pc.DeepCopy())
+	pc.Spec.Scope = &v1alpha1.ProviderConfigScope{Type: v1alpha1.ProviderConfigScopePlatform}
+	w.must(mgmt.Patch(w.ctx, pc, patch))
+	w.waitSyncPhase(is, v1alpha1.ImageSyncPhaseReady)
 }

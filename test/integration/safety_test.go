@@ -69,8 +69,8 @@ func TestProviderConfigNamespaceEditedWhileRunning(t *testing.T) {
 	consistently(t, 2*time.Second, func() error {
 		for _, mr := range old {
 			got := w.get(mr)
-			if got.Status.Phase != v1alpha1.MachinePhaseRunning || got.Status.Placement == nil || got.Status.Placement.Namespace != w.hvNs {
-				return fmt.Errorf("%s: phase %s, failure %s, placement %+v", mr.Name, got.Status.Phase, got.Status.FailureReason, got.Status.Placement)
+			if p, _ := got.RecordedPlacement(); got.Status.Phase != v1alpha1.MachinePhaseRunning || p == nil || p.Namespace != w.hvNs {
+				return fmt.Errorf("%s: phase %s, failure %s, placement %+v", mr.Name, got.Status.Phase, got.Status.FailureReason, p)
 			}
 		}
 		if now := w.vmUIDs(w.hvNs); len(now) != 2 || now["keep-0"] != before["keep-0"] || now["keep-1"] != before["keep-1"] {
@@ -85,8 +85,8 @@ func TestProviderConfigNamespaceEditedWhileRunning(t *testing.T) {
 	fresh := w.machineRequest("fresh-0")
 	w.must(mgmt.Create(w.ctx, fresh))
 	got := w.waitPhase(fresh, v1alpha1.MachinePhaseRunning)
-	if got.Status.Placement == nil || got.Status.Placement.Namespace != moved || w.vmUIDs(moved)["fresh-0"] == "" {
-		t.Fatalf("new machine placed at %+v, want namespace %s", got.Status.Placement, moved)
+	if p, _ := got.RecordedPlacement(); p == nil || p.Namespace != moved || w.vmUIDs(moved)["fresh-0"] == "" {
+		t.Fatalf("new machine placed at %+v, want namespace %s", p, moved)
 	}
 
 	w.deleteAndWait(old[0])
@@ -316,8 +316,8 @@ func TestRerunTakesOverTheVMOfTheSameMachineRequestName(t *testing.T) {
 	again := w.machineRequest("rerun-0")
 	w.must(mgmt.Create(w.ctx, again))
 	got := w.waitPhase(again, v1alpha1.MachinePhaseRunning)
-	if got.Status.ProviderID != "harvester://"+string(vmUID) || got.Status.Placement.VMUID != string(vmUID) {
-		t.Fatalf("providerID %s, placement %+v; want the first run's VM %s", got.Status.ProviderID, got.Status.Placement, vmUID)
+	if p, _ := got.RecordedPlacement(); got.Status.ProviderID != "harvester://"+string(vmUID) || p == nil || p.Name != "rerun-0" {
+		t.Fatalf("providerID %s, placement %+v; want the first run's VM %s", got.Status.ProviderID, p, vmUID)
 	}
 	e := w.waitEvent(again, corev1.EventTypeWarning, v1alpha1.ReasonVMTakenOver)
 	requireMentions(t, "event", e.Note, "VirtualMachine "+w.hvNs+"/rerun-0", "earlier MachineRequest "+w.ns+"/rerun-0")

@@ -111,10 +111,10 @@ func TestExecPluginNeverRuns(t *testing.T) {
 	if _, err := os.Stat(marker); !os.IsNotExist(err) {
 		t.Fatalf("the exec plugin ran (%v)", err)
 	}
-	// Nothing was ever created for it (no status.placement), so deletion needs no credentials:
+	// Nothing was ever created for it (no place recorded), so deletion needs no credentials:
 	// it is released at once, still without running the plugin.
-	if p := w.get(mr).Status.Placement; p != nil {
-		t.Fatalf("placement %+v recorded without usable credentials", p)
+	if p, err := w.get(mr).RecordedPlacement(); p != nil || err != nil {
+		t.Fatalf("placement %+v (%v) recorded without usable credentials", p, err)
 	}
 	w.deleteAndWait(mr)
 	if _, err := os.Stat(marker); !os.IsNotExist(err) {

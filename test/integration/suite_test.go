@@ -21,7 +21,9 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -30,6 +32,7 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
 )
 
 // The manager's --config-grace-period and --provisioning-timeout in these tests: short, but long
@@ -78,10 +81,12 @@ func run(m *testing.M) int {
 	_ = level.UnmarshalText([]byte(os.Getenv("BUTLER_TEST_LOG")))
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 
-	root := repoRoot()
-	// The management cluster has our CRDs and Butler's ButlerConfig (reduced, see api/platform).
-	mgmtEnv = &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(root, "config", "crd", "bases"), filepath.Join(root, "config", "crd", "platform")}, ErrorIfCRDPathMissing: true}
-	var err error
+	crds, err := testbed.CRDDirectories(repoRoot(), os.Getenv(schemaEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	mgmtEnv = &envtest.Environment{CRDDirectoryPaths: crds, ErrorIfCRDPathMissing: true}
 	if mgmtCfg, err = mgmtEnv.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "start management API server:", err)
 		return 1
@@ -106,7 +111,38 @@ func run(m *testing.M) int {
 		panic(err)
 	}
 
-	mgr, err := ctrl.NewManager(mgmtCfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}})
+	stopManager = startManager(ctx)
+	code := m.Run()
+	stopManager()
+	cancel() // stop the simulator before its API server
+	return code
+}
+
+// schemaEnv chooses the MachineRequest schema (and the other Butler CRDs) the management cluster
+// has: unset, the project's CRDs; else one of Butler's published sets (see testbed.CRDDirectories).
+const schemaEnv = "BUTLER_TEST_SCHEMA"
+
+// stopManager stops the manager startManager started last.
+var stopManager func()
+
+// restartManager stops the manager and starts a new one: nothing it remembered survives, as
+// after a crash or an upgrade; what it recorded must be read back from the API servers.
+func restartManager(t *testing.T) {
+	t.Helper()
+	stopManager()
+	stopManager = startManager(context.Background())
+}
+
+// startManager starts the manager in this process, as cmd/manager wires it (with the tests'
+// intervals), and returns what stops it and waits until it has stopped.
+func startManager(parent context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	scheme := k8sruntime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	_ = platformv1alpha1.AddToScheme(scheme)
+	mgr, err := ctrl.NewManager(mgmtCfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)}}) // the same controllers again after a restart
 	if err != nil {
 		panic(err)
 	}
@@ -142,17 +178,21 @@ func run(m *testing.M) int {
 		Client: mgr.GetClient(), Harvester: r.Harvester, HarvesterEvents: harvesterEvents,
 		Recorder: mgr.GetEventRecorder("butler-provider-harvester"), ConfigGracePeriod: configGrace,
 	}
-	if on, err := isr.SetupWithManager(ctx, mgr, ctrl.Log); err != nil || !on {
+	// Off only where the schema has no ImageSync CRD (the Butler CLI's).
+	if on, err := isr.SetupWithManager(ctx, mgr, ctrl.Log); err != nil || !on && os.Getenv(schemaEnv) != "butler-cli" {
 		panic(fmt.Sprintf("ImageSync controller on: %v, error %v", on, err))
 	}
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
 		if err := mgr.Start(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "manager:", err)
 		}
 	}()
-	code := m.Run()
-	cancel() // stop the manager and the simulator before their API servers
-	return code
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // eventually retries check until it returns nil or the timeout passes.
