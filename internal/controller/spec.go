@@ -149,8 +149,7 @@ func credentialsOf(pc *v1alpha1.ProviderConfig, pcRef string) (harvester.Credent
 		return harvester.Credentials{}, invalidProviderConfig(pcRef, fmt.Sprintf(
 			"spec.credentialsRef.namespace is %q: the credentials Secret must be in the ProviderConfig's own namespace %q; copy the Secret there", ref.Namespace, pc.Namespace))
 	}
-	creds := harvester.Credentials{SecretNamespace: ref.Namespace, SecretName: ref.Name, Key: ref.Key, Namespace: "default",
-	}
+	creds := harvester.Credentials{SecretNamespace: ref.Namespace, SecretName: ref.Name, Key: ref.Key, Namespace: "default"}
 	if pc.Spec.Harvester != nil {
 		creds.Endpoint = pc.Spec.Harvester.Endpoint
 		creds.Namespace = namespaceOf(pc.Spec.Harvester)
