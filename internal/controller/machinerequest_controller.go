@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
@@ -84,6 +86,11 @@ type MachineRequestReconciler struct {
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
 	MaxConcurrentReconciles int
 
+	// managementCluster identifies the management cluster (the UID of its kube-system namespace,
+	// read once at set-up): the objects on Harvester are labelled with it, so that a left-over
+	// VM is taken over automatically only by the cluster that made it. "" if it cannot be read.
+	managementCluster string
+
 	// statuses remembers the last status written for each MachineRequest.
 	statuses statusMemory[v1alpha1.MachineRequestStatus]
 	// stalls remembers what each deletion in progress waits for, and since when.
@@ -96,6 +103,7 @@ type MachineRequestReconciler struct {
 // +kubebuilder:rbac:groups=butler.butlerlabs.dev,resources=providerconfigs,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=namespaces,resourceNames=kube-system,verbs=get
 
 // Reconcile moves one MachineRequest one step towards its desired state.
 func (r *MachineRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
@@ -166,6 +174,7 @@ const providerRefIndex = "spec.providerRef"
 // SetupWithManager registers the reconciler and its watches.
 func (r *MachineRequestReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	r.applyDefaults()
+	r.managementCluster = identifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.MachineRequest{}, providerRefIndex, func(o client.Object) []string {
 		ns, name := o.(*v1alpha1.MachineRequest).ProviderConfigKey()
 		return []string{ns + "/" + name}
@@ -231,4 +240,18 @@ func (r *MachineRequestReconciler) requestsForProviderConfig(ctx context.Context
 		reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&mr)})
 	}
 	return reqs
+}
+
+// identifyManagementCluster reads the UID of the management cluster's kube-system namespace, which
+// stays the same for the cluster's life, whatever URL reaches it. Without permission to read it
+// (get on that one namespace) the objects are not labelled with it, and a left-over VM of the same
+// MachineRequest namespace and name is taken over as by earlier versions: said once in the log.
+func identifyManagementCluster(ctx context.Context, reader client.Reader, logger logr.Logger) string {
+	ns := &corev1.Namespace{}
+	if err := reader.Get(ctx, client.ObjectKey{Name: metav1.NamespaceSystem}, ns); err != nil {
+		logger.Info("Cannot read the management cluster's identity (the UID of namespace kube-system): objects on Harvester are not labelled with it, and a left-over VM of a MachineRequest of the same namespace and name is taken over whichever management cluster made it; grant get on namespace kube-system",
+			"reason", err.Error())
+		return ""
+	}
+	return string(ns.UID)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -57,6 +58,10 @@ func (r *MachineRequestReconciler) reconcileNormal(ctx context.Context, s *machi
 				return reconcile.Result{}, err
 			}
 			why = "annotation " + v1alpha1.AnnotationRetry
+		case s.mr.Annotations[v1alpha1.AnnotationHandOver] == "true" && s.mr.Status.FailureReason == v1alpha1.ReasonNameConflict &&
+			strings.Contains(s.mr.Status.FailureMessage, v1alpha1.AnnotationHandOver):
+			// The conflict offered the hand-over, and the user took it.
+			why = "annotation " + v1alpha1.AnnotationHandOver
 		case s.mr.Status.ObservedGeneration != s.mr.Generation:
 			why = "the spec changed"
 		default:
@@ -94,7 +99,7 @@ func (r *MachineRequestReconciler) configFixed(ctx context.Context, s *machineSc
 	if !configReasons[s.mr.Status.FailureReason] {
 		return ""
 	}
-	spec, creds, err := machineSpecFor(s.mr, s.pc)
+	spec, creds, err := machineSpecFor(s.mr, s.pc, r.managementCluster)
 	if err != nil || spec.Gate() != nil {
 		return ""
 	}
@@ -114,7 +119,7 @@ func (r *MachineRequestReconciler) configFixed(ctx context.Context, s *machineSc
 // reconcileProvisioning creates what is missing on Harvester (Pending -> Creating) and waits for
 // the VM to report an IP address (Creating -> Running).
 func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s *machineScope) (reconcile.Result, error) {
-	spec, creds, err := machineSpecFor(s.mr, s.pc)
+	spec, creds, err := machineSpecFor(s.mr, s.pc, r.managementCluster)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -402,7 +407,7 @@ func (r *MachineRequestReconciler) unrecordedHome(ctx context.Context, s *machin
 	if err != nil {
 		return nil, err
 	}
-	return &machineHome{cluster: cluster, ref: harvester.MachineRef{Owner: ownerOf(s.mr), Namespace: creds.Namespace, Name: s.mr.Spec.MachineName}}, nil
+	return &machineHome{cluster: cluster, ref: harvester.MachineRef{Owner: ownerOf(s.mr, r.managementCluster), Namespace: creds.Namespace, Name: s.mr.Spec.MachineName}}, nil
 }
 
 // nothingCreated reports whether the status of a machine without a recorded place shows that

@@ -99,7 +99,7 @@ func (r *MachineRequestReconciler) homeOf(ctx context.Context, s *machineScope) 
 		s.mr.Status.Placement = nil // moved to the annotation
 	}
 	home := &machineHome{place: *p, ref: harvester.MachineRef{
-		Owner: ownerOf(s.mr), Namespace: p.Namespace, Name: p.Name, VMUID: types.UID(vmUID),
+		Owner: ownerOf(s.mr, r.managementCluster), Namespace: p.Namespace, Name: p.Name, VMUID: types.UID(vmUID),
 	}}
 	if p.ClusterID != id.ID {
 		home.elsewhere = &id

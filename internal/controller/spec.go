@@ -42,12 +42,17 @@ func credentialsFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (h
 // served is recognised by its status: a providerID that is a bare UID, or, since it can reach
 // Running without writing one, a status past Pending with nothing this provider records (it
 // records the place before it creates anything): its VM is then adopted by name.
-func ownerOf(mr *v1alpha1.MachineRequest) harvester.Owner {
+//
+// managementCluster identifies the management cluster the objects are labelled with; the
+// MachineRequest's AnnotationHandOver lets it take over objects another one made.
+func ownerOf(mr *v1alpha1.MachineRequest, managementCluster string) harvester.Owner {
 	_, recorded := mr.Annotations[v1alpha1.AnnotationPlacement]
 	return harvester.Owner{
 		Namespace: mr.Namespace, Name: mr.Name, UID: mr.UID,
 		LegacyProviderID: legacyProviderID(mr.Status.ProviderID),
 		AdoptByName:      !recorded && mr.Status.Placement == nil && mr.Status.ProviderID == "" && !nothingCreated(mr.Status),
+		Cluster:          managementCluster,
+		HandOver:         mr.Annotations[v1alpha1.AnnotationHandOver] == "true",
 	}
 }
 
@@ -60,7 +65,7 @@ func providerConfigRef(mr *v1alpha1.MachineRequest) string {
 // in the place the ProviderConfig names now (the caller puts it where the machine lives, if that
 // is recorded). Problems of the MachineRequest are permanent (fixed by changing its spec);
 // problems of the ProviderConfig are waits.
-func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (*harvester.MachineSpec, harvester.Credentials, error) {
+func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig, managementCluster string) (*harvester.MachineSpec, harvester.Credentials, error) {
 	creds, err := credentialsFor(mr, pc)
 	if err != nil {
 		return nil, creds, err
@@ -84,7 +89,7 @@ func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (*
 		return nil, creds, err
 	}
 	spec := &harvester.MachineSpec{
-		Owner:               ownerOf(mr),
+		Owner:               ownerOf(mr, managementCluster),
 		Namespace:           creds.Namespace,
 		Name:                mr.Spec.MachineName,
 		Role:                string(mr.Spec.Role),

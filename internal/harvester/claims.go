@@ -77,11 +77,15 @@ func (m *remoteMachines) ensureClaim(ctx context.Context, want *corev1.Persisten
 		// Someone created it since we looked: whose is it? Read it live, the cache has not seen it.
 		err = m.c.Get(ctx, client.ObjectKeyFromObject(want), have)
 	}
+	if err == nil && !isOwnedBy(have.Labels, o) {
+		// Not ours: a left-over of an earlier MachineRequest of the same name is taken over.
+		if err := m.takeOverLeftover(ctx, "PersistentVolumeClaim", have, o); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case err != nil:
 		return nil, classify(err, "get "+what)
-	case !isOwnedBy(have.Labels, o):
-		return nil, nameConflict("PersistentVolumeClaim", have, o)
 	case have.DeletionTimestamp != nil:
 		return nil, Waiting(v1alpha1.ReasonVMCreating, deletionRetry,
 			"%s from an earlier attempt is still being deleted; waiting until it is gone", what)
@@ -110,11 +114,15 @@ func (m *remoteMachines) ensureDataVolume(ctx context.Context, want *cdiv1.DataV
 		}
 		err = m.c.Get(ctx, client.ObjectKeyFromObject(want), have)
 	}
+	if err == nil && !isOwnedBy(have.Labels, o) {
+		// Not ours: a left-over of an earlier MachineRequest of the same name is taken over.
+		if err := m.takeOverLeftover(ctx, "DataVolume", have, o); err != nil {
+			return nil, err
+		}
+	}
 	switch {
 	case err != nil:
 		return nil, dataVolumeError(err, "get "+what)
-	case !isOwnedBy(have.Labels, o):
-		return nil, nameConflict("DataVolume", have, o)
 	case have.DeletionTimestamp != nil:
 		return nil, Waiting(v1alpha1.ReasonVMCreating, deletionRetry,
 			"%s from an earlier attempt is still being deleted; waiting until it is gone", what)

@@ -26,6 +26,10 @@ const (
 	ManagedByValue = "butler-provider-harvester"
 	// AnnotationMachineRequest holds "<namespace>/<name>" of the MachineRequest, unabridged.
 	AnnotationMachineRequest = "butler.butlerlabs.dev/machinerequest"
+	// LabelManagementCluster identifies the management cluster whose MachineRequest the object
+	// is for (the UID of its kube-system namespace): a left-over VM is taken over automatically
+	// only by the management cluster that made it.
+	LabelManagementCluster = "butler.butlerlabs.dev/management-cluster"
 
 	// LabelHarvesterCreator is how Harvester's UI tells which tool created a VM.
 	LabelHarvesterCreator = "harvesterhci.io/creator"
@@ -49,6 +53,12 @@ type Owner struct {
 	// providerID (it can reach Running without one), adopts the VM of the machine's name that
 	// carries only the published provider's LabelManagedBy.
 	AdoptByName bool
+	// Cluster identifies the management cluster (LabelManagementCluster); "" when it could not be
+	// read, and then nothing is labelled with it.
+	Cluster string
+	// HandOver, set when the user said so on the MachineRequest, lets it take over the objects of
+	// a MachineRequest of the same namespace and name made by another management cluster.
+	HandOver bool
 }
 
 // ownerLabels are the labels every object we create carries.
@@ -61,6 +71,9 @@ func ownerLabels(o Owner, role string) map[string]string {
 	}
 	if role != "" {
 		l[LabelRole] = role
+	}
+	if o.Cluster != "" {
+		l[LabelManagementCluster] = o.Cluster
 	}
 	return l
 }

@@ -337,8 +337,8 @@ func (m *remoteMachines) takeOverSuperseded(ctx context.Context, spec *MachineSp
 		return nil, "", classify(err, "get "+describe("VirtualMachine", spec.Namespace, spec.Name))
 	}
 	old := types.UID(vm.Labels[LabelMachineRequestUID])
-	if old == "" || old == spec.Owner.UID || vm.Annotations[AnnotationMachineRequest] != spec.Owner.Namespace+"/"+spec.Owner.Name {
-		return nil, "", nameConflict("VirtualMachine", vm, spec.Owner)
+	if err := supersedable("VirtualMachine", vm, spec.Owner); err != nil {
+		return nil, "", err
 	}
 	// Disks and Secret first, the VM last: ownership is read from the VM, so an interrupted
 	// takeover is done again, and never leaves disks labelled for the earlier MachineRequest
@@ -351,6 +351,17 @@ func (m *remoteMachines) takeOverSuperseded(ctx context.Context, spec *MachineSp
 		if err := m.relabel(ctx, "PersistentVolumeClaim", &claims[i], spec.Owner); err != nil {
 			return nil, "", err
 		}
+	}
+	// The root disk of a CDI image is a DataVolume (its PVC, CDI's, is relabelled above).
+	dv := &cdiv1.DataVolume{}
+	err = m.read(ctx, client.ObjectKey{Namespace: spec.Namespace, Name: diskClaimName(spec.Name, 0)}, dv)
+	switch {
+	case err == nil && isOwnedBy(dv.Labels, Owner{UID: old}):
+		if err := m.relabel(ctx, "DataVolume", dv, spec.Owner); err != nil {
+			return nil, "", err
+		}
+	case err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err):
+		return nil, "", classify(err, "get "+describe("DataVolume", spec.Namespace, diskClaimName(spec.Name, 0)))
 	}
 	secret := secretMeta(spec.Namespace, cloudInitSecretName(spec.Name))
 	err = m.read(ctx, client.ObjectKeyFromObject(secret), secret)
@@ -378,6 +389,35 @@ func (m *remoteMachines) relabel(ctx context.Context, kind string, obj client.Ob
 		return classify(err, "label "+describe(kind, obj.GetNamespace(), obj.GetName())+" as ours")
 	}
 	return nil
+}
+
+// supersedable says whether obj, which carries another MachineRequest's UID, may be taken over by
+// o: it was made by this provider for an earlier MachineRequest of the same namespace and name
+// (which no longer exists: a namespace holds one object of a name), by the same management cluster
+// (or one that recorded none), or the user handed it over. Otherwise it is a NameConflict that
+// says how to hand it over where that applies: two management clusters (two bootstrap runs)
+// against one Harvester namespace must never take objects from each other back and forth.
+func supersedable(kind string, obj client.Object, o Owner) error {
+	old := obj.GetLabels()[LabelMachineRequestUID]
+	if old == "" || types.UID(old) == o.UID || obj.GetAnnotations()[AnnotationMachineRequest] != o.Namespace+"/"+o.Name {
+		return nameConflict(kind, obj, o)
+	}
+	if maker := obj.GetLabels()[LabelManagementCluster]; maker != "" && maker != o.Cluster && !o.HandOver {
+		return Permanent(v1alpha1.ReasonNameConflict,
+			"%s was created for MachineRequest %s/%s of another management cluster (kube-system UID %s; this one is %q): it is left untouched. "+
+				"If that cluster is gone (a bootstrap run again), hand the machine over with its VM, disks and cloud-init Secret: set annotation %s=true on this MachineRequest",
+			describe(kind, obj.GetNamespace(), obj.GetName()), o.Namespace, o.Name, maker, o.Cluster, v1alpha1.AnnotationHandOver)
+	}
+	return nil
+}
+
+// takeOverLeftover takes over a disk or Secret an earlier MachineRequest of the same namespace and
+// name left without a VM (its run died before creating the VM), where supersedable allows it.
+func (m *remoteMachines) takeOverLeftover(ctx context.Context, kind string, obj client.Object, o Owner) error {
+	if err := supersedable(kind, obj, o); err != nil {
+		return err
+	}
+	return m.relabel(ctx, kind, obj, o)
 }
 
 func nameConflict(kind string, obj client.Object, o Owner) error {

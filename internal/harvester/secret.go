@@ -68,7 +68,9 @@ func (m *remoteMachines) ensureCloudInitSecret(ctx context.Context, spec *Machin
 	case err != nil:
 		return classify(err, "get "+what)
 	case !isOwnedBy(have.Labels, spec.Owner):
-		return nameConflict("Secret", have, spec.Owner)
+		if err := m.takeOverLeftover(ctx, "Secret", have, spec.Owner); err != nil {
+			return err
+		}
 	case have.Annotations[AnnotationCloudInitHash] == want.Annotations[AnnotationCloudInitHash]:
 		return nil
 	}

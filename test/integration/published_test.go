@@ -97,7 +97,7 @@ func TestPublishedProviderMachineAdopted(t *testing.T) {
 			restarted := false
 			defer func() {
 				if !restarted {
-					stopManager = startManager(context.Background())
+					stopManager = startManager(context.Background(), mgmtCfg)
 				}
 			}()
 			vm := w.publishedMachine(name, 20)
@@ -112,7 +112,7 @@ func TestPublishedProviderMachineAdopted(t *testing.T) {
 				mr.Status.ProviderID = string(vm.UID) // bare, as the published provider writes it
 			}
 			w.must(mgmt.Status().Update(w.ctx, mr))
-			stopManager = startManager(context.Background())
+			stopManager = startManager(context.Background(), mgmtCfg)
 			restarted = true
 
 			eventually(t, timeout, func() error {

@@ -111,7 +111,7 @@ func run(m *testing.M) int {
 		panic(err)
 	}
 
-	stopManager = startManager(ctx)
+	stopManager = startManager(ctx, mgmtCfg)
 	code := m.Run()
 	stopManager()
 	cancel() // stop the simulator before its API server
@@ -130,18 +130,19 @@ var stopManager func()
 func restartManager(t *testing.T) {
 	t.Helper()
 	stopManager()
-	stopManager = startManager(context.Background())
+	stopManager = startManager(context.Background(), mgmtCfg)
 }
 
-// startManager starts the manager in this process, as cmd/manager wires it (with the tests'
-// intervals), and returns what stops it and waits until it has stopped.
-func startManager(parent context.Context) (stop func()) {
+// startManager starts a manager in this process for the management cluster cfg reaches, as
+// cmd/manager wires it (with the tests' intervals), and returns what stops it and waits until it
+// has stopped.
+func startManager(parent context.Context, cfg *rest.Config) (stop func()) {
 	ctx, cancel := context.WithCancel(parent)
 	scheme := k8sruntime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
 	_ = platformv1alpha1.AddToScheme(scheme)
-	mgr, err := ctrl.NewManager(mgmtCfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}}) // the same controllers again after a restart
 	if err != nil {
 		panic(err)
