@@ -81,13 +81,7 @@ func TestNamespaceEditAfterRestart(t *testing.T) {
 	w.requireRecorded(mr, mr.Spec.MachineName)
 
 	restartManager(t)
-	moved := w.hvNs + "-moved"
-	createNamespace(t, hv, moved)
-	pc := &v1alpha1.ProviderConfig{}
-	w.must(mgmt.Get(w.ctx, client.ObjectKeyFromObject(w.pc), pc))
-	patch := client.MergeFrom(pc.DeepCopy())
-	pc.Spec.Harvester.Namespace = moved
-	w.must(mgmt.Patch(w.ctx, pc, patch))
+	moved := w.moveProviderConfig(w.hvNs + "-moved")
 
 	w.waitMRCondition(mr, v1alpha1.ConditionDegraded, v1alpha1.ReasonProviderConfigMoved)
 	consistently(t, 2*time.Second, func() error {

@@ -32,6 +32,19 @@ func (w *world) vmUIDs(namespace string) map[string]types.UID {
 }
 
 // countIn counts the VMs, PVCs and Secrets in a Harvester namespace.
+// moveProviderConfig points the world's ProviderConfig at a new Harvester namespace, which it
+// creates, and returns its name.
+func (w *world) moveProviderConfig(namespace string) string {
+	w.t.Helper()
+	createNamespace(w.t, hv, namespace)
+	pc := &v1alpha1.ProviderConfig{}
+	w.must(mgmt.Get(w.ctx, client.ObjectKeyFromObject(w.pc), pc))
+	patch := client.MergeFrom(pc.DeepCopy())
+	pc.Spec.Harvester.Namespace = namespace
+	w.must(mgmt.Patch(w.ctx, pc, patch))
+	return namespace
+}
+
 func (w *world) countIn(namespace string) (vms, pvcs, secrets int) {
 	w.t.Helper()
 	saved := w.hvNs
@@ -54,13 +67,7 @@ func TestProviderConfigNamespaceEditedWhileRunning(t *testing.T) {
 	}
 	before := w.vmUIDs(w.hvNs)
 
-	moved := "moved-" + rand.String(5)
-	createNamespace(t, hv, moved)
-	pc := &v1alpha1.ProviderConfig{}
-	w.must(mgmt.Get(w.ctx, client.ObjectKeyFromObject(w.pc), pc))
-	patch := client.MergeFrom(pc.DeepCopy())
-	pc.Spec.Harvester.Namespace = moved
-	w.must(mgmt.Patch(w.ctx, pc, patch))
+	moved := w.moveProviderConfig("moved-" + rand.String(5))
 
 	for _, mr := range old {
 		c := w.waitMRCondition(mr, v1alpha1.ConditionDegraded, v1alpha1.ReasonProviderConfigMoved)
