@@ -143,6 +143,37 @@ func TestFactoryRotation(t *testing.T) {
 	}
 }
 
+// Credentials whose Secret is deleted, or replaced by an unusable kubeconfig, stop being used: the
+// cached read and the clients built from it are dropped, and nothing is served from them.
+func TestFactoryDropsCredentialsThatAreGone(t *testing.T) {
+	for name, change := range map[string]func(t *testing.T, x *factoryFixture){
+		"Secret deleted": func(t *testing.T, x *factoryFixture) {
+			if err := x.c.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hv", Namespace: "butler-system"}}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"kubeconfig unusable": func(t *testing.T, x *factoryFixture) {
+			x.updateSecret(t, func(s *corev1.Secret) { s.Data["kubeconfig"] = []byte("not a kubeconfig") })
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			x := newFactoryFixture(t)
+			x.cluster(t)
+			change(t, x)
+			x.f.Invalidate(x.creds)
+			if _, err := x.f.ClusterFor(context.Background(), x.creds); err == nil {
+				t.Fatal("credentials that are gone still served a client")
+			}
+			x.f.mu.Lock()
+			clients, reads := len(x.f.clients), len(x.f.secrets)
+			x.f.mu.Unlock()
+			if clients != 0 || reads != 0 {
+				t.Fatalf("%d clients and %d Secret reads kept after the credentials went", clients, reads)
+			}
+		})
+	}
+}
+
 // Many reconciles asking at once for the same new credentials get one client (run with -race).
 func TestFactoryConcurrentCallsShareOneClient(t *testing.T) {
 	x := newFactoryFixture(t)
