@@ -13,7 +13,7 @@ CHART := charts/butler-provider-harvester
 # The representative integration tests that run again on Butler's published CRD sets
 # (test/testdata/butler-crds): lifecycle, restarts, safety, bootstrap, deletion, ImageSync (not on
 # the Butler CLI's set, which has no ImageSync CRD). The whole suite runs on the project's CRDs.
-BUTLER_SCHEMA_TESTS ?= ^(TestLifecycle|TestRestartWhileCreating|TestNamespaceEditAfterRestart|TestDeletionWithoutCredentialsAfterRestart|TestInstalledSchemaDetected|TestBootstrapMachinePhase|TestProviderConfigNamespaceEditedWhileRunning|TestRerunTakesOverTheVMOfTheSameMachineRequestName|TestDeletionBlockedSaysWhy|TestVMDeletedOutOfBand|TestDeletedWhileCreating|TestConfigurationProblemFailsAfterGraceAndRetriesWhenFixed|TestPublishedProviderMachineAdopted|TestImageSyncGoesReady)$$
+BUTLER_SCHEMA_TESTS ?= ^(TestLifecycle|TestHealthyBootIsQuiet|TestRestartWhileCreating|TestNamespaceEditAfterRestart|TestDeletionWithoutCredentialsAfterRestart|TestInstalledSchemaDetected|TestBootstrapMachinePhase|TestProviderConfigNamespaceEditedWhileRunning|TestRerunTakesOverTheVMOfTheSameMachineRequestName|TestDeletionBlockedSaysWhy|TestVMDeletedOutOfBand|TestDeletedWhileCreating|TestConfigurationProblemFailsAfterGraceAndRetriesWhenFixed|TestPublishedProviderMachineAdopted|TestTwoManagementClustersShareAHarvesterNamespace|TestLeftoverDiskAndSecretWithoutVMTakenOver|TestImageSyncGoesReady)$$
 # Packages under test; the integration tests start two real API servers each.
 TEST_PKGS ?= ./...
 TEST_FLAGS ?= -count=1 -timeout=20m

@@ -122,7 +122,8 @@ func (w *world) warnings(mr *v1alpha1.MachineRequest) []string {
 // WaitingForVolumeBinding, then ErrorUnschedulable while the scheduler waits for the disk),
 // the VMI goes through Ready=False PodNotExists and GuestNotRunning, KubeVirt and Harvester
 // rewrite the VM all along. None of it is a failure: no Warning event, no diagnosis, and the
-// status is written twice (the placement with phase Creating, then Running) and not at all during
+// MachineRequest is written three times (its finalizer and placement, phase Creating with the VM's
+// providerID, then Running) and its status not at all during
 // a quick deletion. The VM keeps what Harvester's mutator gave it: the provider never
 // rewrites its spec.
 func TestHealthyBootIsQuiet(t *testing.T) {
@@ -153,7 +154,12 @@ func TestHealthyBootIsQuiet(t *testing.T) {
 		}
 	}
 	if writes > 2 {
-		t.Errorf("%d status writes until Running, want 2 (the placement with phase Creating, then Running)", writes)
+		t.Errorf("%d status writes until Running, want 2 (Creating with the VM's providerID, then Running)", writes)
+	}
+	// Every write of the MachineRequest, its metadata too: the finalizer and the placement go in
+	// one write, before anything is created.
+	if all := len(mrs.seen()) - 1; all > 3 {
+		t.Errorf("%d writes of the MachineRequest until Running, want 3 (finalizer and placement, Creating, Running)", all)
 	}
 	if warnings := w.warnings(mr); len(warnings) > 0 {
 		t.Errorf("Warning events on a healthy boot: %q", warnings)
