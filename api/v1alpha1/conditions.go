@@ -134,7 +134,7 @@ const (
 	// keeps it (Butler's own CRD prunes status fields it does not know); the VM's UID is in
 	// status.providerID. Do not edit it.
 	AnnotationPlacement = "harvester.butler.butlerlabs.dev/placement"
-	// AnnotationHandOver, set to "true" on a MachineRequest, lets it take over the VM (with its
+	// AnnotationHandOver lets a MachineRequest, when set to "true" on it, take over the VM (with its
 	// disks and cloud-init Secret) that a MachineRequest of the same namespace and name made from
 	// another management cluster, such as the one of an earlier Butler bootstrap run that is gone.
 	// Without it such a VM is a NameConflict: two live management clusters against one Harvester

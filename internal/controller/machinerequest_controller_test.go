@@ -289,8 +289,9 @@ func TestVMCreate(t *testing.T) {
 		t.Fatalf("status = %+v; want Creating, observedGeneration %d, providerID harvester://vm-uid", mr.Status, mr.Generation)
 	}
 	want := v1alpha1.Placement{ClusterID: testCluster.ID, Server: testCluster.Server, Namespace: "vms", Name: "cluster-cp-0"}
-	if p, err := mr.RecordedPlacement(); err != nil || p == nil || *p != want || mr.Status.Placement != nil {
-		t.Fatalf("placement = %+v (%v), status.placement %+v; want %+v in the annotation", p, err, mr.Status.Placement, want)
+	legacy := mr.Status.Placement //nolint:staticcheck // SA1019: the deprecated field must stay empty
+	if p, err := mr.RecordedPlacement(); err != nil || p == nil || *p != want || legacy != nil {
+		t.Fatalf("placement = %+v (%v), status.placement %+v; want %+v in the annotation", p, err, legacy, want)
 	}
 	if !hasFinalizer(mr) {
 		t.Fatal("finalizer not added")

@@ -75,8 +75,10 @@ func (r *MachineRequestReconciler) homeOf(ctx context.Context, s *machineScope) 
 			err, v1alpha1.AnnotationSkipHarvesterCleanup)
 	}
 	vmUID := uidOfProviderID(s.mr.Status.ProviderID)
-	if p != nil && vmUID == "" {
-		vmUID = p.VMUID // only in the deprecated status.placement
+	if p != nil && vmUID == "" && p.VMUID != "" {
+		// Only in the deprecated status.placement: the VM's UID moves to providerID.
+		vmUID = p.VMUID
+		s.mr.Status.ProviderID = harvester.ProviderIDPrefix + vmUID
 	}
 	if p == nil && vmUID == "" {
 		return nil, nil
@@ -96,7 +98,7 @@ func (r *MachineRequestReconciler) homeOf(ctx context.Context, s *machineScope) 
 		if err := r.recordPlacement(ctx, s, *p); err != nil {
 			return nil, err
 		}
-		s.mr.Status.Placement = nil // moved to the annotation
+		s.mr.Status.Placement = nil //nolint:staticcheck // SA1019: moved to the annotation, the deprecated field is cleared
 	}
 	home := &machineHome{place: *p, ref: harvester.MachineRef{
 		Owner: ownerOf(s.mr, r.managementCluster), Namespace: p.Namespace, Name: p.Name, VMUID: types.UID(vmUID),

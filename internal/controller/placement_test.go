@@ -51,8 +51,9 @@ func TestPlacementRecordedBeforeAnythingIsCreated(t *testing.T) {
 	if storedWhenCreating == nil || *storedWhenCreating != want || !finalizerWhenCreating {
 		t.Fatalf("placement stored when Ensure ran = %+v (finalizer %v), want %+v with the finalizer", storedWhenCreating, finalizerWhenCreating, want)
 	}
-	if got := f.get(machineRequest()); got.Status.ProviderID != running.ProviderID || got.Status.Placement != nil {
-		t.Fatalf("after the create: providerID %q, status.placement %+v; want %s and none", got.Status.ProviderID, got.Status.Placement, running.ProviderID)
+	got := f.get(machineRequest())
+	if legacy := got.Status.Placement; got.Status.ProviderID != running.ProviderID || legacy != nil { //nolint:staticcheck // SA1019: the deprecated field must stay empty
+		t.Fatalf("after the create: providerID %q, status.placement %+v; want %s and none", got.Status.ProviderID, legacy, running.ProviderID)
 	}
 }
 
@@ -563,7 +564,7 @@ func TestNothingCreatedUnlessThePlacePersists(t *testing.T) {
 func TestLegacyStatusPlacementMovedToTheAnnotation(t *testing.T) {
 	mr := withFinalizer(machineRequest())
 	mr.Status.Phase = v1alpha1.MachinePhaseRunning
-	mr.Status.Placement = &v1alpha1.Placement{ClusterID: testCluster.ID, Server: testCluster.Server, Namespace: "vms-old", Name: "cluster-cp-0", VMUID: "vm-uid"}
+	mr.Status.Placement = &v1alpha1.Placement{ClusterID: testCluster.ID, Server: testCluster.Server, Namespace: "vms-old", Name: "cluster-cp-0", VMUID: "vm-uid"} //nolint:staticcheck // SA1019: as an earlier version recorded it
 	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
 	var observed harvester.MachineRef
 	f.machines.observe = func(ref harvester.MachineRef) (harvester.Observation, error) {
@@ -579,8 +580,9 @@ func TestLegacyStatusPlacementMovedToTheAnnotation(t *testing.T) {
 	got := f.get(mr)
 	p, err := got.RecordedPlacement()
 	want := v1alpha1.Placement{ClusterID: testCluster.ID, Server: testCluster.Server, Namespace: "vms-old", Name: "cluster-cp-0"}
-	if err != nil || p == nil || *p != want || got.Annotations[v1alpha1.AnnotationPlacement] == "" || got.Status.Placement != nil {
-		t.Fatalf("annotation %q, status.placement %+v; want %+v moved to the annotation", got.Annotations[v1alpha1.AnnotationPlacement], got.Status.Placement, want)
+	legacy := got.Status.Placement //nolint:staticcheck // SA1019: the deprecated field must be cleared
+	if err != nil || p == nil || *p != want || got.Annotations[v1alpha1.AnnotationPlacement] == "" || legacy != nil {
+		t.Fatalf("annotation %q, status.placement %+v; want %+v moved to the annotation", got.Annotations[v1alpha1.AnnotationPlacement], legacy, want)
 	}
 	if got.Status.ProviderID != "harvester://vm-uid" {
 		t.Fatalf("providerID %q", got.Status.ProviderID)

@@ -124,13 +124,19 @@ func (s *machineScope) clearFailure() {
 // hasVM reports whether a VM was recorded for the machine (its providerID is written as soon as
 // the VM exists).
 func (s *machineScope) hasVM() bool {
-	return s.mr.Status.ProviderID != "" || (s.mr.Status.Placement != nil && s.mr.Status.Placement.VMUID != "")
+	legacy := s.mr.Status.Placement //nolint:staticcheck // SA1019: recorded by an earlier version, until moved to the annotation
+	return s.mr.Status.ProviderID != "" || (legacy != nil && legacy.VMUID != "")
 }
 
 // placed reports whether anything records where the machine lives: a place, or a VM.
-func (s *machineScope) placed() bool {
-	_, annotated := s.mr.Annotations[v1alpha1.AnnotationPlacement]
-	return annotated || s.mr.Status.Placement != nil || s.mr.Status.ProviderID != ""
+func (s *machineScope) placed() bool { return placeRecorded(s.mr) }
+
+// placeRecorded reports whether anything records where the machine lives: the placement
+// annotation, a status.placement of an earlier version, or a providerID.
+func placeRecorded(mr *v1alpha1.MachineRequest) bool {
+	_, annotated := mr.Annotations[v1alpha1.AnnotationPlacement]
+	legacy := mr.Status.Placement //nolint:staticcheck // SA1019: recorded by an earlier version, until moved to the annotation
+	return annotated || legacy != nil || mr.Status.ProviderID != ""
 }
 
 // provisioningLeft says how much of the provisioning timeout is left to a machine that has not

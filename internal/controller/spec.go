@@ -46,11 +46,10 @@ func credentialsFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (h
 // managementCluster identifies the management cluster the objects are labelled with; the
 // MachineRequest's AnnotationHandOver lets it take over objects another one made.
 func ownerOf(mr *v1alpha1.MachineRequest, managementCluster string) harvester.Owner {
-	_, recorded := mr.Annotations[v1alpha1.AnnotationPlacement]
 	return harvester.Owner{
 		Namespace: mr.Namespace, Name: mr.Name, UID: mr.UID,
 		LegacyProviderID: legacyProviderID(mr.Status.ProviderID),
-		AdoptByName:      !recorded && mr.Status.Placement == nil && mr.Status.ProviderID == "" && !nothingCreated(mr.Status),
+		AdoptByName:      !placeRecorded(mr) && !nothingCreated(mr.Status),
 		Cluster:          managementCluster,
 		HandOver:         mr.Annotations[v1alpha1.AnnotationHandOver] == "true",
 	}

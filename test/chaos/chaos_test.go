@@ -334,7 +334,7 @@ func checkProviderIDs(ctx context.Context, t *testing.T, tb *testbed.Testbed, ui
 			t.Errorf("VM %s is labelled for MachineRequest UID %q, not %s's %s", vm.Name, vm.Labels[harvester.LabelMachineRequestUID], mr.Name, mr.UID)
 		case mr.Status.ProviderID != want:
 			t.Errorf("MachineRequest %s: providerID %q, want %q", mr.Name, mr.Status.ProviderID, want)
-		case !placedAt(mr, vm.Namespace, vm.Name):
+		case !placedAt(&mr, vm.Namespace, vm.Name):
 			t.Errorf("MachineRequest %s: annotation %s is %q, want VM %s/%s", mr.Name, v1alpha1.AnnotationPlacement, mr.Annotations[v1alpha1.AnnotationPlacement], vm.Namespace, vm.Name)
 		default:
 			checked++

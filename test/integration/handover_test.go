@@ -118,12 +118,7 @@ func TestTwoManagementClustersShareAHarvesterNamespace(t *testing.T) {
 		t.Fatalf("VM labels %v after the hand-over, want the second cluster's identity", vm.Labels)
 	}
 	w.must(mgmtB.Delete(w.ctx, second))
-	eventually(t, timeout, func() error {
-		if err := mgmtB.Get(w.ctx, client.ObjectKeyFromObject(second), &v1alpha1.MachineRequest{}); client.IgnoreNotFound(err) != nil || err == nil {
-			return fmt.Errorf("MachineRequest still there (%v)", err)
-		}
-		return nil
-	})
+	w.waitGone(&v1alpha1.MachineRequest{ObjectMeta: second.ObjectMeta}, mgmtB)
 	w.requireHarvesterEmpty("after deleting the handed-over machine")
 }
 
