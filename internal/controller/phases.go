@@ -72,10 +72,12 @@ func (r *MachineRequestReconciler) reconcileNormal(ctx context.Context, s *machi
 		}
 		log.FromContext(ctx).Info("Retrying failed MachineRequest", "generation", s.mr.Generation, "because", why)
 		s.event(corev1.EventTypeNormal, "Retrying", "Provision", "Retrying after "+s.mr.Status.FailureReason+": "+why)
+		if s.mr.Status.FailureReason == v1alpha1.ReasonVMDeleted {
+			// The recorded VM is gone: the retry creates a new one where the machine lives. Any
+			// other failure keeps the VM it has, which is never judged as a machine without one.
+			s.mr.Status.ProviderID = ""
+		}
 		s.clearFailure()
-		// A retry may create a new VM where the machine lives; the one that failed is looked for
-		// again by name.
-		s.mr.Status.ProviderID = ""
 		s.setPhase(v1alpha1.MachinePhasePending)
 		return r.reconcileProvisioning(ctx, s)
 	case v1alpha1.MachinePhaseRunning:
@@ -132,6 +134,9 @@ func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s 
 		// elsewhere: if none of ours is there, the machine starts afresh where it points now.
 		switch {
 		case home.elsewhere != nil:
+			if err := r.forgetPlacement(ctx, s); err != nil {
+				return reconcile.Result{}, err
+			}
 			leaveEmptyHome(ctx, s, home)
 			home = nil
 		case home.moved != "":
@@ -204,7 +209,7 @@ func (r *MachineRequestReconciler) abandonEmptyHome(ctx context.Context, s *mach
 			home.moved, home.ref.Namespace, remaining)
 	}
 	log.FromContext(ctx).Info("Forgetting an empty placement: the ProviderConfig points elsewhere now", "namespace", home.ref.Namespace)
-	return nil, nil
+	return nil, r.forgetPlacement(ctx, s)
 }
 
 // reportMoved says, in Degraded, that the ProviderConfig no longer points where the machine lives.

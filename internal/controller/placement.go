@@ -164,6 +164,23 @@ func (r *MachineRequestReconciler) recordPlacement(ctx context.Context, s *machi
 	return nil
 }
 
+// forgetPlacement removes the recorded place of a machine without a VM that starts afresh
+// elsewhere (locked like recordPlacement), so that a machine that then waits, before its new
+// place is recorded, does not leave the old one again on every reconcile.
+func (r *MachineRequestReconciler) forgetPlacement(ctx context.Context, s *machineScope) error {
+	patch := client.MergeFromWithOptions(s.mr.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	delete(s.mr.Annotations, v1alpha1.AnnotationPlacement)
+	s.mr.Status.Placement = nil //nolint:staticcheck // SA1019: an earlier version's record goes too
+	if err := s.patchMeta(ctx, r.Client, patch); err != nil {
+		if apierrors.IsNotFound(err) {
+			s.released = true
+			return errMachineRequestGone
+		}
+		return err
+	}
+	return nil
+}
+
 // recordPlacementFor is the MachineSpec.Record of a machine with nothing recorded: its place is
 // the cluster the engine reached and the namespace and name of the spec.
 func (r *MachineRequestReconciler) recordPlacementFor(s *machineScope, spec *harvester.MachineSpec) func(context.Context, harvester.ClusterIdentity) error {

@@ -641,6 +641,32 @@ func TestClusterMove(t *testing.T) {
 		}
 		requireEvent(t, f.events(), "Warning "+v1alpha1.ReasonProviderConfigMoved)
 	})
+	t.Run("no VM, held up before its new place is recorded", func(t *testing.T) {
+		mr := placed(withFinalizer(machineRequest()))
+		mr.Status.ProviderID = ""
+		mr.Status.Phase = v1alpha1.MachinePhaseCreating
+		pc := harvesterPC(v1alpha1.ProviderTypeHarvester)
+		pc.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionNetworkReady, Status: metav1.ConditionFalse, Reason: "NetworkNotFound",
+			Message: "network gone", ObservedGeneration: pc.Generation, LastTransitionTime: metav1.Now()}}
+		f := newFixture(t, mr, pc)
+		f.machines.identity = harvester.ClusterIdentity{ID: "cluster-b", Server: "https://harvester-b.example:6443"}
+		var moved int
+		for range 3 {
+			if _, err := f.reconcile(mr); err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range f.events() {
+				if strings.HasPrefix(e, "Warning "+v1alpha1.ReasonProviderConfigMoved) {
+					moved++
+				}
+			}
+		}
+		got := f.get(mr)
+		if p, err := got.RecordedPlacement(); p != nil || err != nil || moved != 1 || slices.Contains(f.machines.calls, "Ensure") {
+			t.Fatalf("placement %+v (%v), %d ProviderConfigMoved events, calls %v; want the old place forgotten once, nothing created", p, err, moved, f.machines.calls)
+		}
+		requireCondition(t, got, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonProviderConfigNotReady)
+	})
 	t.Run("with a VM", func(t *testing.T) {
 		mr := placed(withFinalizer(machineRequest()))
 		mr.Status.Phase = v1alpha1.MachinePhaseCreating
@@ -659,4 +685,25 @@ func TestClusterMove(t *testing.T) {
 			t.Fatalf("placement %+v changed", p)
 		}
 	})
+}
+
+// A retry keeps the VM the machine has (it stays judged as a machine with a VM, never failed on its
+// configuration), except after VMDeleted, when the retry is to create a new one.
+func TestRetryKeepsTheRecordedVMUnlessItWasDeleted(t *testing.T) {
+	for reason, keep := range map[string]bool{v1alpha1.ReasonProvisioningTimeout: true, v1alpha1.ReasonVMDeleted: false} {
+		t.Run(reason, func(t *testing.T) {
+			mr := placed(withFinalizer(machineRequest()))
+			mr.Annotations[v1alpha1.AnnotationRetry] = "true"
+			mr.Status.Phase, mr.Status.FailureReason = v1alpha1.MachinePhaseFailed, reason
+			f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
+			f.factory.err = harvester.Waiting(v1alpha1.ReasonCredentialsUnavailable, 30*time.Second, "credentials Secret gone")
+			if _, err := f.reconcile(mr); err != nil {
+				t.Fatal(err)
+			}
+			got := f.get(mr)
+			if kept := got.Status.ProviderID != ""; kept != keep || got.Status.Phase != v1alpha1.MachinePhasePending {
+				t.Fatalf("after a retry of %s: phase %s, providerID %q; want it kept: %v", reason, got.Status.Phase, got.Status.ProviderID, keep)
+			}
+		})
+	}
 }

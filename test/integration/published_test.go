@@ -25,10 +25,11 @@ const (
 
 // publishedMachine creates on Harvester what the published provider creates for a machine: the
 // root disk, then the VM, without cloud-init (the bootstrap gives no userData). The published
-// provider names the disk's storage class longhorn-<image name>, which was the image's class on
-// the Harvester versions it was written for; the simulated Harvester names it as current
-// Harvester does (lh-<image uid>) and refuses any other, so the disk gets the image's class as
-// Harvester reports it: what the provider would have written where its guess was right.
+// provider names the disk's storage class longhorn-<image name>, which is the image's class on
+// Harvester up to v1.7.x (util.GetImageStorageClassName); from v1.8.0 Harvester names it
+// lh-<image uid>, as the simulated Harvester does, refusing any other. So the disk gets the
+// image's class as Harvester reports it: what the published provider wrote where its guess was
+// right.
 func (w *world) publishedMachine(name string, diskGB int) *kubevirtv1.VirtualMachine {
 	w.t.Helper()
 	class := w.imageClass(w.imageName)
