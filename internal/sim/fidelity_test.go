@@ -523,6 +523,22 @@ func TestImageStorageClassIsNamedAfterItsUID(t *testing.T) {
 	}
 }
 
+// A Harvester up to v1.7.x named an image's storage class longhorn-<image name>: the simulator
+// does so when asked, for clients written against such a Harvester.
+func TestLegacyImageStorageClassNames(t *testing.T) {
+	img := &unstructured.Unstructured{}
+	img.SetGroupVersionKind(VirtualMachineImageGVK)
+	img.SetNamespace("vms")
+	img.SetName("talos-1-9")
+	img.SetUID("0d2c1a7e-4a8e-4a4c-9d47-8c0f1b2a3c4d")
+	for legacy, want := range map[bool]string{true: "longhorn-talos-1-9", false: "lh-0d2c1a7e-4a8e-4a4c-9d47-8c0f1b2a3c4d"} {
+		r := &imageReconciler{sim: &Simulator{cfg: Config{LegacyImageStorageClassNames: legacy}}}
+		if got := r.storageClassOf(img); got != want {
+			t.Errorf("legacy names %v: storage class %q, want %q", legacy, got, want)
+		}
+	}
+}
+
 // (7) Images of the CDI backend import into a DataVolume of their target storage class, and a
 // root disk is a DataVolume cloned from the image's PVC, as Harvester's VM controller creates it:
 // a plain annotated PVC is refused. KubeVirt starts no launcher pod until the clone has succeeded.

@@ -203,11 +203,16 @@ func imageBackend(image *unstructured.Unstructured) string {
 }
 
 // storageClassOf is Harvester's GetStorageClassName for a new image: spec.targetStorageClassName
-// for CDI images, lh-<image uid> (shortened as Longhorn shortens names) for backing images.
+// for CDI images, lh-<image uid> (shortened as Longhorn shortens names) for backing images, or
+// longhorn-<image name> (unshortened, without the namespace) on a Harvester up to v1.7.x (see
+// Config.LegacyImageStorageClassNames).
 func (r *imageReconciler) storageClassOf(image *unstructured.Unstructured) string {
-	if imageBackend(image) == backendCDI {
+	switch {
+	case imageBackend(image) == backendCDI:
 		sc, _, _ := unstructured.NestedString(image.Object, "spec", "targetStorageClassName")
 		return sc
+	case r.sim.cfg.LegacyImageStorageClassNames:
+		return "longhorn-" + image.GetName()
 	}
 	return longhornName("lh-" + string(image.GetUID()))
 }

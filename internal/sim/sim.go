@@ -109,6 +109,12 @@ type Config struct {
 	// Overcommit is Harvester's overcommit-config setting, in percent (default Harvester's own:
 	// cpu 1000, memory 150).
 	Overcommit Overcommit
+	// LegacyImageStorageClassNames names the storage class of a backing-image image
+	// longhorn-<image name>, as Harvester up to v1.7.x did (util.GetImageStorageClassName), instead
+	// of lh-<image uid> (VMIOperator.GetStorageClassName, from v1.8.0, harvester/harvester#9392).
+	// Clients that guess the class from the image's name, as the published provider does, work
+	// only on such a Harvester; clients that read status.storageClassName work on both.
+	LegacyImageStorageClassNames bool
 }
 
 // Overcommit is Harvester's overcommit-config setting: how much more CPU and memory VMs may be
