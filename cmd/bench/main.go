@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,6 +36,7 @@ type options struct {
 	report            string
 	profileDir        string
 	runs              int
+	direct            bool
 }
 
 func main() {
@@ -51,6 +53,7 @@ func main() {
 	flag.StringVar(&o.report, "report", "docs/benchmarks.md", "Markdown file the results are added to (empty: none).")
 	flag.StringVar(&o.profileDir, "profile-dir", "", "If set, the first run writes CPU profiles of both API servers, the manager and the simulator, taken 5s to 35s after the first create, and the manager's heap when all are Running and when all are deleted, to this directory.")
 	flag.IntVar(&o.runs, "runs", 3, "How many of the three runs (zero boot delay, realistic boot, no userData) to do, in that order.")
+	flag.BoolVar(&o.direct, "direct", true, "After each run, run its \"direct\" twin (the bench creates the Harvester objects itself, no provider: the machine's physical limit) and print the provider's time over it.")
 	flag.Parse()
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(io.Discard, nil)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -71,6 +74,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	var results []result
+	var comparisons []string
 	scenarios := []scenario{
 		{name: "zero boot delay", boot: 0, ip: 0},
 		{name: fmt.Sprintf("boot %s + IP %s", o.realisticBoot, o.realisticIP), boot: o.realisticBoot, ip: o.realisticIP},
@@ -88,8 +92,22 @@ func run(ctx context.Context, o options) error {
 		}
 		results = append(results, r)
 		fmt.Println(r.summary())
+		if o.direct {
+			d, err := runDirect(ctx, o, sc, filepath.Join(work, fmt.Sprintf("boot-%s", sc.boot)))
+			if err != nil {
+				return fmt.Errorf("%s, direct: %w", sc.name, err)
+			}
+			fmt.Printf("   direct: all Running in %s, deleted in %s, %d objects left\n", d.toRunning.Round(10*time.Millisecond), d.toDeleted.Round(10*time.Millisecond), d.left)
+			line := vsDirect(r, d)
+			fmt.Println("   " + line)
+			comparisons = append(comparisons, fmt.Sprintf("- %s: %s (direct: all Running in %s, deleted in %s)", sc.name, line,
+				d.toRunning.Round(10*time.Millisecond), d.toDeleted.Round(10*time.Millisecond)))
+		}
 	}
 	table := renderTable(o, results)
+	if len(comparisons) > 0 {
+		table += "\n" + strings.Join(comparisons, "\n") + "\n"
+	}
 	fmt.Println()
 	fmt.Print(table)
 	if o.report != "" {

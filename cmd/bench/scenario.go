@@ -206,43 +206,24 @@ func waitProviderConfigReady(ctx context.Context, tb *testbed.Testbed) error {
 // createAll creates n MachineRequests from 8 goroutines, as a bootstrap controller would, with a
 // small cloud-config as userData or none.
 func createAll(ctx context.Context, tb *testbed.Testbed, n int, userData bool) error {
-	errs := make(chan error, n)
-	next := make(chan int, n)
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			for i := range next {
-				role := v1alpha1.MachineRoleWorker
-				if i < 3 {
-					role = v1alpha1.MachineRoleControlPlane
-				}
-				name := fmt.Sprintf("bench-%04d", i)
-				mr := &v1alpha1.MachineRequest{
-					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testbed.Namespace},
-					Spec: v1alpha1.MachineRequestSpec{
-						ProviderRef: v1alpha1.ProviderReference{Name: "harvester-config"},
-						MachineName: name, Role: role, CPU: 4, MemoryMB: 8192, DiskGB: 50,
-					},
-				}
-				if userData {
-					mr.Spec.UserData = "#cloud-config\nhostname: " + name + "\n"
-				}
-				errs <- tb.Mgmt.Create(ctx, mr)
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			return err
+	return forEachMachine(n, func(i int) error {
+		role := v1alpha1.MachineRoleWorker
+		if i < 3 {
+			role = v1alpha1.MachineRoleControlPlane
 		}
-	}
-	return nil
+		name := fmt.Sprintf("bench-%04d", i)
+		mr := &v1alpha1.MachineRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testbed.Namespace},
+			Spec: v1alpha1.MachineRequestSpec{
+				ProviderRef: v1alpha1.ProviderReference{Name: "harvester-config"},
+				MachineName: name, Role: role, CPU: 4, MemoryMB: 8192, DiskGB: 50,
+			},
+		}
+		if userData {
+			mr.Spec.UserData = "#cloud-config\nhostname: " + name + "\n"
+		}
+		return tb.Mgmt.Create(ctx, mr)
+	})
 }
 
 func waitFor(ctx context.Context, timeout time.Duration, tb *testbed.Testbed, done func() (bool, error)) error {

@@ -23,6 +23,12 @@ const imageNotReadyRetry = 5 * time.Second
 // getFunc reads one object: client.Client.Get, or remoteMachines.read for one the cache may hold.
 type getFunc func(ctx context.Context, key client.ObjectKey, obj client.Object) error
 
+// ReadImage reads what the machine builders need to know of an image (its backend, storage class,
+// size and readiness), as the provider reads it before it creates a root disk.
+func ReadImage(ctx context.Context, c client.Reader, ref ObjectRef) (ImageInfo, error) {
+	return getImage(ctx, func(ctx context.Context, key client.ObjectKey, obj client.Object) error { return c.Get(ctx, key, obj) }, ref)
+}
+
 // getImage reads the image's readiness, storage class and size.
 func getImage(ctx context.Context, get getFunc, ref ObjectRef) (ImageInfo, error) {
 	u := &unstructured.Unstructured{}

@@ -68,6 +68,9 @@ type Options struct {
 	ManagerDir string
 	// BeforeManager, if set, runs once both clusters are up, before the manager starts.
 	BeforeManager func(context.Context, *Testbed) error
+	// NoManager starts both clusters but no manager: the caller plays the provider itself (the
+	// bench's "direct" scenario, the physical limit of the machine).
+	NoManager bool
 	// WithProxy puts the simulator's FaultProxy between the manager and Harvester: the
 	// credentials Secret then holds the proxy's kubeconfig.
 	WithProxy bool
@@ -117,7 +120,9 @@ func Start(ctx context.Context, opts Options) (*Testbed, error) {
 	if opts.BeforeManager != nil {
 		steps = append(steps, step{"Preparing the clusters for the manager", func(ctx context.Context) error { return opts.BeforeManager(ctx, t) }})
 	}
-	steps = append(steps, step{"Building and starting the manager", t.startManager})
+	if !opts.NoManager {
+		steps = append(steps, step{"Building and starting the manager", t.startManager})
+	}
 	for _, s := range steps {
 		t.say("%s ...", s.name)
 		if err := s.fn(ctx); err != nil {
@@ -213,8 +218,13 @@ func (t *Testbed) KillManager() error {
 	return t.runManager()
 }
 
-// ManagerPID is the manager's process ID.
-func (t *Testbed) ManagerPID() int { return t.manager.Process.Pid }
+// ManagerPID is the manager's process ID (0 without a manager).
+func (t *Testbed) ManagerPID() int {
+	if t.manager == nil {
+		return 0
+	}
+	return t.manager.Process.Pid
+}
 
 // ManagerExited returns an error if the manager has exited.
 func (t *Testbed) ManagerExited() error {

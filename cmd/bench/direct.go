@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
+)
+
+// The "direct" scenario is the physical limit of this machine for a scenario: no management side
+// and no provider; the bench itself creates on the simulated Harvester exactly what a perfect
+// provider would (the provider's own builders: the cloud-init Secret when there is userData, the
+// root disk, the VM), learns each IP by watching VMIs, and deletes the VMs (Harvester removes
+// their disks, the garbage collector their Secrets). The provider's times divided by these say
+// what the provider itself costs.
+
+// directResult is what the direct scenario measures.
+type directResult struct {
+	toRunning, toDeleted time.Duration
+	left                 int
+}
+
+func runDirect(ctx context.Context, o options, sc scenario, work string) (directResult, error) {
+	var res directResult
+	tb, err := testbed.Start(ctx, testbed.Options{
+		RepoRoot: o.repoRoot, WorkDir: filepath.Join(work, "direct"), NoManager: true,
+		NetworkCIDR: "10.40.0.0/20",
+		Sim:         sim.Config{BootDelay: sc.boot, IPDelay: sc.ip},
+	})
+	defer tb.Stop()
+	if err != nil {
+		return res, err
+	}
+	if err := tb.Seed(ctx); err != nil {
+		return res, err
+	}
+	imageRef := harvester.ObjectRef{Namespace: testbed.HarvesterNamespace, Name: testbed.ImageName}
+	image, err := harvester.ReadImage(ctx, tb.Harvester.Client, imageRef)
+	if err != nil {
+		return res, err
+	}
+	running, stop, err := watchVMIAddresses(ctx, tb)
+	if err != nil {
+		return res, err
+	}
+	defer stop()
+
+	start := time.Now()
+	if err := forEachMachine(o.n, func(i int) error { return createDirect(ctx, tb.Harvester.Client, image, i, !sc.noUserData) }); err != nil {
+		return res, err
+	}
+	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) { return running.count() == o.n, nil }); err != nil {
+		return res, fmt.Errorf("waiting for VMIs to report an IP (%d of %d): %w", running.count(), o.n, err)
+	}
+	res.toRunning = time.Since(start)
+
+	start = time.Now()
+	if err := tb.Harvester.Client.DeleteAllOf(ctx, &kubevirtv1.VirtualMachine{}, client.InNamespace(testbed.HarvesterNamespace)); err != nil {
+		return res, err
+	}
+	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) {
+		vms, vmis, pvcs, secrets, err := tb.HarvesterLeft(ctx)
+		res.left = vms + vmis + pvcs + secrets
+		return err == nil && res.left == 0, err
+	}); err != nil {
+		return res, fmt.Errorf("waiting for deletion (%d objects left): %w", res.left, err)
+	}
+	res.toDeleted = time.Since(start)
+	return res, nil
+}
+
+// createDirect creates machine i as the provider would, in the provider's order: the root disk,
+// the cloud-init Secret owned by it, the VM.
+func createDirect(ctx context.Context, c client.Client, image harvester.ImageInfo, i int, userData bool) error {
+	name := fmt.Sprintf("bench-%04d", i)
+	role := "worker" // as createAll's MachineRequests
+	if i < 3 {
+		role = "control-plane"
+	}
+	spec := &harvester.MachineSpec{
+		Owner:     harvester.Owner{Namespace: testbed.Namespace, Name: name, UID: types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", i))},
+		Namespace: testbed.HarvesterNamespace, Name: name, Role: role, CPU: 4, MemoryMB: 8192, DiskGB: 50,
+		Image: image.Ref, Network: harvester.ObjectRef{Namespace: testbed.HarvesterNamespace, Name: testbed.NetworkName},
+	}
+	if userData {
+		spec.UserData = "#cloud-config\nhostname: " + name + "\n"
+	}
+	root := harvester.BuildRootDiskClaim(spec, image)
+	if err := c.Create(ctx, root); err != nil {
+		return err
+	}
+	if spec.HasCloudInit() {
+		owner := metav1.OwnerReference{APIVersion: "v1", Kind: "PersistentVolumeClaim", Name: root.Name, UID: root.UID}
+		if err := c.Create(ctx, harvester.BuildCloudInitSecret(spec, &owner)); err != nil {
+			return err
+		}
+	}
+	return c.Create(ctx, harvester.BuildVirtualMachine(spec))
+}
+
+// forEachMachine runs create for 0..n-1 from 8 goroutines, as createAll creates MachineRequests.
+func forEachMachine(n int, create func(int) error) error {
+	errs := make(chan error, n)
+	next := make(chan int, n)
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := range next {
+				errs <- create(i)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// watchVMIAddresses records when each VMI first reports a routable IPv4 address on the machine's
+// NIC, as the provider's informer would see it.
+func watchVMIAddresses(ctx context.Context, tb *testbed.Testbed) (*ipSeen, func(), error) {
+	seen := &ipSeen{at: map[string]time.Time{}}
+	c, err := ctrlcache.New(tb.Harvester.Config, ctrlcache.Options{Scheme: tb.Harvester.Client.Scheme(),
+		DefaultNamespaces: map[string]ctrlcache.Config{testbed.HarvesterNamespace: {}}})
+	if err != nil {
+		return nil, nil, err
+	}
+	inf, err := c.GetInformer(ctx, &kubevirtv1.VirtualMachineInstance{})
+	if err != nil {
+		return nil, nil, err
+	}
+	record := func(obj any) {
+		vmi, ok := obj.(*kubevirtv1.VirtualMachineInstance)
+		if !ok || vmi.Status.Phase != kubevirtv1.Running || harvester.SelectAddresses(vmi.Status.Interfaces).Primary == "" {
+			return
+		}
+		seen.mu.Lock()
+		if _, done := seen.at[vmi.Name]; !done {
+			seen.at[vmi.Name] = time.Now()
+		}
+		seen.mu.Unlock()
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, n any) { record(n) }}); err != nil {
+		return nil, nil, err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { _ = c.Start(cctx) }()
+	if !c.WaitForCacheSync(cctx) {
+		cancel()
+		return nil, nil, fmt.Errorf("VMI informer did not sync")
+	}
+	return seen, cancel, nil
+}
+
+// vsDirect is the line that compares a scenario with its physical limit, in a form scripts read.
+func vsDirect(ours result, direct directResult) string {
+	return fmt.Sprintf("vs direct: create %.2fx, delete %.2fx; manager CPU %.1f ms per machine",
+		ours.toRunning.Seconds()/direct.toRunning.Seconds(), ours.toDeleted.Seconds()/direct.toDeleted.Seconds(),
+		1000*ours.cpuSeconds/float64(ours.n))
+}
