@@ -130,6 +130,9 @@ func TestHealthyBootIsQuiet(t *testing.T) {
 	w := newWorld(t)
 	vms := recordVersions(t, watchClient(t, true), &kubevirtv1.VirtualMachineList{}, w.hvNs)
 	mrs := recordVersions(t, watchClient(t, false), &v1alpha1.MachineRequestList{}, w.ns)
+	// A healthy boot starts from a ready ProviderConfig: its image imported (a machine created
+	// earlier rightly waits, and says so, which is not what this test is about).
+	w.waitPCCondition(w.pc, v1alpha1.ConditionImageReady, metav1.ConditionTrue, v1alpha1.ReasonCheckPassed)
 	mr := w.machineRequest("quiet-0")
 	w.must(mgmt.Create(w.ctx, mr))
 	w.waitPhase(mr, v1alpha1.MachinePhaseRunning)

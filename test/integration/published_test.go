@@ -102,6 +102,17 @@ func TestPublishedProviderMachineAdopted(t *testing.T) {
 				}
 			}()
 			vm := w.publishedMachine(name, 20)
+			// The published provider reported it Running with its IP: the VM runs and has one.
+			eventually(t, timeout, func() error {
+				vmi := &kubevirtv1.VirtualMachineInstance{}
+				if err := hv.Get(w.ctx, client.ObjectKeyFromObject(vm), vmi); err != nil {
+					return err
+				}
+				if harvester.SelectAddresses(vmi.Status.Interfaces).Primary == "" {
+					return fmt.Errorf("VMI %s has no IPv4 address yet", vmi.Name)
+				}
+				return nil
+			})
 			mr := w.machineRequest(name)
 			mr.Spec.UserData = "" // as the Butler bootstrap creates them
 			mr.Finalizers = []string{v1alpha1.MachineRequestFinalizer}
