@@ -9,9 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	kubevirtv1 "kubevirt.io/api/core/v1"
-	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
@@ -139,37 +137,13 @@ func forEachMachine(n int, create func(int) error) error {
 // watchVMIAddresses records when each VMI first reports a routable IPv4 address on the machine's
 // NIC, as the provider's informer would see it.
 func watchVMIAddresses(ctx context.Context, tb *testbed.Testbed) (*ipSeen, func(), error) {
-	seen := &ipSeen{at: map[string]time.Time{}}
-	c, err := ctrlcache.New(tb.Harvester.Config, ctrlcache.Options{Scheme: tb.Harvester.Client.Scheme(),
-		DefaultNamespaces: map[string]ctrlcache.Config{testbed.HarvesterNamespace: {}}})
-	if err != nil {
-		return nil, nil, err
-	}
-	inf, err := c.GetInformer(ctx, &kubevirtv1.VirtualMachineInstance{})
-	if err != nil {
-		return nil, nil, err
-	}
-	record := func(obj any) {
+	return watchFirst(ctx, tb.Harvester.Config, tb.Harvester.Client.Scheme(), testbed.HarvesterNamespace, &kubevirtv1.VirtualMachineInstance{}, func(obj any) (string, bool) {
 		vmi, ok := obj.(*kubevirtv1.VirtualMachineInstance)
-		if !ok || vmi.Status.Phase != kubevirtv1.Running || harvester.SelectAddresses(vmi.Status.Interfaces).Primary == "" {
-			return
+		if !ok {
+			return "", false
 		}
-		seen.mu.Lock()
-		if _, done := seen.at[vmi.Name]; !done {
-			seen.at[vmi.Name] = time.Now()
-		}
-		seen.mu.Unlock()
-	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, n any) { record(n) }}); err != nil {
-		return nil, nil, err
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	go func() { _ = c.Start(cctx) }()
-	if !c.WaitForCacheSync(cctx) {
-		cancel()
-		return nil, nil, fmt.Errorf("VMI informer did not sync")
-	}
-	return seen, cancel, nil
+		return vmi.Name, vmi.Status.Phase == kubevirtv1.Running && harvester.SelectAddresses(vmi.Status.Interfaces).Primary != ""
+	})
 }
 
 // vsDirect is the line that compares a scenario with its physical limit, in a form scripts read.

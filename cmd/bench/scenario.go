@@ -10,6 +10,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -270,23 +272,35 @@ func (s *ipSeen) snapshot() map[string]time.Time {
 }
 
 func watchIPs(ctx context.Context, tb *testbed.Testbed) (*ipSeen, func(), error) {
+	return watchFirst(ctx, tb.MgmtConfig, tb.Mgmt.Scheme(), testbed.Namespace, &v1alpha1.MachineRequest{}, func(obj any) (string, bool) {
+		mr, ok := obj.(*v1alpha1.MachineRequest)
+		if !ok {
+			return "", false
+		}
+		return mr.Spec.MachineName, mr.Status.Phase == v1alpha1.MachinePhaseRunning && mr.Status.IPAddress != ""
+	})
+}
+
+// watchFirst records when each object of obj's kind in namespace is first seen done, as an
+// informer sees it; done names the object and says whether it is.
+func watchFirst(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, namespace string, obj client.Object, done func(any) (string, bool)) (*ipSeen, func(), error) {
 	seen := &ipSeen{at: map[string]time.Time{}}
-	c, err := ctrlcache.New(tb.MgmtConfig, ctrlcache.Options{Scheme: tb.Mgmt.Scheme(), DefaultNamespaces: map[string]ctrlcache.Config{testbed.Namespace: {}}})
+	c, err := ctrlcache.New(cfg, ctrlcache.Options{Scheme: scheme, DefaultNamespaces: map[string]ctrlcache.Config{namespace: {}}})
 	if err != nil {
 		return nil, nil, err
 	}
-	inf, err := c.GetInformer(ctx, &v1alpha1.MachineRequest{})
+	inf, err := c.GetInformer(ctx, obj)
 	if err != nil {
 		return nil, nil, err
 	}
 	record := func(obj any) {
-		mr, ok := obj.(*v1alpha1.MachineRequest)
-		if !ok || mr.Status.Phase != v1alpha1.MachinePhaseRunning || mr.Status.IPAddress == "" {
+		name, ok := done(obj)
+		if !ok {
 			return
 		}
 		seen.mu.Lock()
-		if _, done := seen.at[mr.Spec.MachineName]; !done {
-			seen.at[mr.Spec.MachineName] = time.Now()
+		if _, done := seen.at[name]; !done {
+			seen.at[name] = time.Now()
 		}
 		seen.mu.Unlock()
 	}
@@ -297,7 +311,7 @@ func watchIPs(ctx context.Context, tb *testbed.Testbed) (*ipSeen, func(), error)
 	go func() { _ = c.Start(cctx) }()
 	if !c.WaitForCacheSync(cctx) {
 		cancel()
-		return nil, nil, fmt.Errorf("MachineRequest informer did not sync")
+		return nil, nil, fmt.Errorf("%T informer did not sync", obj)
 	}
 	return seen, cancel, nil
 }
