@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
 )
 
@@ -32,16 +31,9 @@ type directResult struct {
 
 func runDirect(ctx context.Context, o options, sc scenario, work string) (directResult, error) {
 	var res directResult
-	tb, err := testbed.Start(ctx, testbed.Options{
-		RepoRoot: o.repoRoot, WorkDir: filepath.Join(work, "direct"), NoManager: true,
-		NetworkCIDR: "10.40.0.0/20",
-		Sim:         sim.Config{BootDelay: sc.boot, IPDelay: sc.ip},
-	})
+	tb, err := startSeeded(ctx, o, sc, testbed.Options{WorkDir: filepath.Join(work, "direct"), NoManager: true})
 	defer tb.Stop()
 	if err != nil {
-		return res, err
-	}
-	if err := tb.Seed(ctx); err != nil {
 		return res, err
 	}
 	imageRef := harvester.ObjectRef{Namespace: testbed.HarvesterNamespace, Name: testbed.ImageName}

@@ -76,16 +76,9 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 	if o.kubeQPS > 0 {
 		args = append(args, fmt.Sprintf("--kube-api-qps=%d", o.kubeQPS), fmt.Sprintf("--kube-api-burst=%d", 2*o.kubeQPS))
 	}
-	tb, err := testbed.Start(ctx, testbed.Options{
-		RepoRoot: o.repoRoot, WorkDir: work, ManagerArgs: args,
-		NetworkCIDR: "10.40.0.0/20", // 4000 leases: a /24 runs out of addresses at N=245
-		Sim:         sim.Config{BootDelay: sc.boot, IPDelay: sc.ip},
-	})
+	tb, err := startSeeded(ctx, o, sc, testbed.Options{WorkDir: work, ManagerArgs: args})
 	defer tb.Stop()
 	if err != nil {
-		return res, err
-	}
-	if err := tb.Seed(ctx); err != nil {
 		return res, err
 	}
 	if _, err := tb.ApplyFile(ctx, o.repoRoot+"/config/samples/providerconfig.yaml"); err != nil {
@@ -195,6 +188,19 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 	}
 	res.peakRSSMB, res.cpuSeconds, err = processUsage(tb.ManagerPID())
 	return res, err
+}
+
+// startSeeded starts a testbed for the scenario (its boot and IP delays, room for 4000 machines)
+// and seeds it; opts gives the work directory and the manager, if any. Stop it also after an error.
+func startSeeded(ctx context.Context, o options, sc scenario, opts testbed.Options) (*testbed.Testbed, error) {
+	opts.RepoRoot = o.repoRoot
+	opts.NetworkCIDR = "10.40.0.0/20" // 4000 leases: a /24 runs out of addresses at N=245
+	opts.Sim = sim.Config{BootDelay: sc.boot, IPDelay: sc.ip}
+	tb, err := testbed.Start(ctx, opts)
+	if err != nil {
+		return tb, err
+	}
+	return tb, tb.Seed(ctx)
 }
 
 func waitProviderConfigReady(ctx context.Context, tb *testbed.Testbed) error {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,12 +33,7 @@ func (r *MachineRequestReconciler) ensureFinalizer(ctx context.Context, s *machi
 	}
 	patch := client.MergeFromWithOptions(s.mr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.AddFinalizer(s.mr, v1alpha1.MachineRequestFinalizer)
-	err := s.patchMeta(ctx, r.Client, patch)
-	if apierrors.IsNotFound(err) {
-		s.released = true
-		return errMachineRequestGone
-	}
-	return err
+	return s.patchMeta(ctx, r.Client, patch)
 }
 
 // reconcileNormal runs the phase the MachineRequest is in.
@@ -493,7 +487,7 @@ func (r *MachineRequestReconciler) removeFinalizer(ctx context.Context, s *machi
 	patch := client.MergeFromWithOptions(s.mr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(s.mr, v1alpha1.MachineRequestFinalizer)
 	if err := s.patchMeta(ctx, r.Client, patch); err != nil {
-		return client.IgnoreNotFound(err)
+		return err // errMachineRequestGone when it went meanwhile: nothing left to do
 	}
 	s.released = true // gone with its last finalizer, or another provider's now: no status from us
 	r.statuses.forget(s.mr)

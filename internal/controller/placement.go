@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -147,10 +146,6 @@ func (r *MachineRequestReconciler) recordPlacement(ctx context.Context, s *machi
 	controllerutil.AddFinalizer(s.mr, v1alpha1.MachineRequestFinalizer)
 	metav1.SetMetaDataAnnotation(&s.mr.ObjectMeta, v1alpha1.AnnotationPlacement, v1alpha1.EncodePlacement(p))
 	if err := s.patchMeta(ctx, r.Client, patch); err != nil {
-		if apierrors.IsNotFound(err) {
-			s.released = true
-			return errMachineRequestGone
-		}
 		return err
 	}
 	// s.mr is the server's answer now.
@@ -171,14 +166,7 @@ func (r *MachineRequestReconciler) forgetPlacement(ctx context.Context, s *machi
 	patch := client.MergeFromWithOptions(s.mr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	delete(s.mr.Annotations, v1alpha1.AnnotationPlacement)
 	s.mr.Status.Placement = nil //nolint:staticcheck // SA1019: an earlier version's record goes too
-	if err := s.patchMeta(ctx, r.Client, patch); err != nil {
-		if apierrors.IsNotFound(err) {
-			s.released = true
-			return errMachineRequestGone
-		}
-		return err
-	}
-	return nil
+	return s.patchMeta(ctx, r.Client, patch)
 }
 
 // recordPlacementFor is the MachineSpec.Record of a machine with nothing recorded: its place is

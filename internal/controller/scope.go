@@ -349,11 +349,16 @@ func (s *machineScope) writeStatus(ctx context.Context, c client.Client, statuse
 }
 
 // patchMeta patches the MachineRequest's metadata. The answer carries the status as stored, which
-// may be older than this reconcile's: the status being built is kept.
+// may be older than this reconcile's: the status being built is kept. A MachineRequest that is
+// gone (NotFound) is released, and errMachineRequestGone stops the reconcile.
 func (s *machineScope) patchMeta(ctx context.Context, c client.Client, patch client.Patch) error {
 	status := s.mr.Status
 	err := c.Patch(ctx, s.mr, patch)
 	s.mr.Status = status
+	if apierrors.IsNotFound(err) {
+		s.released = true
+		return errMachineRequestGone
+	}
 	return err
 }
 
