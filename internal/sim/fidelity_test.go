@@ -165,14 +165,19 @@ func TestVMIStartupConditionsFollowVirtController(t *testing.T) {
 	if !vm.Status.Created || !vm.Status.Ready || vm.Status.RunStrategy != kubevirtv1.RunStrategyAlways {
 		t.Errorf("VM status created=%v ready=%v runStrategy=%q", vm.Status.Created, vm.Status.Ready, vm.Status.RunStrategy)
 	}
-	conds := map[kubevirtv1.VirtualMachineConditionType]corev1.ConditionStatus{}
-	for _, c := range vm.Status.Conditions {
-		conds[c.Type] = c.Status
-	}
-	if conds[kubevirtv1.VirtualMachineReady] != corev1.ConditionTrue || conds[kubevirtv1.VirtualMachineConditionType(kubevirtv1.VirtualMachineInstanceAgentConnected)] != corev1.ConditionTrue ||
-		conds[kubevirtv1.VirtualMachineConditionType(corev1.PodScheduled)] != "" {
-		t.Errorf("VM conditions %v: want Ready and AgentConnected copied from the VMI, PodScheduled gone", conds)
-	}
+	// The VM's conditions follow the VMI's in a later status write (the guest agent connects after
+	// the VMI runs): wait for it rather than read once.
+	f.eventually("VM conditions copied from the VMI", func() error {
+		conds := map[kubevirtv1.VirtualMachineConditionType]corev1.ConditionStatus{}
+		for _, c := range f.getVM("cp-0").Status.Conditions {
+			conds[c.Type] = c.Status
+		}
+		if conds[kubevirtv1.VirtualMachineReady] != corev1.ConditionTrue || conds[kubevirtv1.VirtualMachineConditionType(kubevirtv1.VirtualMachineInstanceAgentConnected)] != corev1.ConditionTrue ||
+			conds[kubevirtv1.VirtualMachineConditionType(corev1.PodScheduled)] != "" {
+			return fmt.Errorf("VM conditions %v: want Ready and AgentConnected copied from the VMI, PodScheduled gone", conds)
+		}
+		return nil
+	})
 	vmi, _ := f.getVMI("cp-0")
 	var phases []kubevirtv1.VirtualMachineInstancePhase
 	for _, p := range vmi.Status.PhaseTransitionTimestamps {
