@@ -26,6 +26,7 @@ import (
 
 	platformv1alpha1 "github.com/butlerdotdev/butler-provider-harvester/api/platform/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
@@ -96,20 +97,19 @@ func run(ctx context.Context, args []string) error {
 	// Harvester's informers report changes of our objects there through this channel.
 	harvesterEvents := &controller.HarvesterEvents{}
 	recorder := newEventRecorder(mgr, "butler-provider-harvester", logger)
-	factory := &harvester.CachingFactory{
-		SecretReader: mgr.GetAPIReader(), QPS: float32(o.HarvesterQPS), Burst: o.HarvesterBurst,
-		Notify: harvesterEvents, Context: ctx,
-	}
+	clusters := harvester.NewClusters(&clustercache.Cache{
+		SecretReader: mgr.GetAPIReader(), QPS: float32(o.HarvesterQPS), Burst: o.HarvesterBurst, Context: ctx,
+	}, harvesterEvents)
 	pcr := &controller.ProviderConfigReconciler{
 		Client:          mgr.GetClient(),
 		SecretReader:    mgr.GetAPIReader(),
-		Harvester:       factory,
+		Harvester:       clusters,
 		Recorder:        recorder,
 		RecheckInterval: o.RecheckInterval,
 	}
 	r := &controller.MachineRequestReconciler{
 		Client:                  mgr.GetClient(),
-		Harvester:               factory,
+		Harvester:               clusters,
 		HarvesterEvents:         harvesterEvents,
 		Recorder:                recorder,
 		Preflight:               pcr,
@@ -127,7 +127,7 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("set up ProviderConfig controller: %w", err)
 	}
 	isr := &controller.ImageSyncReconciler{
-		Client: mgr.GetClient(), Harvester: factory, HarvesterEvents: harvesterEvents,
+		Client: mgr.GetClient(), Harvester: clusters, HarvesterEvents: harvesterEvents,
 		Recorder: recorder, ConfigGracePeriod: o.ConfigGracePeriod,
 	}
 	if _, err := isr.SetupWithManager(ctx, mgr, logger); err != nil {

@@ -11,6 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
 // Priorities in the controllers' work queues (controller-runtime's priority queue serves higher
@@ -39,7 +41,9 @@ func asPoll(res reconcile.Result, err error) (reconcile.Result, error) {
 // MachineRequest and ImageSync work queues. It adds to the queues directly: a channel in between
 // would block the informer once full, and could not carry a priority.
 type HarvesterEvents struct {
-	machines, images queueRef
+	// owners holds a *queueRef per owner kind: the work queue of the front door of that kind.
+	owners sync.Map
+	images queueRef
 	// imageRequests maps an image to the ImageSyncs that wait for it (set by the ImageSync
 	// controller, which has the index).
 	imageRequests func(ctx context.Context, image types.NamespacedName) []reconcile.Request
@@ -73,13 +77,19 @@ func (r *queueRef) add(req reconcile.Request, priority int) {
 	q.Add(req)
 }
 
-// MachineChanged implements harvester.Notifier.
-func (e *HarvesterEvents) MachineChanged(key types.NamespacedName, urgent bool) {
+// MachineChanged implements harvester.Notifier: the owner's front door hears of it.
+func (e *HarvesterEvents) MachineChanged(owner harvester.OwnerKey, urgent bool) {
 	priority := 0
 	if urgent {
 		priority = urgentPriority
 	}
-	e.machines.add(reconcile.Request{NamespacedName: key}, priority)
+	e.ownerQueue(owner.Kind).add(reconcile.Request{NamespacedName: owner.NamespacedName}, priority)
+}
+
+// ownerQueue is the queue of the front door of owners of kind.
+func (e *HarvesterEvents) ownerQueue(kind string) *queueRef {
+	q, _ := e.owners.LoadOrStore(kind, &queueRef{})
+	return q.(*queueRef)
 }
 
 // ImageChanged implements harvester.Notifier.
@@ -95,10 +105,11 @@ func (e *HarvesterEvents) ImageChanged(key types.NamespacedName) {
 	}
 }
 
-// machineSource is the MachineRequest controller's source of Harvester events.
-func (e *HarvesterEvents) machineSource() source.Source {
+// machineSource is the source of Harvester events of the machines whose owners are of kind, for
+// the controller of that kind.
+func (e *HarvesterEvents) machineSource(kind string) source.Source {
 	return source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-		e.machines.set(q)
+		e.ownerQueue(kind).set(q)
 		return nil
 	})
 }

@@ -32,6 +32,7 @@ import (
 	platformv1alpha1 "github.com/butlerdotdev/butler-provider-harvester/api/platform/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/imagefactory"
 )
 
 // DefaultConfigGracePeriod is how long a MachineRequest or ImageSync waits on a problem only the
@@ -50,9 +51,9 @@ const imageSafetyPoll = time.Minute
 // VM disks are cloned from it, and other ImageSyncs may share it.
 type ImageSyncReconciler struct {
 	client.Client
-	Harvester harvester.Factory
+	Harvester harvester.Connector
 	// HarvesterEvents, if set, brings the ImageSyncs whose image changed on Harvester (it is the
-	// harvester.CachingFactory's Notify).
+	// Notifier of the Harvester caches' watches).
 	HarvesterEvents *HarvesterEvents
 	Recorder        events.EventRecorder
 	// ConfigGracePeriod is how long a problem only the user can fix (ButlerConfig, credentials,
@@ -105,7 +106,7 @@ func (r *ImageSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		}
 	}
 	s := r.newScope(is)
-	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("image", harvester.FactoryImageName(is.Spec)))
+	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("image", imagefactory.ImageName(is.Spec)))
 	defer func() {
 		if err := s.writeStatus(ctx, r.Client, &r.statuses); err != nil {
 			retErr = errors.Join(retErr, err)
@@ -165,7 +166,7 @@ func (r *ImageSyncReconciler) target(ctx context.Context, s *imageSyncScope, pc 
 	if err != nil {
 		return nil, harvester.ObjectRef{}, err
 	}
-	name := harvester.FactoryImageName(s.is.Spec)
+	name := imagefactory.ImageName(s.is.Spec)
 	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
 		return nil, harvester.ObjectRef{}, harvester.Permanent(v1alpha1.ReasonCreateImageFailed,
 			"the image name derived from spec.displayName %q is %q, which is not a valid name (%s): choose a display name with letters or digits",
@@ -181,14 +182,14 @@ func (r *ImageSyncReconciler) sync(ctx context.Context, s *imageSyncScope, pc *v
 		return reconcile.Result{}, harvester.Permanent(v1alpha1.ReasonUnsupportedTransferMode,
 			"spec.transferMode is %q: Harvester downloads images from the factory itself; set spec.transferMode to %q (the default)", v1alpha1.TransferModeProxy, v1alpha1.TransferModeDirect)
 	}
-	if err := harvester.ValidateFactoryRef(s.is.Spec); err != nil {
-		return reconcile.Result{}, asImageSyncError(err)
+	if err := imagefactory.Validate(s.is.Spec); err != nil {
+		return reconcile.Result{}, asImageSyncError(harvester.Permanent(v1alpha1.ReasonInvalidSpec, "%v", err))
 	}
 	factory, err := r.factoryURL(ctx)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	url := harvester.FactoryImageURL(factory, s.is.Spec)
+	url := imagefactory.URL(factory, s.is.Spec)
 	s.is.Status.ArtifactURL = url
 	cluster, ref, err := r.target(ctx, s, pc)
 	if err != nil {
@@ -242,7 +243,7 @@ func asImageSyncError(err error) error {
 	if w, ok := harvester.AsWaiting(err); ok {
 		reason := w.Reason
 		switch w.Reason {
-		case v1alpha1.ReasonCredentialsUnavailable, v1alpha1.ReasonUntrustedEndpoint, v1alpha1.ReasonInsecureCredentials, v1alpha1.ReasonInvalidProviderConfig:
+		case v1alpha1.ReasonCredentialsUnavailable, v1alpha1.ReasonUntrustedEndpoint, v1alpha1.ReasonInsecureCredentials, v1alpha1.ReasonInvalidProviderConfig, harvester.ReasonInvalidEndpoint:
 			reason = v1alpha1.ReasonCredentialsError
 		case v1alpha1.ReasonPermissionDenied, v1alpha1.ReasonQuotaExceeded:
 			reason = v1alpha1.ReasonCreateImageFailed
@@ -475,7 +476,7 @@ func (r *ImageSyncReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 		return false, err
 	}
 	if err := indexer.IndexField(ctx, &v1alpha1.ImageSync{}, imageSyncImageNameIndex, func(o client.Object) []string {
-		return []string{harvester.FactoryImageName(o.(*v1alpha1.ImageSync).Spec)}
+		return []string{imagefactory.ImageName(o.(*v1alpha1.ImageSync).Spec)}
 	}); err != nil {
 		return false, err
 	}

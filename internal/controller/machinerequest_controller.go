@@ -45,10 +45,10 @@ const reconcileTimeout = time.Minute
 // ProviderConfig has provider "harvester".
 type MachineRequestReconciler struct {
 	client.Client
-	// Harvester hands out the client for the Harvester cluster of a ProviderConfig.
-	Harvester harvester.Factory
+	// Harvester hands out the engine of the Harvester cluster of a ProviderConfig.
+	Harvester harvester.Connector
 	// HarvesterEvents, if set, brings the MachineRequests whose objects on Harvester changed (it
-	// is the harvester.CachingFactory's Notify): the IP reaches the status as soon as the VMI
+	// is the Notifier of the Harvester caches' watches, harvester.NewWatches): the IP reaches the status as soon as the VMI
 	// reports it, ahead of other work.
 	HarvesterEvents *HarvesterEvents
 	Recorder        events.EventRecorder
@@ -135,7 +135,7 @@ func (r *MachineRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 
 	if !mr.DeletionTimestamp.IsZero() {
 		res, err := r.reconcileDelete(ctx, scope)
-		return asPoll(scope.outcome(ctx, res, err))
+		return asPoll(scope.outcome(ctx, res, asMachineRequestError(err)))
 	}
 	res, err := r.reconcileNormal(ctx, scope)
 	// The finalizer is written with the machine's place, before anything is created (see
@@ -144,7 +144,7 @@ func (r *MachineRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if ferr := r.ensureFinalizer(ctx, scope); ferr != nil && err == nil {
 		err = ferr
 	}
-	return asPoll(scope.outcome(ctx, res, err))
+	return asPoll(scope.outcome(ctx, res, asMachineRequestError(err)))
 }
 
 // isOurs decides whether this provider may act on mr: its ProviderConfig says harvester, or our
@@ -184,7 +184,7 @@ func (r *MachineRequestReconciler) SetupWithManager(ctx context.Context, mgr ctr
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("machinerequest")
 	if r.HarvesterEvents != nil {
-		b = b.WatchesRawSource(r.HarvesterEvents.machineSource())
+		b = b.WatchesRawSource(r.HarvesterEvents.machineSource(harvester.OwnerKindMachineRequest))
 	}
 	if r.Preflight != nil {
 		b = b.WatchesRawSource(source.Channel(r.Preflight.unwrittenChanges(), handler.EnqueueRequestsFromMapFunc(r.requestsForProviderConfig)))

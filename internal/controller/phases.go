@@ -127,7 +127,7 @@ func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s 
 		// No VM is recorded where the machine was to live, and the ProviderConfig now points
 		// elsewhere: if none of ours is there, the machine starts afresh where it points now.
 		switch {
-		case home.elsewhere != nil:
+		case home.Elsewhere != nil:
 			if err := r.forgetPlacement(ctx, s); err != nil {
 				return reconcile.Result{}, err
 			}
@@ -139,7 +139,7 @@ func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s 
 			}
 		}
 	}
-	if home != nil && home.elsewhere != nil {
+	if home != nil && home.Elsewhere != nil {
 		return reconcile.Result{}, home.unreachable(s)
 	}
 	if home == nil {
@@ -149,11 +149,11 @@ func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s 
 		if err != nil {
 			return reconcile.Result{}, err
 		}
-		home = &machineHome{cluster: cluster, ref: spec.Ref()}
+		home = &machineHome{Home: &harvester.Home{Cluster: cluster}, ref: spec.Ref()}
 		spec.Record = r.recordPlacementFor(s, spec)
 	}
 	spec.Namespace, spec.Name, spec.VMUID = home.ref.Namespace, home.ref.Name, home.ref.VMUID
-	obs, err := home.cluster.Ensure(ctx, spec)
+	obs, err := home.Cluster.Ensure(ctx, spec)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -189,11 +189,11 @@ func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s 
 // replaces it). It keeps the home if a VM of ours is there after all (created just before its
 // UID could be recorded).
 func (r *MachineRequestReconciler) abandonEmptyHome(ctx context.Context, s *machineScope, home *machineHome) (*machineHome, error) {
-	obs, err := home.cluster.Observe(ctx, home.ref)
+	obs, err := home.Cluster.Observe(ctx, home.ref)
 	if err != nil || obs.VMExists {
 		return home, err
 	}
-	done, remaining, err := home.cluster.Delete(ctx, home.ref)
+	done, remaining, err := home.Cluster.Delete(ctx, home.ref)
 	if err != nil {
 		return nil, err
 	}
@@ -222,35 +222,18 @@ func (r *MachineRequestReconciler) reportCreating(s *machineScope, vm string, ob
 	next := r.CreatingPollInterval
 	until := func(deadline time.Time) {
 		if d := time.Until(deadline); d > 0 && d < next {
-			next = d + 10*time.Millisecond
+			next = d
 		}
 	}
 	reason, message := v1alpha1.ReasonVMCreating, creatingMessage(vm)
-	diagnosis := obs.Diagnosis
-	if !obs.DiagnoseAgainAt.IsZero() {
-		until(obs.DiagnoseAgainAt)
+	assessment := harvester.Assess(obs, harvester.StartLimits{StartGrace: r.StartGracePeriod, IPReport: r.IPReportTimeout}, time.Now())
+	if !assessment.LookAgainAt.IsZero() {
+		until(assessment.LookAgainAt)
 	}
-	// KubeVirt records phase transitions to the second: the VM may have run up to a second less.
-	ipDeadline := obs.RunningSince.Add(r.IPReportTimeout + time.Second)
-	switch {
-	case obs.Running && !obs.RunningSince.IsZero() && time.Now().After(ipDeadline):
-		diagnosis = &harvester.Diagnosis{Reason: v1alpha1.ReasonNoIPAddress, Message: fmt.Sprintf(
-			"%s has run for more than %s without reporting an IPv4 address on %s: check that the image runs the QEMU guest agent (for Talos, the qemu-guest-agent system extension) and that the VM network has DHCP with free leases",
-			vm, r.IPReportTimeout, harvester.NICName)}
-	case obs.Running:
-		if !obs.RunningSince.IsZero() {
-			until(ipDeadline)
-		}
-	case diagnosis == nil && !obs.VMCreatedAt.IsZero():
-		if grace := r.StartGracePeriod; time.Since(obs.VMCreatedAt) > grace {
-			diagnosis = &harvester.Diagnosis{Reason: v1alpha1.ReasonVMNotStarting, Message: fmt.Sprintf(
-				"%s has been starting for more than %s: %s. Its events on Harvester say more (kubectl describe vmi, and its virt-launcher pod)", vm, grace, obs.Starting)}
-		} else {
-			until(obs.VMCreatedAt.Add(grace))
-		}
-	}
-	if diagnosis != nil {
-		reason, message = diagnosis.Reason, diagnosis.Message
+	if p := assessment.Problem; p != nil {
+		var advice string
+		reason, advice, _ = machineRequestTerms(p.Reason)
+		message = p.Message + advice
 		if c := meta.FindStatusCondition(s.mr.Status.Conditions, v1alpha1.ConditionProgressing); c == nil || c.Reason != reason {
 			s.event(corev1.EventTypeWarning, reason, "Provision", message)
 		}
@@ -264,7 +247,7 @@ func (r *MachineRequestReconciler) reportCreating(s *machineScope, vm string, ob
 	if failed, left := s.timedOut(message); failed {
 		return 0
 	} else if left > 0 {
-		until(time.Now().Add(left))
+		until(time.Now().Add(left + timerSlack))
 	}
 	return next
 }
@@ -316,15 +299,14 @@ func (r *MachineRequestReconciler) reconcileRunning(ctx context.Context, s *mach
 		// that. Provisioning finds the VM by name, or reports what is missing.
 		return r.reconcileProvisioning(ctx, s)
 	}
-	obs, err := home.cluster.Observe(ctx, home.ref)
+	obs, err := home.Cluster.Observe(ctx, home.ref)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	vm := vmName(home.ref.Namespace, home.ref.Name)
 	if !obs.VMExists {
 		s.mr.Status.IPAddress, s.mr.Status.IPAddresses, s.mr.Status.MACAddress = "", nil, ""
-		return reconcile.Result{}, harvester.Permanent(v1alpha1.ReasonVMDeleted,
-			"%s was deleted outside the provider: set annotation %s=true on the MachineRequest (or change its spec) to create a new VM, or delete the MachineRequest", vm, v1alpha1.AnnotationRetry)
+		return reconcile.Result{}, harvester.Permanent(harvester.ReasonVMDeleted, "%s was deleted outside the provider", vm)
 	}
 	s.mr.Status.ProviderID = obs.ProviderID
 	if !obs.Running || obs.Addresses.Primary == "" {
@@ -364,7 +346,7 @@ func (r *MachineRequestReconciler) reconcileDelete(ctx context.Context, s *machi
 		log.FromContext(ctx).Info("Nothing was created on Harvester; releasing")
 		return reconcile.Result{}, r.removeFinalizer(ctx, s)
 	}
-	done, remaining, err := home.cluster.Delete(ctx, home.ref)
+	done, remaining, err := home.Cluster.Delete(ctx, home.ref)
 	if err != nil {
 		s.setPhase(v1alpha1.MachinePhaseDeleting)
 		return reconcile.Result{}, blockedDeletion(s, err)
@@ -406,7 +388,7 @@ func (r *MachineRequestReconciler) unrecordedHome(ctx context.Context, s *machin
 	if err != nil {
 		return nil, err
 	}
-	return &machineHome{cluster: cluster, ref: harvester.MachineRef{Owner: ownerOf(s.mr, r.managementCluster), Namespace: creds.Namespace, Name: s.mr.Spec.MachineName}}, nil
+	return &machineHome{Home: &harvester.Home{Cluster: cluster}, ref: harvester.MachineRef{Owner: ownerOf(s.mr, r.managementCluster), Namespace: creds.Namespace, Name: s.mr.Spec.MachineName}}, nil
 }
 
 // nothingCreated reports whether the status of a machine without a recorded place shows that

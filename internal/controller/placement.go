@@ -26,41 +26,27 @@ import (
 // pointed at another namespace or cluster must not make a running machine look deleted, let its
 // deletion skip the VM, or make a retry create a second VM.
 
-// machineHome is where a machine lives and the client that reaches it.
+// machineHome is where a machine lives (harvester.Home) and how the MachineRequest names it there.
 type machineHome struct {
-	cluster harvester.Cluster
-	ref     harvester.MachineRef
-	place   v1alpha1.Placement
+	*harvester.Home
+	ref harvester.MachineRef
 	// moved, when set, says how the ProviderConfig now points elsewhere than where the machine
 	// lives (and what to do about it).
 	moved string
-	// elsewhere, when set, is the cluster the credentials reach now, which is not the one the
-	// machine lives on: cluster is nil, and the machine can be neither observed nor deleted.
-	elsewhere *harvester.ClusterIdentity
 }
 
 // unreachable says why a machine whose credentials now reach another cluster cannot be managed.
 func (h *machineHome) unreachable(s *machineScope) error {
-	p, id := h.place, h.elsewhere
+	p, id := h.Place, h.Elsewhere
 	return harvester.Waiting(v1alpha1.ReasonProviderConfigMoved, providerConfigRetry,
 		"ProviderConfig %s's credentials now reach another Harvester cluster (%s, cluster ID %s) than the one VM %s/%s lives on (%s, cluster ID %s): "+
 			"restore credentials for that cluster to manage the machine; to give it up, delete the MachineRequest with annotation %s=true",
 		providerConfigRef(s.mr), id.Server, id.ID, p.Namespace, p.Name, p.Server, p.ClusterID, v1alpha1.AnnotationSkipHarvesterCleanup)
 }
 
-// reach returns the client of the Harvester cluster the credentials reach and its identity.
-func (r *MachineRequestReconciler) reach(ctx context.Context, creds harvester.Credentials) (harvester.Cluster, harvester.ClusterIdentity, error) {
-	cluster, err := r.Harvester.ClusterFor(ctx, creds)
-	if err != nil {
-		return nil, harvester.ClusterIdentity{}, err
-	}
-	id, err := cluster.Identity(ctx)
-	return cluster, id, err
-}
-
 // homeOf finds where the machine lives, reached with the ProviderConfig's current credentials.
 // It returns nil, and no error, when nothing has been recorded: nothing was ever created for the
-// machine. When the credentials reach another cluster, the home has elsewhere set and no client.
+// machine. When the credentials reach another cluster, the home has Elsewhere set and no client.
 //
 // A MachineRequest of the published provider, or of a version of this one before the place was
 // recorded in the annotation, has a providerID or a status.placement but no annotation: its
@@ -86,42 +72,36 @@ func (r *MachineRequestReconciler) homeOf(ctx context.Context, s *machineScope) 
 	if err != nil {
 		return nil, err
 	}
-	cluster, id, err := r.reach(ctx, creds)
+	var place *harvester.Place
+	if p != nil {
+		place = &harvester.Place{ClusterID: p.ClusterID, Server: p.Server, Namespace: p.Namespace, Name: p.Name}
+	}
+	found, err := harvester.Locate(ctx, r.Harvester, creds, place, s.mr.Spec.MachineName)
 	if err != nil {
 		return nil, err
 	}
-	if p == nil {
-		p = &v1alpha1.Placement{ClusterID: id.ID, Server: id.Server, Namespace: creds.Namespace, Name: s.mr.Spec.MachineName}
-	}
 	if _, annotated := s.mr.Annotations[v1alpha1.AnnotationPlacement]; !annotated {
-		if err := r.recordPlacement(ctx, s, *p); err != nil {
+		if err := r.recordPlacement(ctx, s, found.Place); err != nil {
 			return nil, err
 		}
 		s.mr.Status.Placement = nil //nolint:staticcheck // SA1019: moved to the annotation, the deprecated field is cleared
 	}
-	home := &machineHome{place: *p, ref: harvester.MachineRef{
-		Owner: ownerOf(s.mr, r.managementCluster), Namespace: p.Namespace, Name: p.Name, VMUID: types.UID(vmUID),
+	home := &machineHome{Home: found, ref: harvester.MachineRef{
+		Owner: ownerOf(s.mr, r.managementCluster), Namespace: found.Place.Namespace, Name: found.Place.Name, VMUID: types.UID(vmUID),
 	}}
-	if p.ClusterID != id.ID {
-		home.elsewhere = &id
+	if home.Elsewhere != nil {
 		return home, nil
 	}
-	home.cluster = cluster
 	var moved []string
 	if s.pc.Spec.Provider != v1alpha1.ProviderTypeHarvester {
 		moved = append(moved, fmt.Sprintf("now says provider %q", s.pc.Spec.Provider))
 	}
-	if p.Namespace != creds.Namespace {
+	if home.NamespaceMoved {
 		moved = append(moved, fmt.Sprintf("now points at Harvester namespace %q", creds.Namespace))
-		// The same credentials, working in the namespace the machine lives in.
-		creds.Namespace = p.Namespace
-		if home.cluster, err = r.Harvester.ClusterFor(ctx, creds); err != nil {
-			return nil, err
-		}
 	}
 	if len(moved) > 0 {
 		home.moved = fmt.Sprintf("ProviderConfig %s %s, but VM %s/%s lives where it was created and is managed there: new machines go where the ProviderConfig points; to move this one, delete and recreate the MachineRequest",
-			providerConfigRef(s.mr), strings.Join(moved, " and "), p.Namespace, p.Name)
+			providerConfigRef(s.mr), strings.Join(moved, " and "), found.Place.Namespace, found.Place.Name)
 	}
 	return home, nil
 }
@@ -130,7 +110,7 @@ func (r *MachineRequestReconciler) homeOf(ctx context.Context, s *machineScope) 
 // Running, or deleted.
 func (r *MachineRequestReconciler) reachableHome(ctx context.Context, s *machineScope) (*machineHome, error) {
 	home, err := r.homeOf(ctx, s)
-	if err == nil && home != nil && home.elsewhere != nil {
+	if err == nil && home != nil && home.Elsewhere != nil {
 		return nil, home.unreachable(s)
 	}
 	return home, err
@@ -140,8 +120,8 @@ func (r *MachineRequestReconciler) reachableHome(ctx context.Context, s *machine
 // resourceVersion (a merge patch replaces the whole list of finalizers), and checks the API
 // server's answer: if the annotation did not persist as sent (a webhook or policy dropped or
 // changed it), nothing may be created, since nothing would find it again.
-func (r *MachineRequestReconciler) recordPlacement(ctx context.Context, s *machineScope, p v1alpha1.Placement) error {
-	p.VMUID = ""
+func (r *MachineRequestReconciler) recordPlacement(ctx context.Context, s *machineScope, place harvester.Place) error {
+	p := v1alpha1.Placement{ClusterID: place.ClusterID, Server: place.Server, Namespace: place.Namespace, Name: place.Name}
 	patch := client.MergeFromWithOptions(s.mr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.AddFinalizer(s.mr, v1alpha1.MachineRequestFinalizer)
 	metav1.SetMetaDataAnnotation(&s.mr.ObjectMeta, v1alpha1.AnnotationPlacement, v1alpha1.EncodePlacement(p))
@@ -173,7 +153,7 @@ func (r *MachineRequestReconciler) forgetPlacement(ctx context.Context, s *machi
 // the cluster the engine reached and the namespace and name of the spec.
 func (r *MachineRequestReconciler) recordPlacementFor(s *machineScope, spec *harvester.MachineSpec) func(context.Context, harvester.ClusterIdentity) error {
 	return func(ctx context.Context, id harvester.ClusterIdentity) error {
-		return r.recordPlacement(ctx, s, v1alpha1.Placement{ClusterID: id.ID, Server: id.Server, Namespace: spec.Namespace, Name: spec.Name})
+		return r.recordPlacement(ctx, s, harvester.PlaceOf(spec, id))
 	}
 }
 
@@ -182,11 +162,11 @@ func (r *MachineRequestReconciler) recordPlacementFor(s *machineScope, spec *har
 // an interrupted earlier attempt may have left on the first cluster cannot be reached from here:
 // a Warning event names where to look.
 func leaveEmptyHome(ctx context.Context, s *machineScope, home *machineHome) {
-	p := home.place
+	p := home.Place
 	log.FromContext(ctx).Info("Forgetting a placement without a VM: the credentials reach another cluster now", "cluster", p.Server, "namespace", p.Namespace)
 	s.event(corev1.EventTypeWarning, v1alpha1.ReasonProviderConfigMoved, "Provision", fmt.Sprintf(
 		"ProviderConfig %s's credentials now reach another Harvester cluster (%s) than the one the machine was to live on (%s, namespace %s), where no VM was recorded: the machine starts afresh where they point. An interrupted earlier attempt may have left disks or the cloud-init Secret named after %s (labelled with this MachineRequest's UID %s) on %s",
-		providerConfigRef(s.mr), home.elsewhere.Server, p.Server, p.Namespace, p.Name, s.mr.UID, p.Server))
+		providerConfigRef(s.mr), home.Elsewhere.Server, p.Server, p.Namespace, p.Name, s.mr.UID, p.Server))
 }
 
 // errMachineRequestGone stops a reconcile whose MachineRequest was deleted meanwhile: a write

@@ -51,7 +51,7 @@ type ProviderConfigReconciler struct {
 	client.Client
 	// SecretReader reads credentials Secrets uncached (get only).
 	SecretReader client.Reader
-	Harvester    harvester.Factory
+	Harvester    harvester.Connector
 	Recorder     events.EventRecorder
 
 	RecheckInterval time.Duration

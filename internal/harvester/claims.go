@@ -15,8 +15,6 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 )
 
 // The disks of a machine are ours when they carry the machine's ownership label. The one
@@ -28,7 +26,7 @@ const legacyRootDiskSuffix = "-rootdisk"
 // DataVolume as root disk. A disk of ours left by an earlier attempt is reused only if it is still
 // what the spec asks for; otherwise it is replaced. It returns the root disk, to own the machine's
 // cloud-init Secret.
-func (m *remoteMachines) ensureDisks(ctx context.Context, spec *MachineSpec, image ImageInfo) (*metav1.OwnerReference, error) {
+func (m *machines) ensureDisks(ctx context.Context, spec *MachineSpec, image ImageInfo) (*metav1.OwnerReference, error) {
 	var root metav1.OwnerReference
 	var claims []*corev1.PersistentVolumeClaim
 	if image.Backend == BackendCDI {
@@ -62,7 +60,7 @@ func ownerReference(gvk schema.GroupVersionKind, obj client.Object) metav1.Owner
 
 // ensureClaim returns the claim, created if the cache has none (a claim that exists after all is
 // then read live and checked).
-func (m *remoteMachines) ensureClaim(ctx context.Context, want *corev1.PersistentVolumeClaim, o Owner) (*corev1.PersistentVolumeClaim, error) {
+func (m *machines) ensureClaim(ctx context.Context, want *corev1.PersistentVolumeClaim, o Owner) (*corev1.PersistentVolumeClaim, error) {
 	what := describe("PersistentVolumeClaim", want.Namespace, want.Name)
 	have := &corev1.PersistentVolumeClaim{}
 	err := m.peek(ctx, client.ObjectKeyFromObject(want), have)
@@ -87,7 +85,7 @@ func (m *remoteMachines) ensureClaim(ctx context.Context, want *corev1.Persisten
 	case err != nil:
 		return nil, classify(err, "get "+what)
 	case have.DeletionTimestamp != nil:
-		return nil, Waiting(v1alpha1.ReasonVMCreating, deletionRetry,
+		return nil, Waiting(ReasonVMCreating, deletionRetry,
 			"%s from an earlier attempt is still being deleted; waiting until it is gone", what)
 	}
 	mismatch := claimMismatch(have, want)
@@ -99,7 +97,7 @@ func (m *remoteMachines) ensureClaim(ctx context.Context, want *corev1.Persisten
 
 // ensureDataVolume creates the root disk DataVolume of a CDI image, or checks ours. DataVolumes
 // are read live: they are few, and no informer watches them.
-func (m *remoteMachines) ensureDataVolume(ctx context.Context, want *cdiv1.DataVolume, o Owner) (*cdiv1.DataVolume, error) {
+func (m *machines) ensureDataVolume(ctx context.Context, want *cdiv1.DataVolume, o Owner) (*cdiv1.DataVolume, error) {
 	what := describe("DataVolume", want.Namespace, want.Name)
 	have := &cdiv1.DataVolume{}
 	err := m.c.Get(ctx, client.ObjectKeyFromObject(want), have)
@@ -124,7 +122,7 @@ func (m *remoteMachines) ensureDataVolume(ctx context.Context, want *cdiv1.DataV
 	case err != nil:
 		return nil, dataVolumeError(err, "get "+what)
 	case have.DeletionTimestamp != nil:
-		return nil, Waiting(v1alpha1.ReasonVMCreating, deletionRetry,
+		return nil, Waiting(ReasonVMCreating, deletionRetry,
 			"%s from an earlier attempt is still being deleted; waiting until it is gone", what)
 	}
 	mismatch := dataVolumeMismatch(have, want)
@@ -137,7 +135,7 @@ func (m *remoteMachines) ensureDataVolume(ctx context.Context, want *cdiv1.DataV
 // requestImmediateBinding asks CDI to bind the DataVolume's PVC at once when its storage class
 // waits for a first consumer, as Harvester does for its own (GenerateDVAnnotations): the VM's pod
 // is not created before the clone is done, so it would never consume it.
-func (m *remoteMachines) requestImmediateBinding(ctx context.Context, dv *cdiv1.DataVolume) {
+func (m *machines) requestImmediateBinding(ctx context.Context, dv *cdiv1.DataVolume) {
 	sc := &storagev1.StorageClass{}
 	if dv.Spec.Storage == nil || dv.Spec.Storage.StorageClassName == nil || m.c.Get(ctx, client.ObjectKey{Name: *dv.Spec.Storage.StorageClassName}, sc) != nil {
 		return
@@ -151,7 +149,7 @@ func (m *remoteMachines) requestImmediateBinding(ctx context.Context, dv *cdiv1.
 // DataVolume API: without CDI, an image of the CDI backend cannot be cloned.
 func dataVolumeError(err error, action string) error {
 	if meta.IsNoMatchError(err) {
-		return Permanent(v1alpha1.ReasonImageBackendUnsupported,
+		return Permanent(ReasonImageBackendUnsupported,
 			"cannot %s: Harvester serves no DataVolume API (cdi.kubevirt.io/v1beta1), which images of backend %s need; use an image of backend %s", action, BackendCDI, BackendBackingImage)
 	}
 	if strings.HasPrefix(action, "create ") {
@@ -210,23 +208,23 @@ func dataVolumeSource(dv *cdiv1.DataVolume) string {
 // replaceDisk deletes a disk of ours (a PVC, or a DataVolume with its PVC) that no longer matches
 // the spec, so that it is created anew, unless a VM uses it: then the machine waits and the
 // message says which VM.
-func (m *remoteMachines) replaceDisk(ctx context.Context, disk client.Object, why string) error {
+func (m *machines) replaceDisk(ctx context.Context, disk client.Object, why string) error {
 	users, err := m.volumeUsers(ctx, disk.GetNamespace())
 	if err != nil {
 		return err
 	}
 	if u := users[disk.GetName()]; len(u) > 0 {
-		return Waiting(v1alpha1.ReasonDiskInUse, deletionRetry,
+		return Waiting(ReasonDiskInUse, deletionRetry,
 			"%s and cannot be replaced: %s uses it. Detach it from there or delete it, or change the MachineRequest's spec back", why, strings.Join(u, ", "))
 	}
 	uid := disk.GetUID()
 	if err := m.c.Delete(ctx, disk, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
 		if refused := inUseRefusal(err); refused != "" {
-			return Waiting(v1alpha1.ReasonDiskInUse, deletionRetry, "%s and cannot be replaced: %s", why, refused)
+			return Waiting(ReasonDiskInUse, deletionRetry, "%s and cannot be replaced: %s", why, refused)
 		}
 		return classify(err, "delete "+describe(kindOf(disk), disk.GetNamespace(), disk.GetName())+" (to replace it)")
 	}
-	return Waiting(v1alpha1.ReasonVMCreating, deletionRetry, "%s: replacing it", why)
+	return Waiting(ReasonVMCreating, deletionRetry, "%s: replacing it", why)
 }
 
 // kindOf names the kind of a disk for messages.
@@ -262,7 +260,7 @@ func inUseRefusal(err error) string {
 // deleting 1000 machines does not list the namespace's 1000 VMs 1000 times. The list is read in
 // pages: a whole page of VMs is held in memory while it is decoded, and 1000 VMs at once were
 // most of the manager's peak memory during a mass deletion.
-func (m *remoteMachines) volumeUsers(ctx context.Context, namespace string) (map[string][]string, error) {
+func (m *machines) volumeUsers(ctx context.Context, namespace string) (map[string][]string, error) {
 	shared := m.volumeUsersCalls.DoChan(namespace, func() (any, error) {
 		// Not the first caller's context: its cancellation must not fail the others.
 		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sharedListTimeout)
@@ -304,7 +302,7 @@ const sharedListTimeout = 30 * time.Second
 
 // ownedClaims lists the PVCs labelled for this machine, from the cache or live (deletion is
 // complete only when none is left live).
-func (m *remoteMachines) ownedClaims(ctx context.Context, ref MachineRef, live bool) ([]corev1.PersistentVolumeClaim, error) {
+func (m *machines) ownedClaims(ctx context.Context, ref MachineRef, live bool) ([]corev1.PersistentVolumeClaim, error) {
 	list := &corev1.PersistentVolumeClaimList{}
 	var reader client.Reader = m.c
 	if cached := m.cacheFor(ref.Namespace); cached != nil && !live {
@@ -322,7 +320,7 @@ func (m *remoteMachines) ownedClaims(ctx context.Context, ref MachineRef, live b
 // hot-plugged or mounted from elsewhere, nor one another VM mounts too: Harvester's webhook would
 // refuse to delete it, and the VM would wait for ever for Harvester to finish deleting it. Such a
 // disk is left for the machine's deletion to wait on (see deleteDisks).
-func (m *remoteMachines) claimsRemovedWith(ctx context.Context, vm *kubevirtv1.VirtualMachine, o Owner) ([]string, error) {
+func (m *machines) claimsRemovedWith(ctx context.Context, vm *kubevirtv1.VirtualMachine, o Owner) ([]string, error) {
 	users, err := m.volumeUsers(ctx, vm.Namespace)
 	if err != nil {
 		return nil, err

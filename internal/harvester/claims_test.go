@@ -18,13 +18,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 )
 
-func claimsCluster(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *remoteMachines {
+func claimsCluster(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *cluster {
 	t.Helper()
 	c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(objs...).WithInterceptorFuncs(funcs).Build()
-	return NewCluster(c, nil, nil, "https://harvester.example:6443").(*remoteMachines)
+	return newTestCluster(c)
 }
 
 // A claim someone else creates under our name between our look and our create is never taken
@@ -43,7 +43,7 @@ func TestClaimCreatedConcurrentlyBySomeoneElseIsANameConflict(t *testing.T) {
 		return c.Get(ctx, key, obj, opts...)
 	}}, foreign)
 	_, err := m.ensureClaim(context.Background(), want, spec.Owner)
-	if p, ok := AsPermanent(err); !ok || p.Reason != v1alpha1.ReasonNameConflict || !strings.Contains(p.Message, "PersistentVolumeClaim vms/cluster-cp-0-disk-0") {
+	if p, ok := AsPermanent(err); !ok || p.Reason != ReasonNameTaken || !strings.Contains(p.Message, "PersistentVolumeClaim vms/cluster-cp-0-disk-0") {
 		t.Fatalf("err = %v, want NameConflict naming the claim", err)
 	}
 }
@@ -89,10 +89,10 @@ func TestMismatchedLeftoverClaim(t *testing.T) {
 	t.Run("replaced", func(t *testing.T) {
 		m := claimsCluster(t, interceptor.Funcs{}, leftover)
 		_, err := m.ensureClaim(context.Background(), want, spec.Owner)
-		if w, ok := AsWaiting(err); !ok || w.Reason != v1alpha1.ReasonVMCreating || !strings.Contains(w.Message, "replacing") {
+		if w, ok := AsWaiting(err); !ok || w.Reason != ReasonVMCreating || !strings.Contains(w.Message, "replacing") {
 			t.Fatalf("err = %v, want a wait while it is replaced", err)
 		}
-		if err := m.c.Get(context.Background(), client.ObjectKeyFromObject(leftover), &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
+		if err := m.remote.c.Get(context.Background(), client.ObjectKeyFromObject(leftover), &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
 			t.Fatalf("left-over claim not deleted: %v", err)
 		}
 	})
@@ -105,10 +105,10 @@ func TestMismatchedLeftoverClaim(t *testing.T) {
 		}
 		m := claimsCluster(t, interceptor.Funcs{}, leftover, user)
 		_, err := m.ensureClaim(context.Background(), want, spec.Owner)
-		if w, ok := AsWaiting(err); !ok || w.Reason != v1alpha1.ReasonDiskInUse || !strings.Contains(w.Message, "VirtualMachine vms/someone") {
+		if w, ok := AsWaiting(err); !ok || w.Reason != ReasonDiskInUse || !strings.Contains(w.Message, "VirtualMachine vms/someone") {
 			t.Fatalf("err = %v, want DiskInUse naming the VM", err)
 		}
-		if err := m.c.Get(context.Background(), client.ObjectKeyFromObject(leftover), &corev1.PersistentVolumeClaim{}); err != nil {
+		if err := m.remote.c.Get(context.Background(), client.ObjectKeyFromObject(leftover), &corev1.PersistentVolumeClaim{}); err != nil {
 			t.Fatalf("a claim in use was deleted: %v", err)
 		}
 	})
@@ -135,16 +135,16 @@ func TestClaimsRemovedWithVM(t *testing.T) {
 func TestQuotaAndAdmissionErrors(t *testing.T) {
 	gr := schema.GroupResource{Resource: "persistentvolumeclaims"}
 	quota := apierrors.NewForbidden(gr, "x-disk-0", errorString("exceeded quota: vm-storage, requested: requests.storage=20Gi, used: requests.storage=0, limited: requests.storage=10Gi"))
-	if w, ok := AsWaiting(classify(quota, "create PersistentVolumeClaim vms/x-disk-0")); !ok || w.Reason != v1alpha1.ReasonQuotaExceeded ||
+	if w, ok := AsWaiting(classify(quota, "create PersistentVolumeClaim vms/x-disk-0")); !ok || w.Reason != ReasonQuotaExceeded ||
 		!strings.Contains(w.Message, "ResourceQuota vm-storage") || !strings.Contains(w.Message, "limited: requests.storage=10Gi") {
 		t.Fatalf("quota: %v", w)
 	}
 	forbidden := apierrors.NewForbidden(gr, "x-disk-0", errorString(`User "u" cannot create resource`))
-	if w, ok := AsWaiting(classify(forbidden, "create x")); !ok || w.Reason != v1alpha1.ReasonPermissionDenied {
+	if w, ok := AsWaiting(classify(forbidden, "create x")); !ok || w.Reason != ReasonPermissionDenied {
 		t.Fatalf("forbidden: %v", w)
 	}
 	for _, err := range []error{apierrors.NewBadRequest("admission webhook denied the request: disk too small"), apierrors.NewInvalid(schema.GroupKind{Kind: "PersistentVolumeClaim"}, "x", nil)} {
-		if p, ok := AsPermanent(createError(err, "PersistentVolumeClaim vms/x")); !ok || p.Reason != v1alpha1.ReasonInvalidSpec || !strings.Contains(p.Message, "PersistentVolumeClaim vms/x") {
+		if p, ok := AsPermanent(createError(err, "PersistentVolumeClaim vms/x")); !ok || p.Reason != ReasonInvalidSpec || !strings.Contains(p.Message, "PersistentVolumeClaim vms/x") {
 			t.Fatalf("%v: %v", err, p)
 		}
 	}
@@ -214,4 +214,9 @@ func TestVolumeUsersReadsEveryPage(t *testing.T) {
 	if len(users) != vms-1 {
 		t.Errorf("%d disks have users, want %d", len(users), vms-1)
 	}
+}
+
+// newTestCluster is the engine over c, without a cache.
+func newTestCluster(c client.Client) *cluster {
+	return NewCluster(clustercache.NewCluster(c, nil, nil, "https://harvester.example:6443", "")).(*cluster)
 }

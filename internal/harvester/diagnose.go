@@ -14,8 +14,6 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 )
 
 // Diagnosis is what Harvester says about why a machine is not up yet.
@@ -39,19 +37,19 @@ const unboundPVCsMessage = "unbound immediate PersistentVolumeClaims"
 // not failures, and a start that takes too long is the caller's to judge (see Observation.Starting).
 // Errors while reading are ignored: a diagnosis is a hint, never a reason to fail.
 // pending are the VM's disks that are not bound yet (pendingDisks).
-func (m *remoteMachines) diagnose(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, pending []*corev1.PersistentVolumeClaim) *Diagnosis {
+func (m *machines) diagnose(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, pending []*corev1.PersistentVolumeClaim) *Diagnosis {
 	what := describe("VirtualMachine", vm.Namespace, vm.Name)
 	if d := m.diagnoseDisks(ctx, vm); d != nil {
 		return d
 	}
 	if msg := vm.Annotations[annotationInsufficientResourceQuota]; msg != "" && vm.Spec.RunStrategy != nil && *vm.Spec.RunStrategy == kubevirtv1.RunStrategyHalted {
-		return &Diagnosis{v1alpha1.ReasonQuotaExceeded, fmt.Sprintf(
+		return &Diagnosis{ReasonQuotaExceeded, fmt.Sprintf(
 			"Harvester stopped %s (runStrategy Halted) because a ResourceQuota of namespace %s has no room for it: %s. Raise ResourceQuota %s or free resources, then start the VM again (Harvester's UI, or virtctl start)",
 			what, vm.Namespace, msg, orNone(quotaIn(msg)))}
 	}
 	for _, c := range vm.Status.Conditions {
 		if c.Type == kubevirtv1.VirtualMachineFailure && c.Status == corev1.ConditionTrue {
-			return &Diagnosis{v1alpha1.ReasonVMNotStarting, fmt.Sprintf("%s cannot start: KubeVirt reports %s: %s", what, c.Reason, strings.TrimSpace(c.Message))}
+			return &Diagnosis{ReasonVMNotStarting, fmt.Sprintf("%s cannot start: KubeVirt reports %s: %s", what, c.Reason, strings.TrimSpace(c.Message))}
 		}
 	}
 	if vmi == nil {
@@ -65,11 +63,11 @@ func (m *remoteMachines) diagnose(ctx context.Context, vm *kubevirtv1.VirtualMac
 	for _, c := range vmi.Status.Conditions {
 		switch {
 		case c.Type == kubevirtv1.VirtualMachineInstanceSynchronized && c.Status == corev1.ConditionFalse && quotaIn(c.Message) != "":
-			return &Diagnosis{v1alpha1.ReasonQuotaExceeded, fmt.Sprintf(
+			return &Diagnosis{ReasonQuotaExceeded, fmt.Sprintf(
 				"%s cannot start: Harvester refused its virt-launcher pod, which would exceed ResourceQuota %s (%s); raise the quota or free resources in namespace %s, the VM starts once the quota allows",
 				what, quotaIn(c.Message), c.Message, vm.Namespace)}
 		case c.Type == kubevirtv1.VirtualMachineInstanceSynchronized && c.Status == corev1.ConditionFalse && c.Reason != failedPVCNotFoundReason:
-			return &Diagnosis{v1alpha1.ReasonVMNotStarting, fmt.Sprintf("%s cannot start: KubeVirt reports %s: %s", what, c.Reason, strings.TrimSpace(c.Message))}
+			return &Diagnosis{ReasonVMNotStarting, fmt.Sprintf("%s cannot start: KubeVirt reports %s: %s", what, c.Reason, strings.TrimSpace(c.Message))}
 		case string(c.Type) == string(corev1.PodScheduled) && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable:
 			why := c.Message
 			if strings.Contains(why, unboundPVCsMessage) {
@@ -87,7 +85,7 @@ func (m *remoteMachines) diagnose(ctx context.Context, vm *kubevirtv1.VirtualMac
 					continue
 				}
 			}
-			return &Diagnosis{v1alpha1.ReasonVMUnschedulable, fmt.Sprintf(
+			return &Diagnosis{ReasonVMUnschedulable, fmt.Sprintf(
 				"%s cannot be scheduled: %s Free CPU or memory on Harvester, or lower spec.cpu / spec.memoryMB", what, strings.TrimSpace(why))}
 		}
 	}
@@ -103,13 +101,13 @@ const schedulingGrace = 10 * time.Second
 
 // unscheduledPastGrace reports whether the VMI has shown the stale reason, with its disks bound,
 // for schedulingGrace (counted from the first time it is asked).
-func (m *remoteMachines) unscheduledPastGrace(vmi *kubevirtv1.VirtualMachineInstance) bool {
+func (m *machines) unscheduledPastGrace(vmi *kubevirtv1.VirtualMachineInstance) bool {
 	first, seen := m.staleUnschedulable.loadOrStore(vmi, time.Now())
 	return seen && time.Since(first) >= schedulingGrace
 }
 
 // forgetDiagnosis forgets what the diagnosis remembers of a VM's VMI and disks, when it is deleted.
-func (m *remoteMachines) forgetDiagnosis(vm *kubevirtv1.VirtualMachine) {
+func (m *machines) forgetDiagnosis(vm *kubevirtv1.VirtualMachine) {
 	m.staleUnschedulable.forget(client.ObjectKeyFromObject(vm)) // the VMI has the VM's name
 	for _, claim := range mountedClaims(vm) {
 		m.claimEventsRead.forget(types.NamespacedName{Namespace: vm.Namespace, Name: claim})
@@ -118,7 +116,7 @@ func (m *remoteMachines) forgetDiagnosis(vm *kubevirtv1.VirtualMachine) {
 
 // launcherWarning returns the message of the newest Warning event of that reason about the VMI's
 // virt-launcher pod (named in status.activePods by UID; "" if none).
-func (m *remoteMachines) launcherWarning(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, reason string) string {
+func (m *machines) launcherWarning(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, reason string) string {
 	var newest *corev1.Event
 	for uid := range vmi.Status.ActivePods {
 		list := &corev1.EventList{}
@@ -198,7 +196,7 @@ func vmiCondition(vmi *kubevirtv1.VirtualMachineInstance, t kubevirtv1.VirtualMa
 // diagnoseDisks reports a disk that is missing, or Pending for a reason that is not the normal
 // wait for its volume (cloning an image takes a while): its image failed to import, its
 // DataVolume failed, or it has a Warning event (a missing storage class, a provisioner error).
-func (m *remoteMachines) diagnoseDisks(ctx context.Context, vm *kubevirtv1.VirtualMachine) *Diagnosis {
+func (m *machines) diagnoseDisks(ctx context.Context, vm *kubevirtv1.VirtualMachine) *Diagnosis {
 	if vm.Spec.Template == nil {
 		return nil
 	}
@@ -214,7 +212,7 @@ func (m *remoteMachines) diagnoseDisks(ctx context.Context, vm *kubevirtv1.Virtu
 			if m.dataVolumeExists(ctx, vm.Namespace, name) {
 				continue // CDI creates the PVC of a DataVolume in a moment
 			}
-			return &Diagnosis{v1alpha1.ReasonVolumeMissing, fmt.Sprintf(
+			return &Diagnosis{ReasonVolumeMissing, fmt.Sprintf(
 				"PersistentVolumeClaim %s/%s (disk %s) was deleted outside the provider: the VM cannot start; delete and recreate the MachineRequest", vm.Namespace, name, v.Name)}
 		case err != nil:
 			continue
@@ -230,12 +228,12 @@ func (m *remoteMachines) diagnoseDisks(ctx context.Context, vm *kubevirtv1.Virtu
 }
 
 // diagnosePendingClaim explains a Pending disk if something is wrong with it.
-func (m *remoteMachines) diagnosePendingClaim(ctx context.Context, vm *kubevirtv1.VirtualMachine, disk string, pvc *corev1.PersistentVolumeClaim) *Diagnosis {
+func (m *machines) diagnosePendingClaim(ctx context.Context, vm *kubevirtv1.VirtualMachine, disk string, pvc *corev1.PersistentVolumeClaim) *Diagnosis {
 	what := fmt.Sprintf("PersistentVolumeClaim %s/%s (disk %s)", pvc.Namespace, pvc.Name, disk)
 	if id := pvc.Annotations[AnnotationImageID]; id != "" {
 		if ref, err := ParseObjectRef(id, vm.Namespace); err == nil {
 			if info, err := getImage(ctx, m.read, ref); err == nil && info.ImportFailure != "" && !info.Imported {
-				return &Diagnosis{v1alpha1.ReasonImageImportFailed, fmt.Sprintf(
+				return &Diagnosis{ReasonImageImportFailed, fmt.Sprintf(
 					"%s waits for VirtualMachineImage %s, whose import failed (%s): fix or re-upload the image", what, ref, info.ImportFailure)}
 			}
 		}
@@ -243,14 +241,14 @@ func (m *remoteMachines) diagnosePendingClaim(ctx context.Context, vm *kubevirtv
 	if owner := metav1.GetControllerOf(pvc); owner != nil && owner.Kind == dataVolumeKind {
 		dv := &cdiv1.DataVolume{}
 		if m.c.Get(ctx, client.ObjectKey{Namespace: pvc.Namespace, Name: owner.Name}, dv) == nil && dv.Status.Phase == cdiv1.Failed {
-			return &Diagnosis{v1alpha1.ReasonVolumeNotBound, fmt.Sprintf("%s is Pending: DataVolume %s/%s failed: %s", what, dv.Namespace, dv.Name, dataVolumeFailure(dv))}
+			return &Diagnosis{ReasonVolumeNotBound, fmt.Sprintf("%s is Pending: DataVolume %s/%s failed: %s", what, dv.Namespace, dv.Name, dataVolumeFailure(dv))}
 		}
 	}
 	if !m.claimEventsWorthReading(pvc) {
 		return nil
 	}
 	if why := m.latestWarning(ctx, pvc); why != "" {
-		return &Diagnosis{v1alpha1.ReasonVolumeNotBound, fmt.Sprintf("%s is Pending: %s", what, why)}
+		return &Diagnosis{ReasonVolumeNotBound, fmt.Sprintf("%s is Pending: %s", what, why)}
 	}
 	return nil
 }
@@ -292,7 +290,7 @@ func earliest(a, b time.Time) time.Time {
 
 // claimEventsWorthReading reports whether the Pending disk's events are due a read (and records
 // the read).
-func (m *remoteMachines) claimEventsWorthReading(pvc *corev1.PersistentVolumeClaim) bool {
+func (m *machines) claimEventsWorthReading(pvc *corev1.PersistentVolumeClaim) bool {
 	now := time.Now()
 	if now.Sub(pvc.CreationTimestamp.Time) < claimEventsGrace {
 		return false
@@ -309,7 +307,7 @@ const dataVolumeKind = "DataVolume"
 
 // dataVolumeExists reports whether a DataVolume of that name exists (read live; false where
 // Harvester has no DataVolumes or the credentials may not read them).
-func (m *remoteMachines) dataVolumeExists(ctx context.Context, namespace, name string) bool {
+func (m *machines) dataVolumeExists(ctx context.Context, namespace, name string) bool {
 	return m.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &cdiv1.DataVolume{}) == nil
 }
 
@@ -325,7 +323,7 @@ func dataVolumeFailure(dv *cdiv1.DataVolume) string {
 
 // pendingDisks returns the VM's disks that are not bound yet (read from the cache, as diagnose
 // did).
-func (m *remoteMachines) pendingDisks(ctx context.Context, vm *kubevirtv1.VirtualMachine) []*corev1.PersistentVolumeClaim {
+func (m *machines) pendingDisks(ctx context.Context, vm *kubevirtv1.VirtualMachine) []*corev1.PersistentVolumeClaim {
 	var pending []*corev1.PersistentVolumeClaim
 	for _, name := range mountedClaims(vm) {
 		pvc := &corev1.PersistentVolumeClaim{}
@@ -346,7 +344,7 @@ func diskNames(disks []*corev1.PersistentVolumeClaim) []string {
 }
 
 // latestWarning returns the message of the newest Warning event about obj ("" if none).
-func (m *remoteMachines) latestWarning(ctx context.Context, obj client.Object) string {
+func (m *machines) latestWarning(ctx context.Context, obj client.Object) string {
 	list := &corev1.EventList{}
 	if err := m.c.List(ctx, list, client.InNamespace(obj.GetNamespace()), client.MatchingFields{"involvedObject.name": obj.GetName()}); err != nil {
 		return ""

@@ -15,19 +15,17 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 )
 
 // diagnosisCluster is a Harvester of objs whose event lists may select by involved object, as the
 // API server's field selectors do.
-func diagnosisCluster(t *testing.T, objs ...client.Object) *remoteMachines {
+func diagnosisCluster(t *testing.T, objs ...client.Object) *cluster {
 	t.Helper()
 	c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(objs...).
 		WithIndex(&corev1.Event{}, "involvedObject.name", func(o client.Object) []string { return []string{o.(*corev1.Event).InvolvedObject.Name} }).
 		WithIndex(&corev1.Event{}, "involvedObject.uid", func(o client.Object) []string { return []string{string(o.(*corev1.Event).InvolvedObject.UID)} }).
 		Build()
-	return NewCluster(c, nil, nil, "https://harvester.example:6443").(*remoteMachines)
+	return newTestCluster(c)
 }
 
 func TestDiagnoseOnlyFromRealFailureSignals(t *testing.T) {
@@ -77,23 +75,23 @@ func TestDiagnoseOnlyFromRealFailureSignals(t *testing.T) {
 			[]client.Object{claim(corev1.ClaimPending)}, "", ""},
 		"disk that cannot bind": {vm, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable, unbound)),
 			[]client.Object{claim(corev1.ClaimPending), event(spec.Name+"-disk-0", "pvc-uid", "ProvisioningFailed", `storageclass.storage.k8s.io "lh-1" not found`)},
-			v1alpha1.ReasonVolumeNotBound, `"lh-1" not found`},
+			ReasonVolumeNotBound, `"lh-1" not found`},
 		"no room": {vm, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable, "0/3 nodes are available: 3 Insufficient memory.")),
-			[]client.Object{claim(corev1.ClaimBound)}, v1alpha1.ReasonVMUnschedulable, "Insufficient memory"},
+			[]client.Object{claim(corev1.ClaimBound)}, ReasonVMUnschedulable, "Insufficient memory"},
 		// KubeVirt keeps the first reason it copied; the pod's latest event has the current one,
 		// read once the scheduler has had schedulingGrace to place the pod.
 		"no room once the disk is bound": {vm, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable, unbound)),
 			[]client.Object{claim(corev1.ClaimBound), event("virt-launcher-x", "pod-uid", "FailedScheduling", "0/3 nodes are available: 3 Insufficient cpu.")},
-			v1alpha1.ReasonVMUnschedulable, "Insufficient cpu"},
+			ReasonVMUnschedulable, "Insufficient cpu"},
 		"disk just bound: the scheduler has not had its chance yet": {vm, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable, unbound)),
 			[]client.Object{claim(corev1.ClaimBound), event("virt-launcher-x", "pod-uid", "FailedScheduling", "0/3 nodes are available: 3 Insufficient cpu.")},
 			"", ""},
-		"KubeVirt's Failure condition": {failing, nil, []client.Object{claim(corev1.ClaimBound)}, v1alpha1.ReasonVMNotStarting, "FailedCreate: Error creating VMI"},
+		"KubeVirt's Failure condition": {failing, nil, []client.Object{claim(corev1.ClaimBound)}, ReasonVMNotStarting, "FailedCreate: Error creating VMI"},
 		"launcher pod over quota": {vm, vmi(kubevirtv1.Pending, cond("Synchronized", "FailedCreate",
 			`failed to create virtual machine pod: pods "virt-launcher-x" is forbidden: exceeded quota: vm-quota, requested: limits.memory=4Gi, used: limits.memory=0, limited: limits.memory=1Gi`)),
-			[]client.Object{claim(corev1.ClaimBound)}, v1alpha1.ReasonQuotaExceeded, "ResourceQuota vm-quota"},
-		"disk deleted": {vm, vmi(kubevirtv1.Pending), nil, v1alpha1.ReasonVolumeMissing, "was deleted outside the provider"},
-		"stopped by Harvester for its quota": {halted, nil, []client.Object{claim(corev1.ClaimBound)}, v1alpha1.ReasonQuotaExceeded,
+			[]client.Object{claim(corev1.ClaimBound)}, ReasonQuotaExceeded, "ResourceQuota vm-quota"},
+		"disk deleted": {vm, vmi(kubevirtv1.Pending), nil, ReasonVolumeMissing, "was deleted outside the provider"},
+		"stopped by Harvester for its quota": {halted, nil, []client.Object{claim(corev1.ClaimBound)}, ReasonQuotaExceeded,
 			"Raise ResourceQuota project-quota"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -170,7 +168,7 @@ func TestBuildRootDiskDataVolume(t *testing.T) {
 func TestCheckImageBackend(t *testing.T) {
 	for backend, ok := range map[string]bool{BackendBackingImage: true, BackendCDI: true, "objectstore": false} {
 		err := checkImageUsable(ImageInfo{Ref: ObjectRef{"default", "img"}, Backend: backend, Imported: true}, 10)
-		if p, failed := AsPermanent(err); ok == failed || (!ok && (p.Reason != v1alpha1.ReasonImageBackendUnsupported || !strings.Contains(p.Message, `"objectstore"`))) {
+		if p, failed := AsPermanent(err); ok == failed || (!ok && (p.Reason != ReasonImageBackendUnsupported || !strings.Contains(p.Message, `"objectstore"`))) {
 			t.Errorf("backend %s: %v", backend, err)
 		}
 	}
@@ -197,8 +195,8 @@ func TestPendingDiskEventsAreReadAfterTheirGrace(t *testing.T) {
 
 	pvc.CreationTimestamp = metav1.NewTime(time.Now().Add(-claimEventsGrace))
 	m = diagnosisCluster(t, pvc, warning)
-	if d := m.diagnoseDisks(ctx, vm); d == nil || d.Reason != v1alpha1.ReasonVolumeNotBound {
-		t.Fatalf("diagnosis %+v of a disk Pending for %s with a warning, want %s", d, claimEventsGrace, v1alpha1.ReasonVolumeNotBound)
+	if d := m.diagnoseDisks(ctx, vm); d == nil || d.Reason != ReasonVolumeNotBound {
+		t.Fatalf("diagnosis %+v of a disk Pending for %s with a warning, want %s", d, claimEventsGrace, ReasonVolumeNotBound)
 	}
 	if !claimsWorthDiagnosingAt(m.pendingDisks(ctx, vm)).IsZero() {
 		t.Fatal("a disk past its grace still asks to be looked at again")
@@ -211,7 +209,7 @@ func TestPendingDiskEventsAreReadAfterTheirGrace(t *testing.T) {
 // What the diagnosis remembers of a VMI or a disk belongs to that very object: one recreated under
 // the same name starts afresh, and a deleted machine's VMI and disks are forgotten.
 func TestDiagnosisMemoryIsPerObjectAndForgottenWithTheMachine(t *testing.T) {
-	m := &remoteMachines{}
+	m := &machines{}
 	vm := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "cp-0"}}
 	vm.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{}
 	for _, claim := range []string{"cp-0-disk-0", "cp-0-disk-1"} {

@@ -7,8 +7,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 )
 
 // PermanentError means the machine cannot be created as requested: retrying will not help until
@@ -70,14 +68,14 @@ func classify(err error, action string) error {
 	case err == nil:
 		return nil
 	case apierrors.IsForbidden(err) && quotaOf(err) != "":
-		return Waiting(v1alpha1.ReasonQuotaExceeded, quotaRetry,
+		return Waiting(ReasonQuotaExceeded, quotaRetry,
 			"Harvester refused to %s: it would exceed ResourceQuota %s (%s); raise the quota or free resources in that namespace, the provider retries",
 			action, quotaOf(err), quotaDetail(err))
 	case apierrors.IsForbidden(err):
-		return Waiting(v1alpha1.ReasonPermissionDenied, permissionRetry,
+		return Waiting(ReasonPermissionDenied, permissionRetry,
 			"Harvester refused to %s: the credentials lack permission (%s); grant it in the Harvester Role bound to these credentials", action, apierrors.ReasonForError(err))
 	case apierrors.IsUnauthorized(err):
-		return Waiting(v1alpha1.ReasonCredentialsUnavailable, permissionRetry,
+		return Waiting(ReasonCredentialsUnavailable, permissionRetry,
 			"Harvester did not accept the credentials when trying to %s: the kubeconfig's token or certificate is invalid or expired; update the credentials Secret", action)
 	default:
 		return fmt.Errorf("%s on Harvester: %w", action, err)
@@ -89,7 +87,7 @@ func classify(err error, action string) error {
 // again; anything else is classified as usual.
 func createError(err error, what string) error {
 	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-		return Permanent(v1alpha1.ReasonInvalidSpec, "Harvester rejected %s: %s", what, statusMessage(err))
+		return Permanent(ReasonInvalidSpec, "Harvester rejected %s: %s", what, statusMessage(err))
 	}
 	return classify(err, "create "+what)
 }

@@ -9,8 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 )
 
 // VirtualMachineImageGVK is Harvester's image kind. It is read as unstructured: the provider needs
@@ -35,7 +33,7 @@ func getImage(ctx context.Context, get getFunc, ref ObjectRef) (ImageInfo, error
 	u.SetGroupVersionKind(VirtualMachineImageGVK)
 	if err := get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, u); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ImageInfo{}, Permanent(v1alpha1.ReasonImageNotFound,
+			return ImageInfo{}, Permanent(ReasonImageNotFound,
 				"VirtualMachineImage %s does not exist on Harvester: upload it, or set spec.image (or the ProviderConfig's harvester.imageName) to an existing image", ref)
 		}
 		return ImageInfo{}, classify(err, "get VirtualMachineImage "+ref.String())
@@ -78,7 +76,7 @@ const (
 // created: retrying would not help.
 func checkImageBackend(info ImageInfo) error {
 	if info.Backend != BackendBackingImage && info.Backend != BackendCDI {
-		return Permanent(v1alpha1.ReasonImageBackendUnsupported,
+		return Permanent(ReasonImageBackendUnsupported,
 			"VirtualMachineImage %s has spec.backend %q: the provider clones root disks from images of backend %s or %s only; use such an image", info.Ref, info.Backend, BackendBackingImage, BackendCDI)
 	}
 	return nil
@@ -93,7 +91,7 @@ func checkImageUsable(info ImageInfo, diskGB int64) error {
 		return err
 	}
 	if info.VirtualSizeBytes > diskGB<<30 {
-		return Permanent(v1alpha1.ReasonDiskTooSmall,
+		return Permanent(ReasonDiskTooSmall,
 			"spec.diskGB is %d but VirtualMachineImage %s needs %d GiB: raise spec.diskGB", diskGB, info.Ref, (info.VirtualSizeBytes+(1<<30)-1)>>30)
 	}
 	return nil
@@ -103,10 +101,10 @@ func checkImageUsable(info ImageInfo, diskGB int64) error {
 func checkImageImported(info ImageInfo) error {
 	switch {
 	case info.ImportFailure != "" && !info.Imported:
-		return Permanent(v1alpha1.ReasonImageImportFailed,
+		return Permanent(ReasonImageImportFailed,
 			"Harvester failed to import VirtualMachineImage %s (%s): fix or re-upload the image, then retry the MachineRequest", info.Ref, info.ImportFailure)
 	case !info.Imported:
-		return Waiting(v1alpha1.ReasonImageNotReady, imageNotReadyRetry,
+		return Waiting(ReasonImageNotReady, imageNotReadyRetry,
 			"VirtualMachineImage %s is not imported yet; waiting for Harvester to finish the import", info.Ref)
 	}
 	return nil

@@ -3,20 +3,28 @@ package harvester
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
-// Labels and annotations this provider sets on the objects it creates on Harvester.
+// Labels and annotations this provider sets on the objects it creates on Harvester. The owner's
+// keys say "machinerequest" because the first owners were MachineRequests, and objects on Harvester
+// carry them since: they name the owner of any kind (LabelOwnerKind says which).
 const (
 	// LabelMachineRequestUID is the ownership label: an object is ours only if it carries the
-	// UID of the MachineRequest it was created for.
+	// UID of the owner it was created for.
 	LabelMachineRequestUID = "butler.butlerlabs.dev/machinerequest-uid"
-	// LabelMachineRequestNamespace names the MachineRequest's namespace.
+	// LabelMachineRequestNamespace names the owner's namespace.
 	LabelMachineRequestNamespace = "butler.butlerlabs.dev/machinerequest-namespace"
-	// LabelMachineRequestName names the MachineRequest (hashed when longer than a label value may be).
+	// LabelMachineRequestName names the owner (hashed when longer than a label value may be).
 	LabelMachineRequestName = "butler.butlerlabs.dev/machinerequest-name"
+	// LabelOwnerKind is the owner's kind; objects made before it existed have none and belong to
+	// a MachineRequest.
+	LabelOwnerKind = "butler.butlerlabs.dev/owner-kind"
 	// LabelRole is the machine's role, used by the anti-affinity between machines of one role.
 	LabelRole = "butler.butlerlabs.dev/role"
 	// LabelManagedBy is the label the published provider set; kept for compatibility and
@@ -24,7 +32,7 @@ const (
 	LabelManagedBy = "butler.butlerlabs.dev/managed-by"
 	// ManagedByValue is the value of LabelManagedBy and of LabelHarvesterCreator.
 	ManagedByValue = "butler-provider-harvester"
-	// AnnotationMachineRequest holds "<namespace>/<name>" of the MachineRequest, unabridged.
+	// AnnotationMachineRequest holds "<namespace>/<name>" of the owner, unabridged.
 	AnnotationMachineRequest = "butler.butlerlabs.dev/machinerequest"
 	// LabelManagementCluster identifies the management cluster whose MachineRequest the object
 	// is for (the UID of its kube-system namespace): a left-over VM is taken over automatically
@@ -41,8 +49,15 @@ const (
 	AnnotationRemovedPVCs = "harvesterhci.io/removedPersistentVolumeClaims"
 )
 
-// Owner identifies the MachineRequest that objects on Harvester belong to.
+// OwnerKindMachineRequest is the kind of an owner that names none (objects made before owners had
+// kinds are a MachineRequest's).
+const OwnerKindMachineRequest = "MachineRequest"
+
+// Owner identifies the object of a front door (a MachineRequest, a HarvesterMachine) that objects
+// on Harvester belong to.
 type Owner struct {
+	// Kind is the owner's kind (empty: OwnerKindMachineRequest).
+	Kind      string
 	Namespace string
 	Name      string
 	UID       types.UID
@@ -61,6 +76,42 @@ type Owner struct {
 	HandOver bool
 }
 
+// kind is the owner's kind, OwnerKindMachineRequest if it names none.
+func (o Owner) kind() string {
+	if o.Kind == "" {
+		return OwnerKindMachineRequest
+	}
+	return o.Kind
+}
+
+// Key names the owner in notifications.
+func (o Owner) Key() OwnerKey {
+	return OwnerKey{Kind: o.kind(), NamespacedName: types.NamespacedName{Namespace: o.Namespace, Name: o.Name}}
+}
+
+// String names the owner in messages: "MachineRequest ns/name".
+func (o Owner) String() string { return o.kind() + " " + o.Namespace + "/" + o.Name }
+
+// OwnerKey names an owner of any kind.
+type OwnerKey struct {
+	Kind string
+	types.NamespacedName
+}
+
+// ownerKeyOf names the owner an object on Harvester was created for; ok is false for an object
+// that names none.
+func ownerKeyOf(obj metav1.Object) (OwnerKey, bool) {
+	ns, name, ok := strings.Cut(obj.GetAnnotations()[AnnotationMachineRequest], "/")
+	if !ok {
+		return OwnerKey{}, false
+	}
+	kind := obj.GetLabels()[LabelOwnerKind]
+	if kind == "" {
+		kind = OwnerKindMachineRequest
+	}
+	return OwnerKey{Kind: kind, NamespacedName: types.NamespacedName{Namespace: ns, Name: name}}, true
+}
+
 // ownerLabels are the labels every object we create carries.
 func ownerLabels(o Owner, role string) map[string]string {
 	l := map[string]string{
@@ -68,6 +119,7 @@ func ownerLabels(o Owner, role string) map[string]string {
 		LabelMachineRequestNamespace: o.Namespace,
 		LabelMachineRequestName:      labelSafe(o.Name),
 		LabelManagedBy:               ManagedByValue,
+		LabelOwnerKind:               o.kind(),
 	}
 	if role != "" {
 		l[LabelRole] = role

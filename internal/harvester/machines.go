@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/singleflight"
@@ -13,13 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 )
 
 // Machines creates, observes and deletes machines on one Harvester cluster.
@@ -40,6 +38,8 @@ type Machines interface {
 
 // Observation is the state of a machine on Harvester.
 type Observation struct {
+	// Namespace and Name are the VM's (empty when there is no VM).
+	Namespace, Name string
 	// VMExists is true when a VM of ours with the machine's name exists.
 	VMExists bool
 	// VMCreated is true when this call created the VM.
@@ -90,17 +90,17 @@ type Cluster interface {
 	Preflight(ctx context.Context, spec PreflightSpec) (version string, checks []Check)
 }
 
-// remoteMachines implements Cluster on a controller-runtime client for the Harvester cluster.
-type remoteMachines struct {
+// remote is what every part of the engine reaches one Harvester cluster through: its client, the
+// cache of the objects the provider owns in its namespace, and its identity.
+type remote struct {
+	cluster *clustercache.Cluster
 	// c writes, and reads what is not cached.
 	c client.Client
-	// cache, once informers of the Harvester cluster have synced, reads the objects we own in
-	// namespace. A cache can lag behind: where absence decides something, it is confirmed with
-	// c (see read).
-	cache     atomic.Pointer[cacheReader]
-	namespace string
-	discovery discovery.ServerVersionInterface
-	*identity
+}
+
+// machines implements Machines: the VMs, disks and cloud-init Secrets of one cluster.
+type machines struct {
+	*remote
 	// staleUnschedulable records when each VMI was first seen still showing the scheduler's
 	// "unbound PVCs" reason with all its disks bound (see schedulingGrace).
 	staleUnschedulable objectMemory
@@ -112,39 +112,45 @@ type remoteMachines struct {
 	volumeUsersCalls singleflight.Group
 }
 
-type cacheReader struct{ client.Reader }
+// images implements Images: the VirtualMachineImages of one cluster.
+type images struct{ *remote }
 
-// NewCluster returns a Cluster working through c, a client for the Harvester cluster at server
-// whose scheme knows core/v1 and kubevirt.io/v1, and dc, which asks for the server's version.
-// cached, if not nil, serves reads of the objects the provider owns.
-func NewCluster(c client.Client, cached client.Reader, dc discovery.ServerVersionInterface, server string) Cluster {
-	m := &remoteMachines{c: c, discovery: dc, identity: &identity{c: c, server: server}}
-	m.useCache(cached)
-	return m
+// preflight runs the ProviderConfig's checks on one cluster.
+type preflight struct{ *remote }
+
+// cluster implements Cluster by its three parts.
+type cluster struct {
+	*machines
+	*images
+	*preflight
+	remote *remote
 }
 
-// useCache starts serving reads from cached (nil: live reads only).
-func (m *remoteMachines) useCache(cached client.Reader) {
-	if cached != nil {
-		m.cache.Store(&cacheReader{cached})
-	}
+// NewCluster returns the engine of one Harvester cluster, working through the client (and cache)
+// of rc, whose scheme must know the kinds of RemoteScheme.
+func NewCluster(rc *clustercache.Cluster) Cluster {
+	r := &remote{cluster: rc, c: rc.Client()}
+	return &cluster{machines: &machines{remote: r}, images: &images{r}, preflight: &preflight{r}, remote: r}
+}
+
+// Identity names the cluster; machines record it where they are created.
+func (c *cluster) Identity(ctx context.Context) (ClusterIdentity, error) {
+	return c.remote.Identity(ctx)
+}
+
+// Identity names the cluster (read once per client).
+func (m *remote) Identity(ctx context.Context) (ClusterIdentity, error) {
+	id, err := m.cluster.Identity(ctx)
+	return id, classify(err, clustercache.IdentityAction)
 }
 
 // cacheFor returns the cache that serves the namespace, nil if none does.
-func (m *remoteMachines) cacheFor(namespace string) client.Reader {
-	if m.namespace != "" && namespace != m.namespace {
-		return nil
-	}
-	if c := m.cache.Load(); c != nil {
-		return c
-	}
-	return nil
-}
+func (m *remote) cacheFor(namespace string) client.Reader { return m.cluster.CacheFor(namespace) }
 
 // read gets an object the provider may own from the cache, and confirms with a live read that
 // an object the cache does not have really is absent: a cache that has not yet seen a creation
 // must never make us report a VM deleted, or declare a deletion complete.
-func (m *remoteMachines) read(ctx context.Context, key client.ObjectKey, obj client.Object) error {
+func (m *remote) read(ctx context.Context, key client.ObjectKey, obj client.Object) error {
 	cached := m.cacheFor(key.Namespace)
 	if cached == nil {
 		return m.c.Get(ctx, key, obj)
@@ -157,21 +163,21 @@ func (m *remoteMachines) read(ctx context.Context, key client.ObjectKey, obj cli
 }
 
 // live reads from the API.
-func (m *remoteMachines) live(ctx context.Context, key client.ObjectKey, obj client.Object) error {
+func (m *remote) live(ctx context.Context, key client.ObjectKey, obj client.Object) error {
 	return m.c.Get(ctx, key, obj)
 }
 
 // peek reads from the cache alone, where a cache that lags costs nothing: an object about to be
 // created (if it exists after all, the create says so), a VMI not seen yet (the machine is not
 // Running yet), a deletion looked at again later.
-func (m *remoteMachines) peek(ctx context.Context, key client.ObjectKey, obj client.Object) error {
+func (m *remote) peek(ctx context.Context, key client.ObjectKey, obj client.Object) error {
 	if cached := m.cacheFor(key.Namespace); cached != nil {
 		return cached.Get(ctx, key, obj)
 	}
 	return m.c.Get(ctx, key, obj)
 }
 
-func (m *remoteMachines) Ensure(ctx context.Context, spec *MachineSpec) (Observation, error) {
+func (m *machines) Ensure(ctx context.Context, spec *MachineSpec) (Observation, error) {
 	// The absence of a recorded VM is confirmed: it means the VM was deleted. A VM not created
 	// yet is looked for in the cache alone: if it exists after all, creating it says so.
 	vm, takenOver, err := m.findVM(ctx, spec, spec.VMUID != "")
@@ -227,7 +233,7 @@ func (m *remoteMachines) Ensure(ctx context.Context, spec *MachineSpec) (Observa
 }
 
 // record has the front door store where the machine lives, if it asked to (see MachineSpec.Record).
-func (m *remoteMachines) record(ctx context.Context, spec *MachineSpec) error {
+func (m *machines) record(ctx context.Context, spec *MachineSpec) error {
 	if spec.Record == nil {
 		return nil
 	}
@@ -240,15 +246,15 @@ func (m *remoteMachines) record(ctx context.Context, spec *MachineSpec) error {
 
 // findVM returns the machine's VM (nil if there is none), taking over a VM of an earlier
 // MachineRequest of the same name when no VM is recorded (see takeOverSuperseded).
-func (m *remoteMachines) findVM(ctx context.Context, spec *MachineSpec, confirmAbsence bool) (*kubevirtv1.VirtualMachine, types.UID, error) {
+func (m *machines) findVM(ctx context.Context, spec *MachineSpec, confirmAbsence bool) (*kubevirtv1.VirtualMachine, types.UID, error) {
 	vm, err := m.getOwnedVM(ctx, spec.Ref(), confirmAbsence)
-	if p, ok := AsPermanent(err); ok && p.Reason == v1alpha1.ReasonNameConflict && spec.VMUID == "" {
+	if p, ok := AsPermanent(err); ok && p.Reason == ReasonNameTaken && spec.VMUID == "" {
 		return m.takeOverSuperseded(ctx, spec)
 	}
 	return vm, "", err
 }
 
-func (m *remoteMachines) Observe(ctx context.Context, ref MachineRef) (Observation, error) {
+func (m *machines) Observe(ctx context.Context, ref MachineRef) (Observation, error) {
 	vm, err := m.getOwnedVM(ctx, ref, true)
 	if _, conflict := AsPermanent(err); conflict {
 		return Observation{}, nil // a foreign VM took the name: ours is gone
@@ -269,15 +275,13 @@ func isRecordedVM(vm *kubevirtv1.VirtualMachine, ref MachineRef) bool {
 }
 
 func vmGone(ref MachineRef) error {
-	return Permanent(v1alpha1.ReasonVMDeleted,
-		"%s (UID %s) was deleted outside the provider: set annotation %s=true on the MachineRequest (or change its spec) to create a new VM, or delete the MachineRequest",
-		describe("VirtualMachine", ref.Namespace, ref.Name), ref.VMUID, v1alpha1.AnnotationRetry)
+	return Permanent(ReasonVMDeleted, "%s (UID %s) was deleted outside the provider", describe("VirtualMachine", ref.Namespace, ref.Name), ref.VMUID)
 }
 
 // getOwnedVM returns our VM, nil if none exists (confirmed live if confirmAbsence), or a
 // NameConflict error if a VM that is not ours has the name. A VM of the published provider is
 // adopted (see adoptable).
-func (m *remoteMachines) getOwnedVM(ctx context.Context, ref MachineRef, confirmAbsence bool) (*kubevirtv1.VirtualMachine, error) {
+func (m *machines) getOwnedVM(ctx context.Context, ref MachineRef, confirmAbsence bool) (*kubevirtv1.VirtualMachine, error) {
 	vm := &kubevirtv1.VirtualMachine{}
 	key := client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}
 	get := m.peek
@@ -313,7 +317,7 @@ func adoptable(vm *kubevirtv1.VirtualMachine, o Owner) bool {
 	return o.AdoptByName
 }
 
-func (m *remoteMachines) adopt(ctx context.Context, vm *kubevirtv1.VirtualMachine, o Owner) (*kubevirtv1.VirtualMachine, error) {
+func (m *machines) adopt(ctx context.Context, vm *kubevirtv1.VirtualMachine, o Owner) (*kubevirtv1.VirtualMachine, error) {
 	// Labels and annotations merge key by key: no resourceVersion, so that KubeVirt's and
 	// Harvester's constant writes to the VM cannot make this patch fail.
 	patch := client.MergeFrom(vm.DeepCopy())
@@ -331,7 +335,7 @@ func (m *remoteMachines) adopt(ctx context.Context, vm *kubevirtv1.VirtualMachin
 // another UID. This is how a Butler bootstrap run again after a failed one (its management cluster
 // deleted, the MachineRequests with it) finds the VMs of the first run, as the published provider
 // did. A VM of anyone else stays a NameConflict.
-func (m *remoteMachines) takeOverSuperseded(ctx context.Context, spec *MachineSpec) (*kubevirtv1.VirtualMachine, types.UID, error) {
+func (m *machines) takeOverSuperseded(ctx context.Context, spec *MachineSpec) (*kubevirtv1.VirtualMachine, types.UID, error) {
 	vm := &kubevirtv1.VirtualMachine{}
 	if err := m.read(ctx, client.ObjectKey{Namespace: spec.Namespace, Name: spec.Name}, vm); err != nil {
 		return nil, "", classify(err, "get "+describe("VirtualMachine", spec.Namespace, spec.Name))
@@ -381,7 +385,7 @@ func (m *remoteMachines) takeOverSuperseded(ctx context.Context, spec *MachineSp
 
 // relabel gives an object of ours the ownership labels of another MachineRequest. Labels merge
 // key by key: no resourceVersion, so that KubeVirt's and Harvester's own writes cannot fail it.
-func (m *remoteMachines) relabel(ctx context.Context, kind string, obj client.Object, o Owner) error {
+func (m *machines) relabel(ctx context.Context, kind string, obj client.Object, o Owner) error {
 	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
 	obj.SetLabels(mergeMaps(obj.GetLabels(), ownerLabels(o, obj.GetLabels()[LabelRole])))
 	obj.SetAnnotations(mergeMaps(obj.GetAnnotations(), ownerAnnotations(o)))
@@ -399,21 +403,20 @@ func (m *remoteMachines) relabel(ctx context.Context, kind string, obj client.Ob
 // against one Harvester namespace must never take objects from each other back and forth.
 func supersedable(kind string, obj client.Object, o Owner) error {
 	old := obj.GetLabels()[LabelMachineRequestUID]
-	if old == "" || types.UID(old) == o.UID || obj.GetAnnotations()[AnnotationMachineRequest] != o.Namespace+"/"+o.Name {
+	if key, ok := ownerKeyOf(obj); old == "" || types.UID(old) == o.UID || !ok || key != o.Key() {
 		return nameConflict(kind, obj, o)
 	}
 	if maker := obj.GetLabels()[LabelManagementCluster]; maker != "" && maker != o.Cluster && !o.HandOver {
-		return Permanent(v1alpha1.ReasonNameConflict,
-			"%s was created for MachineRequest %s/%s of another management cluster (kube-system UID %s; this one is %q): it is left untouched. "+
-				"If that cluster is gone (a bootstrap run again), hand the machine over with its VM, disks and cloud-init Secret: set annotation %s=true on this MachineRequest",
-			describe(kind, obj.GetNamespace(), obj.GetName()), o.Namespace, o.Name, maker, o.Cluster, v1alpha1.AnnotationHandOver)
+		return Permanent(ReasonNameTakenByAnotherManagementCluster,
+			"%s was created for %s of another management cluster (kube-system UID %s; this one is %q): it is left untouched",
+			describe(kind, obj.GetNamespace(), obj.GetName()), o, maker, o.Cluster)
 	}
 	return nil
 }
 
 // takeOverLeftover takes over a disk or Secret an earlier MachineRequest of the same namespace and
 // name left without a VM (its run died before creating the VM), where supersedable allows it.
-func (m *remoteMachines) takeOverLeftover(ctx context.Context, kind string, obj client.Object, o Owner) error {
+func (m *machines) takeOverLeftover(ctx context.Context, kind string, obj client.Object, o Owner) error {
 	if err := supersedable(kind, obj, o); err != nil {
 		return err
 	}
@@ -421,13 +424,13 @@ func (m *remoteMachines) takeOverLeftover(ctx context.Context, kind string, obj 
 }
 
 func nameConflict(kind string, obj client.Object, o Owner) error {
-	return Permanent(v1alpha1.ReasonNameConflict,
-		"%s exists on Harvester but was not created for MachineRequest %s/%s: it is left untouched; choose another spec.machineName or delete that %s",
-		describe(kind, obj.GetNamespace(), obj.GetName()), o.Namespace, o.Name, kind)
+	return Permanent(ReasonNameTaken,
+		"%s exists on Harvester but was not created for %s: it is left untouched",
+		describe(kind, obj.GetNamespace(), obj.GetName()), o)
 }
 
 // usableImage returns the image the root disk is cloned from, if it can be.
-func (m *remoteMachines) usableImage(ctx context.Context, spec *MachineSpec) (ImageInfo, error) {
+func (m *machines) usableImage(ctx context.Context, spec *MachineSpec) (ImageInfo, error) {
 	image, err := getImage(ctx, m.read, spec.Image)
 	if err != nil {
 		return image, err
@@ -443,7 +446,7 @@ func (m *remoteMachines) usableImage(ctx context.Context, spec *MachineSpec) (Im
 
 // createVM creates the machine's VM. If a VM of that name appeared since the cache was looked
 // at, it is looked for again live (ours, an adopted or superseded one, or a NameConflict).
-func (m *remoteMachines) createVM(ctx context.Context, spec *MachineSpec) (vm *kubevirtv1.VirtualMachine, takenOver types.UID, created bool, err error) {
+func (m *machines) createVM(ctx context.Context, spec *MachineSpec) (vm *kubevirtv1.VirtualMachine, takenOver types.UID, created bool, err error) {
 	vm = BuildVirtualMachine(spec)
 	what := describe("VirtualMachine", vm.Namespace, vm.Name)
 	err = m.c.Create(ctx, vm)
@@ -460,8 +463,10 @@ func (m *remoteMachines) createVM(ctx context.Context, spec *MachineSpec) (vm *k
 	return nil, "", false, createError(err, what)
 }
 
-func (m *remoteMachines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMachine) (Observation, error) {
+func (m *machines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMachine) (Observation, error) {
 	obs := Observation{
+		Namespace:       vm.Namespace,
+		Name:            vm.Name,
 		VMExists:        true,
 		VMUID:           vm.UID,
 		ProviderID:      ProviderIDPrefix + string(vm.UID),
@@ -514,7 +519,7 @@ func (m *remoteMachines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMa
 // What is left is looked for in the cache until nothing is, and only then confirmed live: a
 // lagging cache never releases the finalizer early, and a deletion costs a handful of reads
 // however many events it sees. done is true when nothing of ours is left.
-func (m *remoteMachines) Delete(ctx context.Context, ref MachineRef) (bool, string, error) {
+func (m *machines) Delete(ctx context.Context, ref MachineRef) (bool, string, error) {
 	ref.VMUID = ""
 	if m.cacheFor(ref.Namespace) != nil {
 		done, remaining, err := m.deleteStep(ctx, ref, false)
@@ -527,7 +532,7 @@ func (m *remoteMachines) Delete(ctx context.Context, ref MachineRef) (bool, stri
 
 // deleteStep deletes the VM, or once it is gone what is left of ours, looking through the cache
 // or, if live, at the API.
-func (m *remoteMachines) deleteStep(ctx context.Context, ref MachineRef, live bool) (bool, string, error) {
+func (m *machines) deleteStep(ctx context.Context, ref MachineRef, live bool) (bool, string, error) {
 	vm, err := m.getOwnedVM(ctx, ref, live)
 	if _, conflict := AsPermanent(err); conflict {
 		vm, err = nil, nil // not ours: never touched
@@ -554,7 +559,7 @@ func (m *remoteMachines) deleteStep(ctx context.Context, ref MachineRef, live bo
 	}
 	remaining = append(remaining, secret...)
 	if len(inUse) > 0 {
-		return false, "", Waiting(v1alpha1.ReasonDiskInUse, deletionRetry,
+		return false, "", Waiting(ReasonDiskInUse, deletionRetry,
 			"the VM is deleted, but %s: Harvester does not delete a volume a VM uses, and neither does the provider. Detach it there (or delete that VM); deletion then completes by itself",
 			strings.Join(inUse, "; "))
 	}
@@ -565,7 +570,7 @@ func (m *remoteMachines) deleteStep(ctx context.Context, ref MachineRef, live bo
 // which its root disk owns (Harvester removes the disk with the VM), and deletes a Secret of ours
 // that has no owner (one made by an earlier version, or when the root disk was missing). It names
 // the Secret while it exists, and the kind of its owner.
-func (m *remoteMachines) deleteCloudInitSecret(ctx context.Context, ref MachineRef, live bool) (remaining []string, ownerKind string, err error) {
+func (m *machines) deleteCloudInitSecret(ctx context.Context, ref MachineRef, live bool) (remaining []string, ownerKind string, err error) {
 	secret := secretMeta(ref.Namespace, cloudInitSecretName(ref.Name))
 	what := describe("Secret", secret.Namespace, secret.Name)
 	get := m.peek
@@ -595,7 +600,7 @@ func (m *remoteMachines) deleteCloudInitSecret(ctx context.Context, ref MachineR
 // deleteDisks deletes what is left of the machine's disks once its VM is gone: the PVCs labelled
 // for it and (withDataVolume, read live) the DataVolume of a CDI root disk. A disk another VM uses is left alone (Harvester
 // would refuse, and it is that VM's now): inUse says which and where.
-func (m *remoteMachines) deleteDisks(ctx context.Context, ref MachineRef, live, withDataVolume bool) (remaining, inUse []string, err error) {
+func (m *machines) deleteDisks(ctx context.Context, ref MachineRef, live, withDataVolume bool) (remaining, inUse []string, err error) {
 	claims, err := m.ownedClaims(ctx, ref, live)
 	if err != nil {
 		return nil, nil, err
@@ -659,7 +664,7 @@ func (m *remoteMachines) deleteDisks(ctx context.Context, ref MachineRef, live, 
 // ownedRootDataVolume returns the machine's root disk DataVolume if it has one of ours (a machine
 // of an image of the CDI backend), read live. A Harvester without DataVolumes, or credentials that
 // may not read them, cannot have given the machine one.
-func (m *remoteMachines) ownedRootDataVolume(ctx context.Context, ref MachineRef) (*cdiv1.DataVolume, error) {
+func (m *machines) ownedRootDataVolume(ctx context.Context, ref MachineRef) (*cdiv1.DataVolume, error) {
 	dv := &cdiv1.DataVolume{}
 	err := m.c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: diskClaimName(ref.Name, 0)}, dv)
 	switch {
@@ -676,7 +681,7 @@ func (m *remoteMachines) ownedRootDataVolume(ctx context.Context, ref MachineRef
 // deleteVM makes sure the VM's removed-claims annotation names exactly its disks that are ours
 // (set at creation, so usually nothing to do; a disk someone hot-plugged is never named), then
 // deletes the VM (only this UID).
-func (m *remoteMachines) deleteVM(ctx context.Context, vm *kubevirtv1.VirtualMachine, o Owner) error {
+func (m *machines) deleteVM(ctx context.Context, vm *kubevirtv1.VirtualMachine, o Owner) error {
 	what := describe("VirtualMachine", vm.Namespace, vm.Name)
 	m.forgetDiagnosis(vm)
 	if vm.DeletionTimestamp != nil {

@@ -15,7 +15,7 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 )
 
 // NetworkAttachmentDefinitionGVK is the multus network kind VMs attach to.
@@ -71,7 +71,7 @@ func RequiredPermissions(namespace, imageNamespace, networkNamespace string) []P
 	add(networkNamespace, "k8s.cni.cncf.io", "network-attachment-definitions", "get")
 	add("", "storage.k8s.io", "storageclasses", "get")
 	// The cluster's identity, recorded with every machine (see ClusterIdentity).
-	out = append(out, Permission{Verb: "get", Resource: "namespaces", Name: identityNamespace})
+	out = append(out, Permission{Verb: "get", Resource: "namespaces", Name: clustercache.IdentityNamespace})
 	return out
 }
 
@@ -106,40 +106,31 @@ type Check struct {
 }
 
 // ServerVersion is the Harvester API server's version, e.g. "v1.30.4+rke2r1".
-func (m *remoteMachines) ServerVersion() (string, error) {
-	if m.discovery == nil {
-		return "", fmt.Errorf("no discovery client")
-	}
-	v, err := m.discovery.ServerVersion()
-	if err != nil {
-		return "", err
-	}
-	return v.GitVersion, nil
-}
+func (m *preflight) ServerVersion() (string, error) { return m.cluster.ServerVersion() }
 
 // Preflight runs every check against Harvester. CredentialsValid comes first: when the API does not
 // answer, the other checks are reported as not run.
-func (m *remoteMachines) Preflight(ctx context.Context, spec PreflightSpec) (version string, checks []Check) {
+func (m *preflight) Preflight(ctx context.Context, spec PreflightSpec) (version string, checks []Check) {
 	version, err := m.ServerVersion()
 	if err != nil {
-		checks = append(checks, Check{Type: v1alpha1.ConditionCredentialsValid, Reason: v1alpha1.ReasonHarvesterUnreachable,
+		checks = append(checks, Check{Type: CheckCredentials, Reason: ReasonHarvesterUnreachable,
 			Message: fmt.Sprintf("the Harvester API did not answer with these credentials: %v", err)})
-		for _, t := range []string{v1alpha1.ConditionImageReady, v1alpha1.ConditionNetworkReady, v1alpha1.ConditionStorageReady, v1alpha1.ConditionPermissionsReady} {
-			checks = append(checks, Check{Type: t, Unknown: true, Reason: v1alpha1.ReasonNotChecked, Message: "not checked: the credentials do not work"})
+		for _, t := range []string{CheckImage, CheckNetwork, CheckStorage, CheckPermissions} {
+			checks = append(checks, Check{Type: t, Unknown: true, Reason: ReasonNotChecked, Message: "not checked: the credentials do not work"})
 		}
 		return "", checks
 	}
-	checks = append(checks, Check{Type: v1alpha1.ConditionCredentialsValid, OK: true, Reason: v1alpha1.ReasonCheckPassed,
+	checks = append(checks, Check{Type: CheckCredentials, OK: true, Reason: ReasonCheckPassed,
 		Message: "the Harvester API answers (Kubernetes " + version + ")"})
 	image, imageCheck := m.checkImage(ctx, spec.Image)
 	checks = append(checks, imageCheck, m.checkNetwork(ctx, spec.Network), m.checkStorage(ctx, image, spec.StorageClass), m.checkPermissions(ctx, spec, image))
 	return version, checks
 }
 
-func (m *remoteMachines) checkImage(ctx context.Context, ref *ObjectRef) (*ImageInfo, Check) {
-	c := Check{Type: v1alpha1.ConditionImageReady}
+func (m *preflight) checkImage(ctx context.Context, ref *ObjectRef) (*ImageInfo, Check) {
+	c := Check{Type: CheckImage}
 	if ref == nil {
-		c.OK, c.Reason, c.Message = true, v1alpha1.ReasonNoDefaultImage, "no default image (harvester.imageName): every MachineRequest must set spec.image"
+		c.OK, c.Reason, c.Message = true, ReasonNoDefaultImage, "no default image (harvester.imageName): every MachineRequest must set spec.image"
 		return nil, c
 	}
 	info, err := getImage(ctx, m.live, *ref)
@@ -156,7 +147,7 @@ func (m *remoteMachines) checkImage(ctx context.Context, ref *ObjectRef) (*Image
 		c.Reason, c.Message = reasonOf(err), err.Error()
 		return nil, c
 	}
-	c.OK, c.Reason = true, v1alpha1.ReasonCheckPassed
+	c.OK, c.Reason = true, ReasonCheckPassed
 	switch info.Backend {
 	case BackendCDI:
 		c.Message = fmt.Sprintf("VirtualMachineImage %s is imported; backend cdi: root disks are DataVolumes cloned from its PVC, of storage class %s", ref, info.StorageClass())
@@ -168,11 +159,11 @@ func (m *remoteMachines) checkImage(ctx context.Context, ref *ObjectRef) (*Image
 
 // checkDataVolumesServed refuses an image of the CDI backend on a Harvester that serves no
 // DataVolumes (no CDI): its root disks could not be created.
-func (m *remoteMachines) checkDataVolumesServed(info ImageInfo) error {
+func (m *remote) checkDataVolumesServed(info ImageInfo) error {
 	gvk := cdiv1.SchemeGroupVersion.WithKind(dataVolumeKind)
 	if _, err := m.c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
 		if meta.IsNoMatchError(err) {
-			return Permanent(v1alpha1.ReasonImageBackendUnsupported,
+			return Permanent(ReasonImageBackendUnsupported,
 				"VirtualMachineImage %s is of backend %s, but Harvester serves no DataVolume API (%s): its root disks cannot be cloned; use an image of backend %s",
 				info.Ref, BackendCDI, gvk.GroupVersion(), BackendBackingImage)
 		}
@@ -181,25 +172,25 @@ func (m *remoteMachines) checkDataVolumesServed(info ImageInfo) error {
 	return nil
 }
 
-func (m *remoteMachines) checkNetwork(ctx context.Context, ref ObjectRef) Check {
-	c := Check{Type: v1alpha1.ConditionNetworkReady}
+func (m *preflight) checkNetwork(ctx context.Context, ref ObjectRef) Check {
+	c := Check{Type: CheckNetwork}
 	nad := &unstructured.Unstructured{}
 	nad.SetGroupVersionKind(NetworkAttachmentDefinitionGVK)
 	err := m.c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, nad)
 	switch {
 	case apierrors.IsNotFound(err):
-		c.Reason, c.Message = v1alpha1.ReasonNetworkNotFound, fmt.Sprintf(
+		c.Reason, c.Message = ReasonNetworkNotFound, fmt.Sprintf(
 			"VM network %s (NetworkAttachmentDefinition) does not exist on Harvester: create it (Networks > VM Networks) or correct harvester.networkName", ref)
 	case err != nil:
 		c.Reason, c.Message = reasonOf(classify(err, "get NetworkAttachmentDefinition "+ref.String())), err.Error()
 	default:
-		c.OK, c.Reason, c.Message = true, v1alpha1.ReasonCheckPassed, fmt.Sprintf("VM network %s exists", ref)
+		c.OK, c.Reason, c.Message = true, ReasonCheckPassed, fmt.Sprintf("VM network %s exists", ref)
 	}
 	return c
 }
 
-func (m *remoteMachines) checkStorage(ctx context.Context, image *ImageInfo, extra string) Check {
-	c := Check{Type: v1alpha1.ConditionStorageReady}
+func (m *preflight) checkStorage(ctx context.Context, image *ImageInfo, extra string) Check {
+	c := Check{Type: CheckStorage}
 	var needed []string
 	if image != nil {
 		needed = append(needed, image.StorageClass())
@@ -219,11 +210,11 @@ func (m *remoteMachines) checkStorage(ctx context.Context, image *ImageInfo, ext
 		}
 	}
 	if len(missing) > 0 {
-		c.Reason, c.Message = v1alpha1.ReasonStorageClassNotFound, fmt.Sprintf(
+		c.Reason, c.Message = ReasonStorageClassNotFound, fmt.Sprintf(
 			"StorageClass %s does not exist on Harvester: Harvester creates an image's storage class when the image is imported; re-import the image or correct harvester.storageClassName", strings.Join(missing, ", "))
 		return c
 	}
-	c.OK, c.Reason = true, v1alpha1.ReasonCheckPassed
+	c.OK, c.Reason = true, ReasonCheckPassed
 	c.Message = "storage classes exist: " + strings.Join(needed, ", ")
 	if len(needed) == 0 {
 		c.Message = "no storage class to check"
@@ -231,8 +222,8 @@ func (m *remoteMachines) checkStorage(ctx context.Context, image *ImageInfo, ext
 	return c
 }
 
-func (m *remoteMachines) checkPermissions(ctx context.Context, spec PreflightSpec, image *ImageInfo) Check {
-	c := Check{Type: v1alpha1.ConditionPermissionsReady}
+func (m *preflight) checkPermissions(ctx context.Context, spec PreflightSpec, image *ImageInfo) Check {
+	c := Check{Type: CheckPermissions}
 	imageNs := ""
 	if spec.Image != nil {
 		imageNs = spec.Image.Namespace
@@ -266,11 +257,11 @@ func (m *remoteMachines) checkPermissions(ctx context.Context, spec PreflightSpe
 		}
 	}
 	if len(missing) > 0 {
-		c.Reason, c.Message = v1alpha1.ReasonPermissionsMissing,
+		c.Reason, c.Message = ReasonPermissionsMissing,
 			"the credentials may not: "+strings.Join(missing, "; ")+". Grant them in the Role bound to these credentials on Harvester"
 		return c
 	}
-	c.OK, c.Reason, c.Message = true, v1alpha1.ReasonCheckPassed, "the credentials may do everything the provider does on Harvester"
+	c.OK, c.Reason, c.Message = true, ReasonCheckPassed, "the credentials may do everything the provider does on Harvester"
 	return c
 }
 
@@ -282,5 +273,5 @@ func reasonOf(err error) string {
 	if w, ok := AsWaiting(err); ok {
 		return w.Reason
 	}
-	return v1alpha1.ReasonHarvesterUnreachable
+	return ReasonHarvesterUnreachable
 }

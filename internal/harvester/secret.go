@@ -41,7 +41,7 @@ func cloudInitHash(data map[string][]byte) string {
 
 // ensureCloudInitSecret creates the machine's cloud-init Secret, owned by owner (its root disk)
 // when given, or brings ours up to date. A machine without cloud-init data has none.
-func (m *remoteMachines) ensureCloudInitSecret(ctx context.Context, spec *MachineSpec, owner *metav1.OwnerReference) error {
+func (m *machines) ensureCloudInitSecret(ctx context.Context, spec *MachineSpec, owner *metav1.OwnerReference) error {
 	if !spec.HasCloudInit() {
 		return nil
 	}
@@ -96,7 +96,7 @@ func (m *remoteMachines) ensureCloudInitSecret(ctx context.Context, spec *Machin
 // rootDiskOwner names the machine's root disk as the owner of its cloud-init Secret: the PVC, or
 // the DataVolume of an image of the CDI backend; none if neither of ours exists (the provider
 // then deletes the Secret itself with the machine).
-func (m *remoteMachines) rootDiskOwner(ctx context.Context, spec *MachineSpec) ([]metav1.OwnerReference, error) {
+func (m *machines) rootDiskOwner(ctx context.Context, spec *MachineSpec) ([]metav1.OwnerReference, error) {
 	key := client.ObjectKey{Namespace: spec.Namespace, Name: diskClaimName(spec.Name, 0)}
 	pvc := &corev1.PersistentVolumeClaim{}
 	err := m.read(ctx, key, pvc)

@@ -1,28 +1,20 @@
 package harvester
 
 import (
-	"context"
 	"maps"
-	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
-)
 
-// cacheSyncTimeout bounds the wait for a Harvester cluster's informers. Credentials without list
-// or watch permission never sync: the provider then reads live and relies on polling.
-const cacheSyncTimeout = 15 * time.Second
+	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
+)
 
 // watchedKinds are the objects the provider owns on Harvester, watched by label in the machines'
 // namespace only (never a cluster-wide Secret cache). Secrets by their metadata only: the data of
@@ -39,27 +31,28 @@ func newImage() *unstructured.Unstructured {
 	return u
 }
 
-// Notifier hears of the changes on Harvester that matter: MachineRequests are named by their
-// objects' annotation; images by their own name (several ImageSyncs may wait for one image, and
+// Notifier hears of the changes on Harvester that matter: machines are named by their owner (its
+// kind, namespace and name, from their objects' labels and annotation); images by their own name (several ImageSyncs may wait for one image, and
 // another part of Butler may have created it). It is called from the informers, so it must
 // never block.
 type Notifier interface {
-	// MachineChanged names the MachineRequest whose object changed; urgent is set for changes
+	// MachineChanged names the owner whose object changed; urgent is set for changes
 	// that can make it Running (a VMI's phase or addresses) or complete its deletion, which
 	// should not wait behind other work.
-	MachineChanged(key types.NamespacedName, urgent bool)
+	MachineChanged(owner OwnerKey, urgent bool)
 	// ImageChanged names a VirtualMachineImage that appeared, disappeared or changed its import.
 	ImageChanged(key types.NamespacedName)
 }
 
-// startCache starts informers for the objects we own in namespace, and for every image there,
-// and sends an event whenever one of them changes in a way that matters. It returns nil if the
-// informers do not sync (for example without list/watch permission).
-func startCache(ctx context.Context, cfg *rest.Config, mapper meta.RESTMapper, namespace string, notify Notifier) cache.Cache {
-	c, err := cache.New(cfg, cache.Options{
-		Scheme:               remoteScheme,
-		Mapper:               mapper,
-		DefaultNamespaces:    map[string]cache.Config{namespace: {}},
+// NewWatches says what the cache of each Harvester cluster holds: the objects the provider owns,
+// by label, in the machines' namespace (never a cluster-wide Secret cache), and every image there;
+// notify, if not nil, hears of every change that matters.
+func NewWatches(notify Notifier) clustercache.Watches { return watches{notify: notify} }
+
+type watches struct{ notify Notifier }
+
+func (w watches) CacheOptions() cache.Options {
+	return cache.Options{
 		DefaultLabelSelector: labels.SelectorFromSet(labels.Set{LabelManagedBy: ManagedByValue}),
 		// Images are few, and shared with the rest of Butler: all of them, not only ours.
 		ByObject: map[client.Object]cache.ByObject{
@@ -69,41 +62,23 @@ func startCache(ctx context.Context, cfg *rest.Config, mapper meta.RESTMapper, n
 		// KubeVirt and Harvester write VMs and VMIs from several field managers: their
 		// managedFields would be most of what the cache holds, and nothing reads them.
 		DefaultTransform: cache.TransformStripManagedFields(),
-	})
-	if err != nil {
-		log.FromContext(ctx).Error(err, "Building the Harvester cache; reading live instead")
-		return nil
 	}
-	for _, kind := range append(watchedKinds(), newImage()) {
-		inf, err := c.GetInformer(ctx, kind, cache.BlockUntilSynced(false))
-		if err != nil {
-			log.FromContext(ctx).Error(err, "Watching Harvester; reading live instead")
-			return nil
+}
+
+func (w watches) Kinds() []clustercache.Watch {
+	var out []clustercache.Watch
+	for _, kind := range watchedKinds() {
+		var handler toolscache.ResourceEventHandler
+		if w.notify != nil {
+			handler = notifier(w.notify)
 		}
-		if notify == nil {
-			continue
-		}
-		handler := notifier(notify)
-		if _, isImage := kind.(*unstructured.Unstructured); isImage {
-			handler = imageNotifier(notify)
-		}
-		if _, err := inf.AddEventHandler(handler); err != nil {
-			return nil
-		}
+		out = append(out, clustercache.Watch{Object: kind, Handler: handler})
 	}
-	// The informers get their own context: if they cannot sync they are stopped here, rather than
-	// retrying refused lists against Harvester for as long as the client lives.
-	informerCtx, stopInformers := context.WithCancel(ctx)
-	go func() { _ = c.Start(informerCtx) }()
-	syncCtx, cancel := context.WithTimeout(ctx, cacheSyncTimeout)
-	defer cancel()
-	if !c.WaitForCacheSync(syncCtx) {
-		stopInformers()
-		log.FromContext(ctx).Info("Harvester informers did not sync (do the credentials allow list and watch?); reading live and polling instead", "namespace", namespace)
-		return nil
+	image := clustercache.Watch{Object: newImage()}
+	if w.notify != nil {
+		image.Handler = imageNotifier(w.notify)
 	}
-	context.AfterFunc(ctx, stopInformers) // they stop with the client
-	return c
+	return append(out, image)
 }
 
 // notifier turns informer events into MachineRequest notifications, dropping the updates that
@@ -118,11 +93,11 @@ func notifier(notify Notifier) toolscache.ResourceEventHandler {
 		if !ok {
 			return
 		}
-		ns, name, ok := strings.Cut(o.GetAnnotations()[AnnotationMachineRequest], "/")
+		owner, ok := ownerKeyOf(o)
 		if !ok {
 			return
 		}
-		notify.MachineChanged(types.NamespacedName{Namespace: ns, Name: name}, urgent)
+		notify.MachineChanged(owner, urgent)
 	}
 	return toolscache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {

@@ -56,20 +56,21 @@ func TestWatchedUpdatesThatMatter(t *testing.T) {
 
 // recordingNotifier records notifications.
 type recordingNotifier struct {
-	machines []types.NamespacedName
+	machines []OwnerKey
 	urgent   []bool
 	images   []types.NamespacedName
 }
 
-func (r *recordingNotifier) MachineChanged(key types.NamespacedName, urgent bool) {
+func (r *recordingNotifier) MachineChanged(key OwnerKey, urgent bool) {
 	r.machines, r.urgent = append(r.machines, key), append(r.urgent, urgent)
 }
 
 func (r *recordingNotifier) ImageChanged(key types.NamespacedName) { r.images = append(r.images, key) }
 
-// Changes are reported for the MachineRequest the object's annotation names; a VMI's phase or
+// Changes are reported for the owner the object's annotation names, of the kind its label names (a
+// MachineRequest when it names none: objects made before owners had kinds); a VMI's phase or
 // addresses and deletions are urgent (they can make a machine Running or complete a deletion).
-func TestNotifierMapsToTheMachineRequest(t *testing.T) {
+func TestNotifierMapsToTheOwner(t *testing.T) {
 	n := &recordingNotifier{}
 	h := notifier(n)
 	ours := map[string]string{AnnotationMachineRequest: "butler-system/cp-0"}
@@ -85,7 +86,7 @@ func TestNotifierMapsToTheMachineRequest(t *testing.T) {
 	h.OnDelete(&kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Annotations: ours}})
 	h.OnAdd(&kubevirtv1.VirtualMachineInstance{}, false) // not ours: no annotation, no notification
 	h.OnUpdate(&corev1.Secret{}, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Annotations: ours}})
-	want := types.NamespacedName{Namespace: "butler-system", Name: "cp-0"}
+	want := OwnerKey{Kind: OwnerKindMachineRequest, NamespacedName: types.NamespacedName{Namespace: "butler-system", Name: "cp-0"}}
 	if len(n.machines) != 4 || !slices.Equal(n.urgent, []bool{false, true, false, true}) {
 		t.Fatalf("notifications %v urgent %v", n.machines, n.urgent)
 	}
@@ -93,6 +94,11 @@ func TestNotifierMapsToTheMachineRequest(t *testing.T) {
 		if got != want {
 			t.Fatalf("notified %v, want %v", got, want)
 		}
+	}
+	labelled := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Annotations: ours, Labels: map[string]string{LabelOwnerKind: "HarvesterMachine"}}}
+	h.OnDelete(labelled)
+	if got := n.machines[len(n.machines)-1]; got.Kind != "HarvesterMachine" || got.NamespacedName != want.NamespacedName {
+		t.Fatalf("an object labelled with its owner's kind notified %v", got)
 	}
 	imgs := imageNotifier(n)
 	image := &unstructured.Unstructured{}

@@ -15,8 +15,8 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
 // Defaults that are not the controller's own.
@@ -106,8 +106,8 @@ func NewFlagSet(output io.Writer) (*flag.FlagSet, *Options) {
 	fs.DurationVar(&o.ConfigGracePeriod, "config-grace-period", controller.DefaultConfigGracePeriod, "How long a MachineRequest that has no VM yet, or an ImageSync, waits on a problem only you can fix (missing or unusable credentials, a missing setting, missing permissions, a ProviderConfig not shared, no ButlerConfig) before it becomes Failed with that reason, which the Butler bootstrap acts on. It is retried by itself once the problem is fixed.")
 	fs.DurationVar(&o.IPReportTimeout, "ip-report-timeout", controller.DefaultIPReportTimeout, "How long a running VM may go without reporting an IPv4 address before the diagnosis points at the guest agent and DHCP.")
 	fs.DurationVar(&o.RecheckInterval, "providerconfig-recheck-interval", controller.DefaultRecheckInterval, "How often a ProviderConfig's checks (credentials, image, network, storage, permissions) run again; a changed credentials Secret is noticed within 30s.")
-	fs.Float64Var(&o.HarvesterQPS, "harvester-qps", harvester.DefaultQPS, "Requests per second to each Harvester cluster.")
-	fs.IntVar(&o.HarvesterBurst, "harvester-burst", harvester.DefaultBurst, "Request burst to each Harvester cluster.")
+	fs.Float64Var(&o.HarvesterQPS, "harvester-qps", clustercache.DefaultQPS, "Requests per second to each Harvester cluster.")
+	fs.IntVar(&o.HarvesterBurst, "harvester-burst", clustercache.DefaultBurst, "Request burst to each Harvester cluster.")
 	fs.Float64Var(&o.KubeQPS, "kube-api-qps", DefaultKubeQPS, "Requests per second to the management cluster's API server.")
 	fs.IntVar(&o.KubeBurst, "kube-api-burst", DefaultKubeBurst, "Request burst to the management cluster's API server.")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "Log level: debug, info, warn or error.")

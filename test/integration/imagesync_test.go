@@ -24,7 +24,7 @@ import (
 	platformv1alpha1 "github.com/butlerdotdev/butler-provider-harvester/api/platform/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/imagefactory"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
 )
 
@@ -364,7 +364,7 @@ func TestImageSyncProviderConfigDeleted(t *testing.T) {
 	img.SetNamespace(w.hvNs)
 	img.SetName("slow")
 	img.SetAnnotations(map[string]string{sim.AnnotationImportDelay: "1h"})
-	_ = unstructured.SetNestedField(img.Object, harvester.FactoryImageURL(factoryURL, slow.Spec), "spec", "url")
+	_ = unstructured.SetNestedField(img.Object, imagefactory.URL(factoryURL, slow.Spec), "spec", "url")
 	w.must(hv.Create(w.ctx, img))
 	w.must(mgmt.Create(w.ctx, slow))
 	w.waitSyncPhase(slow, v1alpha1.ImageSyncPhaseDownloading)

@@ -29,6 +29,7 @@ import (
 
 	platformv1alpha1 "github.com/butlerdotdev/butler-provider-harvester/api/platform/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
@@ -150,7 +151,7 @@ func startManager(parent context.Context, cfg *rest.Config) (stop func()) {
 	harvesterEvents := &controller.HarvesterEvents{}
 	r := &controller.MachineRequestReconciler{
 		Client:          mgr.GetClient(),
-		Harvester:       &harvester.CachingFactory{SecretReader: mgr.GetAPIReader(), Notify: harvesterEvents, Context: ctx},
+		Harvester:       harvester.NewClusters(&clustercache.Cache{SecretReader: mgr.GetAPIReader(), Context: ctx}, harvesterEvents),
 		HarvesterEvents: harvesterEvents,
 		Recorder:        mgr.GetEventRecorder("butler-provider-harvester"),
 		// Long safety-net polls: the tests pass only if Harvester's events drive the reconciles.

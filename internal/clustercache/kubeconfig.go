@@ -1,4 +1,4 @@
-package harvester
+package clustercache
 
 import (
 	"fmt"
@@ -9,8 +9,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 )
 
 // KubeconfigOptions are what a ProviderConfig adds to the kubeconfig of its credentials Secret.
@@ -20,26 +18,17 @@ type KubeconfigOptions struct {
 	// Endpoint (spec.harvester.endpoint), if set, replaces the server of the kubeconfig's current
 	// cluster: only with the same host, or when the kubeconfig pins the CA the endpoint must prove.
 	Endpoint string
-	// AllowInsecure (annotation AnnotationAllowInsecureCredentials) accepts a kubeconfig that
+	// AllowInsecure (annotation AnnotationAllowInsecure on the Secret) accepts a kubeconfig that
 	// skips TLS verification, talks plain http or goes through a proxy-url.
 	AllowInsecure bool
 }
 
-// KubeconfigError says why a kubeconfig cannot be used. Reason is the condition reason that tells
-// the user what to fix; Message names fields, contexts and hosts, never a credential.
-type KubeconfigError struct {
-	Reason  string
-	Message string
-}
-
-func (e *KubeconfigError) Error() string { return e.Message }
-
-func refuse(reason, format string, args ...any) error {
-	return &KubeconfigError{Reason: reason, Message: fmt.Sprintf(format, args...)}
+func refuse(problem Problem, format string, args ...any) error {
+	return &Error{Problem: problem, Message: fmt.Sprintf(format, args...)}
 }
 
 // RESTConfigFromKubeconfig turns the kubeconfig held in a credentials Secret into a client config.
-// Every error is a *KubeconfigError, and nothing is ever sent to a server before it returns.
+// Every error is an *Error, and nothing is ever sent to a server before it returns.
 //
 // Only the current context is read: its cluster and user must exist, and nothing else in the
 // file matters (a kubeconfig often holds other clusters and users, such as an exec plugin for a
@@ -52,7 +41,7 @@ func refuse(reason, format string, args ...any) error {
 func RESTConfigFromKubeconfig(data []byte, opts KubeconfigOptions) (*rest.Config, error) {
 	full, err := clientcmd.Load(data)
 	if err != nil {
-		return nil, refuse(v1alpha1.ReasonCredentialsUnavailable, "the kubeconfig does not parse as a kubeconfig file")
+		return nil, refuse(CredentialsUnusable, "the kubeconfig does not parse as a kubeconfig file")
 	}
 	cfg, err := currentContextOnly(full)
 	if err != nil {
@@ -65,13 +54,13 @@ func RESTConfigFromKubeconfig(data []byte, opts KubeconfigOptions) (*rest.Config
 	}
 	server, err := parseServer(cluster.Server)
 	if err != nil {
-		return nil, refuse(v1alpha1.ReasonCredentialsUnavailable,
+		return nil, refuse(CredentialsUnusable,
 			"the server of the kubeconfig's cluster %q %v: set it to the Harvester API URL, https://<host>:6443", ctx.Cluster, err)
 	}
 	if cluster.ProxyURL != "" {
 		// Checked here because clientcmd's own error would echo the URL, and with it any password.
 		if u, err := url.Parse(cluster.ProxyURL); err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "socks5") {
-			return nil, refuse(v1alpha1.ReasonCredentialsUnavailable,
+			return nil, refuse(CredentialsUnusable,
 				"the proxy-url of the kubeconfig's cluster %q is not an http://, https:// or socks5:// URL: correct or remove it", ctx.Cluster)
 		}
 	}
@@ -79,7 +68,7 @@ func RESTConfigFromKubeconfig(data []byte, opts KubeconfigOptions) (*rest.Config
 	if opts.Endpoint != "" {
 		endpoint, err := parseServer(opts.Endpoint)
 		if err != nil {
-			return nil, refuse(v1alpha1.ReasonInvalidProviderConfig,
+			return nil, refuse(EndpointInvalid,
 				"the ProviderConfig's spec.harvester.endpoint %v: set it to the Harvester API URL, https://<host>:6443, or remove it", err)
 		}
 		if err := checkEndpoint(endpoint, server, ctx.Cluster, cluster); err != nil {
@@ -99,7 +88,7 @@ func RESTConfigFromKubeconfig(data []byte, opts KubeconfigOptions) (*rest.Config
 	overrides.ClusterInfo.Server = opts.Endpoint
 	rc, err := clientcmd.NewNonInteractiveClientConfig(*cfg, cfg.CurrentContext, overrides, nil).ClientConfig()
 	if err != nil {
-		return nil, refuse(v1alpha1.ReasonCredentialsUnavailable, "the kubeconfig is incomplete: %s", redactedConfigError(err))
+		return nil, refuse(CredentialsUnusable, "the kubeconfig is incomplete: %s", redactedConfigError(err))
 	}
 	return rc, nil
 }
@@ -109,22 +98,22 @@ func RESTConfigFromKubeconfig(data []byte, opts KubeconfigOptions) (*rest.Config
 func currentContextOnly(full *clientcmdapi.Config) (*clientcmdapi.Config, error) {
 	name := full.CurrentContext
 	if name == "" {
-		return nil, refuse(v1alpha1.ReasonCredentialsUnavailable,
+		return nil, refuse(CredentialsUnusable,
 			"the kubeconfig has no current-context: set current-context to the context of the Harvester cluster")
 	}
 	ctx, ok := full.Contexts[name]
 	if !ok || ctx == nil {
-		return nil, refuse(v1alpha1.ReasonCredentialsUnavailable,
+		return nil, refuse(CredentialsUnusable,
 			"the kubeconfig's current-context %q names no context in the file: add it under contexts, or correct current-context", name)
 	}
 	cluster, ok := full.Clusters[ctx.Cluster]
 	if !ok || cluster == nil {
-		return nil, refuse(v1alpha1.ReasonCredentialsUnavailable,
+		return nil, refuse(CredentialsUnusable,
 			"the kubeconfig's current context %q names cluster %q, which is not in the file: add it under clusters, or correct the context", name, ctx.Cluster)
 	}
 	user, ok := full.AuthInfos[ctx.AuthInfo]
 	if !ok || user == nil {
-		return nil, refuse(v1alpha1.ReasonCredentialsUnavailable,
+		return nil, refuse(CredentialsUnusable,
 			"the kubeconfig's current context %q names user %q, which is not in the file: add it under users, or correct the context", name, ctx.AuthInfo)
 	}
 	only := clientcmdapi.NewConfig()
@@ -151,7 +140,7 @@ func checkSelfContained(clusterName string, cluster *clientcmdapi.Cluster, userN
 	if len(problems) == 0 {
 		return nil
 	}
-	return refuse(v1alpha1.ReasonCredentialsUnavailable, "the kubeconfig must be self-contained: %v", problems)
+	return refuse(CredentialsUnusable, "the kubeconfig must be self-contained: %v", problems)
 }
 
 // parseServer parses a server URL. The scheme must be explicit, so that the checks judge the
@@ -183,7 +172,7 @@ func parseServer(s string) (*url.URL, error) {
 func checkEndpoint(endpoint, server *url.URL, clusterName string, cluster *clientcmdapi.Cluster) error {
 	if sameHost(endpoint.Hostname(), server.Hostname()) {
 		if strings.TrimSuffix(endpoint.EscapedPath(), "/") != strings.TrimSuffix(server.EscapedPath(), "/") {
-			return refuse(v1alpha1.ReasonUntrustedEndpoint,
+			return refuse(EndpointUntrusted,
 				"the ProviderConfig's spec.harvester.endpoint has path %q, not %q of the kubeconfig's server %q: on the same host another path can be another cluster (behind Rancher the path selects the downstream cluster), so nothing was sent. "+
 					"Give spec.harvester.endpoint the kubeconfig's path (only its port may differ), or put the endpoint into the kubeconfig's server",
 				endpoint.EscapedPath(), server.EscapedPath(), server.Host)
@@ -201,7 +190,7 @@ func checkEndpoint(endpoint, server *url.URL, clusterName string, cluster *clien
 	default:
 		return nil
 	}
-	return refuse(v1alpha1.ReasonUntrustedEndpoint,
+	return refuse(EndpointUntrusted,
 		"the ProviderConfig's spec.harvester.endpoint names host %q, not %q of the kubeconfig's server, and %s: the credentials could go to any server, so nothing was sent. "+
 			"Put the endpoint into the kubeconfig's server, pin the Harvester cluster's CA in the kubeconfig, or remove spec.harvester.endpoint",
 		endpoint.Hostname(), server.Hostname(), unproven)
@@ -239,9 +228,9 @@ func checkSecure(clusterName string, cluster *clientcmdapi.Cluster, target *url.
 	if len(problems) == 0 {
 		return nil
 	}
-	return refuse(v1alpha1.ReasonInsecureCredentials,
+	return refuse(ConnectionInsecure,
 		"%s, so others could read or redirect the connection: use https with TLS verification and no proxy-url, or annotate the credentials Secret with %s: \"true\" to accept that",
-		strings.Join(problems, "; "), v1alpha1.AnnotationAllowInsecureCredentials)
+		strings.Join(problems, "; "), AnnotationAllowInsecure)
 }
 
 // redactedConfigError keeps clientcmd's explanation, which names fields, never their values.

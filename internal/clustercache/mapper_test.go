@@ -1,4 +1,4 @@
-package harvester
+package clustercache
 
 import (
 	"testing"

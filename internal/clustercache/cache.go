@@ -1,9 +1,8 @@
-package harvester
+package clustercache
 
 import (
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -15,38 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/discovery"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	kubevirtv1 "kubevirt.io/api/core/v1"
-	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
 )
-
-// Credentials locates the kubeconfig of a Harvester cluster in the management cluster, and the
-// namespace the provider works in there (the scope of its watches).
-type Credentials struct {
-	// Namespace is the Harvester namespace of the machines.
-	Namespace       string
-	SecretNamespace string
-	SecretName      string
-	// Key is the Secret data key holding the kubeconfig.
-	Key string
-	// Endpoint (the ProviderConfig's spec.harvester.endpoint), when set, replaces the
-	// kubeconfig's server URL if it cannot take the credentials elsewhere (KubeconfigOptions).
-	Endpoint string
-}
-
-func (c Credentials) secret() string { return c.SecretNamespace + "/" + c.SecretName }
-
-// Factory hands out a client for a Harvester cluster.
-type Factory interface {
-	ClusterFor(ctx context.Context, creds Credentials) (Cluster, error)
-	// Invalidate makes the next ClusterFor read the credentials' Secret again: it changed.
-	Invalidate(creds Credentials)
-}
 
 // Default client rate limits per Harvester cluster (client-go's own, 5 and 10, would throttle a
 // bootstrap of a few dozen machines).
@@ -55,10 +27,7 @@ const (
 	DefaultBurst = 200
 )
 
-// credentialsRetry is how soon to look again when the credentials are missing or unusable.
-const credentialsRetry = 30 * time.Second
-
-// Defaults of the CachingFactory.
+// Defaults of the Cache.
 const (
 	// DefaultIdleTimeout stops a client nobody has asked for in this long.
 	DefaultIdleTimeout = 15 * time.Minute
@@ -71,22 +40,23 @@ const (
 	DefaultCacheRetry = time.Minute
 )
 
-// CachingFactory builds one client per distinct kubeconfig (content, endpoint and opt-in) and
-// Harvester namespace, and reuses it for as long as the credentials Secret holds that kubeconfig:
+// Cache builds one client per distinct kubeconfig (content, endpoint and opt-in) and namespace, and reuses it for as long as the credentials Secret holds that kubeconfig:
 // a change to the Secret's metadata alone keeps the client and its informers; new content (rotated
 // credentials) gets a new client and retires the old one. Each client has informers on the objects
-// the provider owns in its namespace (see startCache); informers that do not sync are retried in
+// Watches names in its namespace (see startCache); informers that do not sync are retried in
 // the background. A janitor stops clients nobody has used for IdleTimeout.
-type CachingFactory struct {
+type Cache struct {
 	// SecretReader reads credentials Secrets from the management cluster. It should not be a
 	// cached client, so that the manager needs no cluster-wide watch on Secrets.
 	SecretReader client.Reader
 	// QPS and Burst limit requests to each Harvester cluster (0: DefaultQPS and DefaultBurst).
 	QPS   float32
 	Burst int
-	// Notify, if set, hears of every change on Harvester that matters to a MachineRequest or an
-	// ImageSync (see Notifier).
-	Notify Notifier
+	// Scheme knows the typed kinds read and written through the clients.
+	Scheme *runtime.Scheme
+	// Watches is what each client's cache holds and who hears of its changes (nil: no cache,
+	// every read goes to the API).
+	Watches Watches
 	// IdleTimeout (default DefaultIdleTimeout), SecretRecheck (DefaultSecretRecheck) and
 	// CacheRetry (DefaultCacheRetry): see there.
 	IdleTimeout   time.Duration
@@ -97,7 +67,7 @@ type CachingFactory struct {
 
 	// startInformers starts a client's informers, nil if they do not sync (default startCache;
 	// tests replace it).
-	startInformers func(ctx context.Context, cfg *rest.Config, mapper meta.RESTMapper, namespace string, notify Notifier) client.Reader
+	startInformers func(ctx context.Context, cfg *rest.Config, mapper meta.RESTMapper, namespace string) client.Reader
 
 	mu       sync.Mutex
 	secrets  map[Credentials]*secretRead
@@ -121,30 +91,14 @@ type clientKey struct {
 }
 
 type cachedCluster struct {
-	cluster  Cluster
+	cluster  *Cluster
 	stop     context.CancelFunc
 	lastUsed time.Time
 }
 
-// RemoteScheme knows the kinds the provider reads and writes on Harvester as typed objects.
-func RemoteScheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := kubevirtv1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	if err := cdiv1.AddToScheme(s); err != nil {
-		panic(err)
-	}
-	return s
-}
-
-var remoteScheme = RemoteScheme()
-
-// ClusterFor returns the Harvester cluster the credentials point at.
-func (f *CachingFactory) ClusterFor(ctx context.Context, creds Credentials) (Cluster, error) {
+// Get returns the cluster the credentials point at, with a client working in creds.Namespace.
+// Every error it returns for a problem of the credentials is an *Error.
+func (f *Cache) Get(ctx context.Context, creds Credentials) (*Cluster, error) {
 	f.janitor.Do(f.startJanitor)
 	read, err := f.credentials(ctx, creds)
 	if err != nil {
@@ -174,15 +128,14 @@ func (f *CachingFactory) ClusterFor(ctx context.Context, creds Credentials) (Clu
 		return entry.cluster, nil
 	})
 	if err != nil {
-		return nil, Waiting(v1alpha1.ReasonCredentialsUnavailable, credentialsRetry,
-			"credentials Secret %s key %q: cannot build a client: %v", creds.secret(), creds.Key, err)
+		return nil, &Error{Problem: CredentialsUnusable, Message: fmt.Sprintf("credentials Secret %s key %q: cannot build a client: %v", creds.secret(), creds.Key, err)}
 	}
-	return built.(Cluster), nil
+	return built.(*Cluster), nil
 }
 
 // credentials returns the client config the credentials Secret holds, read again when the last
 // read is older than SecretRecheck. New kubeconfig content retires the clients of the old.
-func (f *CachingFactory) credentials(ctx context.Context, creds Credentials) (*secretRead, error) {
+func (f *Cache) credentials(ctx context.Context, creds Credentials) (*secretRead, error) {
 	f.mu.Lock()
 	last := f.secrets[creds]
 	f.mu.Unlock()
@@ -193,18 +146,18 @@ func (f *CachingFactory) credentials(ctx context.Context, creds Credentials) (*s
 	if err := f.SecretReader.Get(ctx, client.ObjectKey{Namespace: creds.SecretNamespace, Name: creds.SecretName}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
 			f.forgetSecret(creds, last) // its clients are not used without it
-			return nil, Waiting(v1alpha1.ReasonCredentialsUnavailable, credentialsRetry,
+			return nil, refuse(CredentialsUnusable,
 				"credentials Secret %s does not exist: create it with the Harvester kubeconfig under key %q", creds.secret(), creds.Key)
 		}
 		return nil, fmt.Errorf("read credentials Secret %s: %w", creds.secret(), err)
 	}
 	kubeconfig, ok := secret.Data[creds.Key]
 	if !ok || len(kubeconfig) == 0 {
-		return nil, Waiting(v1alpha1.ReasonCredentialsUnavailable, credentialsRetry,
+		return nil, refuse(CredentialsUnusable,
 			"credentials Secret %s has no key %q: put the Harvester kubeconfig there, or set the ProviderConfig's credentialsRef.key", creds.secret(), creds.Key)
 	}
 	// The opt-in to insecure kubeconfigs is the Secret's: whoever may write the credentials.
-	allowInsecure := secret.Annotations[v1alpha1.AnnotationAllowInsecureCredentials] == "true"
+	allowInsecure := secret.Annotations[AnnotationAllowInsecure] == "true"
 	read := &secretRead{at: time.Now(), content: contentKey(kubeconfig, creds.Endpoint, allowInsecure)}
 	if last != nil && last.content == read.content {
 		read.cfg = last.cfg // the same kubeconfig: the same client
@@ -212,11 +165,11 @@ func (f *CachingFactory) credentials(ctx context.Context, creds Credentials) (*s
 		cfg, err := RESTConfigFromKubeconfig(kubeconfig, KubeconfigOptions{Endpoint: creds.Endpoint, AllowInsecure: allowInsecure})
 		if err != nil {
 			f.forgetSecret(creds, last) // what it held before is not what it holds now
-			reason := v1alpha1.ReasonCredentialsUnavailable
-			if refused, ok := errors.AsType[*KubeconfigError](err); ok {
-				reason = refused.Reason
+			problem := CredentialsUnusable
+			if refused, ok := AsError(err); ok {
+				problem = refused.Problem
 			}
-			return nil, Waiting(reason, credentialsRetry, "credentials Secret %s key %q: %v", creds.secret(), creds.Key, err)
+			return nil, refuse(problem, "credentials Secret %s key %q: %v", creds.secret(), creds.Key, err)
 		}
 		read.cfg = cfg
 	}
@@ -235,7 +188,7 @@ func (f *CachingFactory) credentials(ctx context.Context, creds Credentials) (*s
 // forgetSecret drops what was read from a Secret that is gone or no longer holds usable
 // credentials, and retires the clients built from it: nothing keeps using credentials their
 // owner removed or replaced.
-func (f *CachingFactory) forgetSecret(creds Credentials, last *secretRead) {
+func (f *Cache) forgetSecret(creds Credentials, last *secretRead) {
 	if last == nil {
 		return
 	}
@@ -256,9 +209,9 @@ func contentKey(kubeconfig []byte, endpoint string, allowInsecure bool) [sha256.
 	return [sha256.Size]byte(h.Sum(nil))
 }
 
-// Invalidate makes the next ClusterFor for these credentials read their Secret again, for example
+// Invalidate makes the next Get for these credentials read their Secret again, for example
 // because its resourceVersion changed.
-func (f *CachingFactory) Invalidate(creds Credentials) {
+func (f *Cache) Invalidate(creds Credentials) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if r := f.secrets[creds]; r != nil {
@@ -269,7 +222,7 @@ func (f *CachingFactory) Invalidate(creds Credentials) {
 }
 
 // lookup returns the client for key, if any, and marks it used.
-func (f *CachingFactory) lookup(key clientKey) Cluster {
+func (f *Cache) lookup(key clientKey) *Cluster {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.clients[key]
@@ -282,7 +235,7 @@ func (f *CachingFactory) lookup(key clientKey) Cluster {
 
 // retire stops the clients built from content unless some credentials still hold it. Called with
 // f.mu held.
-func (f *CachingFactory) retire(content [sha256.Size]byte) {
+func (f *Cache) retire(content [sha256.Size]byte) {
 	for _, r := range f.secrets {
 		if r.content == content {
 			return
@@ -297,7 +250,7 @@ func (f *CachingFactory) retire(content [sha256.Size]byte) {
 }
 
 // startJanitor stops idle clients in the background, until the factory's context ends or Stop.
-func (f *CachingFactory) startJanitor() {
+func (f *Cache) startJanitor() {
 	done := make(chan struct{})
 	f.done = done
 	ctx := f.Context
@@ -322,7 +275,7 @@ func (f *CachingFactory) startJanitor() {
 }
 
 // stopIdle stops the clients nobody has asked for in idle.
-func (f *CachingFactory) stopIdle(idle time.Duration) {
+func (f *Cache) stopIdle(idle time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for key, c := range f.clients {
@@ -334,7 +287,7 @@ func (f *CachingFactory) stopIdle(idle time.Duration) {
 }
 
 // Stop stops every client's informers and the janitor.
-func (f *CachingFactory) Stop() {
+func (f *Cache) Stop() {
 	f.janitor.Do(func() { f.done = make(chan struct{}) }) // a janitor that never started is stopped
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -349,7 +302,7 @@ func (f *CachingFactory) Stop() {
 	}
 }
 
-func (f *CachingFactory) newCluster(cfg *rest.Config, namespace string) (*cachedCluster, error) {
+func (f *Cache) newCluster(cfg *rest.Config, namespace string) (*cachedCluster, error) {
 	cfg.QPS, cfg.Burst = DefaultQPS, DefaultBurst
 	if f.QPS > 0 {
 		cfg.QPS = f.QPS
@@ -362,7 +315,7 @@ func (f *CachingFactory) newCluster(cfg *rest.Config, namespace string) (*cached
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: remoteScheme, Mapper: mapper})
+	c, err := client.New(cfg, client.Options{Scheme: f.Scheme, Mapper: mapper})
 	if err != nil {
 		return nil, err
 	}
@@ -380,21 +333,19 @@ func (f *CachingFactory) newCluster(cfg *rest.Config, namespace string) (*cached
 		parent = context.Background()
 	}
 	ctx, stop := context.WithCancel(parent)
-	m := NewCluster(c, nil, dc, cfg.Host).(*remoteMachines)
-	m.namespace = namespace
-	notify := f.Notify
-	if informers := f.informers(ctx, cfg, mapper, namespace, notify); informers != nil {
-		m.useCache(informers)
-	} else {
+	cluster := &Cluster{client: c, namespace: namespace, server: cfg.Host, discovery: dc}
+	if informers := f.informers(ctx, cfg, mapper, namespace); informers != nil {
+		cluster.useCache(informers)
+	} else if f.Watches != nil || f.startInformers != nil {
 		// Reads go to the API until the informers sync, which is tried again in the
 		// background: credentials granted list and watch later, or an API that answers again,
 		// bring the cache back without waiting for the Secret to change.
-		go f.retryCache(ctx, m, cfg, namespace, notify)
+		go f.retryCache(ctx, cluster, cfg, namespace)
 	}
-	return &cachedCluster{cluster: m, stop: stop, lastUsed: time.Now()}, nil
+	return &cachedCluster{cluster: cluster, stop: stop, lastUsed: time.Now()}, nil
 }
 
-func (f *CachingFactory) retryCache(ctx context.Context, m *remoteMachines, cfg *rest.Config, namespace string, notify Notifier) {
+func (f *Cache) retryCache(ctx context.Context, cluster *Cluster, cfg *rest.Config, namespace string) {
 	every := orDefaultDuration(f.CacheRetry, DefaultCacheRetry)
 	for {
 		select {
@@ -402,20 +353,23 @@ func (f *CachingFactory) retryCache(ctx context.Context, m *remoteMachines, cfg 
 			return
 		case <-time.After(every):
 		}
-		if informers := f.informers(ctx, cfg, m.c.RESTMapper(), namespace, notify); informers != nil {
-			m.useCache(informers)
+		if informers := f.informers(ctx, cfg, cluster.client.RESTMapper(), namespace); informers != nil {
+			cluster.useCache(informers)
 			return
 		}
 	}
 }
 
 // informers starts the informers of a client, sharing its REST mapper (what it has discovered of
-// the API).
-func (f *CachingFactory) informers(ctx context.Context, cfg *rest.Config, mapper meta.RESTMapper, namespace string, notify Notifier) client.Reader {
+// the API); nil without Watches or when they do not sync.
+func (f *Cache) informers(ctx context.Context, cfg *rest.Config, mapper meta.RESTMapper, namespace string) client.Reader {
 	if f.startInformers != nil {
-		return f.startInformers(ctx, cfg, mapper, namespace, notify)
+		return f.startInformers(ctx, cfg, mapper, namespace)
 	}
-	if c := startCache(ctx, cfg, mapper, namespace, notify); c != nil {
+	if f.Watches == nil {
+		return nil
+	}
+	if c := startCache(ctx, cfg, f.Scheme, mapper, namespace, f.Watches); c != nil {
 		return c
 	}
 	return nil // not a typed nil in the interface

@@ -1,4 +1,4 @@
-package harvester
+package clustercache
 
 import (
 	"context"
@@ -81,21 +81,21 @@ users:
 		// wantHost is the server the client talks to; empty when the kubeconfig is refused with
 		// wantReason and a message mentioning each of wantMentions.
 		wantHost     string
-		wantReason   string
+		wantReason   Problem
 		wantMentions []string
 		check        func(*rest.Config) error
 	}{
 		"token": {kubeconfig: kubeconfig(tokenUser), wantHost: server},
 		"exec plugin": {kubeconfig: kubeconfig("    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n"),
-			wantReason: v1alpha1.ReasonCredentialsUnavailable, wantMentions: []string{"exec plugin"}},
+			wantReason: CredentialsUnusable, wantMentions: []string{"exec plugin"}},
 		"auth provider": {kubeconfig: kubeconfig("    auth-provider:\n      name: oidc\n"),
-			wantReason: v1alpha1.ReasonCredentialsUnavailable, wantMentions: []string{"auth provider"}},
+			wantReason: CredentialsUnusable, wantMentions: []string{"auth provider"}},
 		"token file": {kubeconfig: kubeconfig("    tokenFile: /var/run/secrets/kubernetes.io/serviceaccount/token\n"),
-			wantReason: v1alpha1.ReasonCredentialsUnavailable, wantMentions: []string{"refers to files"}},
+			wantReason: CredentialsUnusable, wantMentions: []string{"refers to files"}},
 		"CA file": {kubeconfig: systemRoots("    certificate-authority: /etc/ssl/ca.crt\n"),
-			wantReason: v1alpha1.ReasonCredentialsUnavailable, wantMentions: []string{"CA file"}},
+			wantReason: CredentialsUnusable, wantMentions: []string{"CA file"}},
 		"server without scheme": {kubeconfig: kubeconfigWith("harvester.example:6443", "", tokenUser),
-			wantReason: v1alpha1.ReasonCredentialsUnavailable, wantMentions: []string{`cluster "h"`, "https://"}},
+			wantReason: CredentialsUnusable, wantMentions: []string{`cluster "h"`, "https://"}},
 
 		// Only the current context counts, and it must be complete.
 		"another context's exec plugin and CA file are ignored": {kubeconfig: otherContext("h"), wantHost: server,
@@ -106,15 +106,15 @@ users:
 				return nil
 			}},
 		"the other context, when current, is refused": {kubeconfig: otherContext("laptop"),
-			wantReason: v1alpha1.ReasonCredentialsUnavailable, wantMentions: []string{`user "me"`, "exec plugin", `cluster "laptop"`, "CA file"}},
+			wantReason: CredentialsUnusable, wantMentions: []string{`user "me"`, "exec plugin", `cluster "laptop"`, "CA file"}},
 		"no current context": {kubeconfig: otherContext(""),
-			wantReason: v1alpha1.ReasonCredentialsUnavailable, wantMentions: []string{"no current-context"}},
+			wantReason: CredentialsUnusable, wantMentions: []string{"no current-context"}},
 		"current context missing": {kubeconfig: otherContext("gone"),
-			wantReason: v1alpha1.ReasonCredentialsUnavailable, wantMentions: []string{`current-context "gone"`, "names no context"}},
+			wantReason: CredentialsUnusable, wantMentions: []string{`current-context "gone"`, "names no context"}},
 		"current context's cluster missing": {kubeconfig: otherContext("no-cluster"),
-			wantReason: v1alpha1.ReasonCredentialsUnavailable, wantMentions: []string{`context "no-cluster"`, `cluster "gone"`}},
+			wantReason: CredentialsUnusable, wantMentions: []string{`context "no-cluster"`, `cluster "gone"`}},
 		"current context's user missing": {kubeconfig: otherContext("no-user"),
-			wantReason: v1alpha1.ReasonCredentialsUnavailable, wantMentions: []string{`context "no-user"`, `user "gone"`}},
+			wantReason: CredentialsUnusable, wantMentions: []string{`context "no-user"`, `user "gone"`}},
 
 		// spec.harvester.endpoint
 		"endpoint on the same host, another port": {kubeconfig: systemRoots(""), opts: withEndpoint("https://harvester.example:8443", false),
@@ -131,36 +131,36 @@ users:
 				return nil
 			}},
 		"endpoint on another host, no CA": {kubeconfig: systemRoots(""), opts: withEndpoint("https://evil.example:6443", true),
-			wantReason:   v1alpha1.ReasonUntrustedEndpoint,
+			wantReason:   EndpointUntrusted,
 			wantMentions: []string{"spec.harvester.endpoint", `"evil.example"`, `"harvester.example"`, "pins no CA", "nothing was sent", "remove spec.harvester.endpoint"}},
 		"endpoint on another host, CA pinned but not verified": {kubeconfig: kubeconfigWith(server, pinnedCA+"    insecure-skip-tls-verify: true\n", tokenUser),
-			opts: withEndpoint("https://evil.example:6443", true), wantReason: v1alpha1.ReasonUntrustedEndpoint,
+			opts: withEndpoint("https://evil.example:6443", true), wantReason: EndpointUntrusted,
 			wantMentions: []string{"spec.harvester.endpoint", "insecure-skip-tls-verify"}},
 		"endpoint on another host over http, CA pinned": {kubeconfig: kubeconfig(tokenUser), opts: withEndpoint("http://evil.example:6443", true),
-			wantReason: v1alpha1.ReasonUntrustedEndpoint, wantMentions: []string{"spec.harvester.endpoint", "plain http"}},
+			wantReason: EndpointUntrusted, wantMentions: []string{"spec.harvester.endpoint", "plain http"}},
 		"endpoint on the same host, another path (another cluster behind Rancher)": {kubeconfig: kubeconfigWith("https://rancher.example/k8s/clusters/c-harvester", pinnedCA, tokenUser),
-			opts: withEndpoint("https://rancher.example/k8s/clusters/c-other", true), wantReason: v1alpha1.ReasonUntrustedEndpoint,
+			opts: withEndpoint("https://rancher.example/k8s/clusters/c-other", true), wantReason: EndpointUntrusted,
 			wantMentions: []string{"spec.harvester.endpoint", `"/k8s/clusters/c-other"`, `"/k8s/clusters/c-harvester"`, "only its port may differ"}},
 		"endpoint on the same host and path, another port": {kubeconfig: kubeconfigWith("https://rancher.example/k8s/clusters/c-harvester", pinnedCA, tokenUser),
 			opts: withEndpoint("https://rancher.example:8443/k8s/clusters/c-harvester/", false), wantHost: "https://rancher.example:8443/k8s/clusters/c-harvester/"},
 		"endpoint over http on the same host": {kubeconfig: kubeconfig(tokenUser), opts: withEndpoint("http://harvester.example:8080", false),
-			wantReason: v1alpha1.ReasonInsecureCredentials, wantMentions: []string{"spec.harvester.endpoint is plain http://", v1alpha1.AnnotationAllowInsecureCredentials}},
+			wantReason: ConnectionInsecure, wantMentions: []string{"spec.harvester.endpoint is plain http://", AnnotationAllowInsecure}},
 		"endpoint over http on the same host, opted in": {kubeconfig: kubeconfig(tokenUser), opts: withEndpoint("http://harvester.example:8080", true),
 			wantHost: "http://harvester.example:8080"},
 		"endpoint not a URL": {kubeconfig: kubeconfig(tokenUser), opts: withEndpoint("ftp://harvester.example", true),
-			wantReason: v1alpha1.ReasonInvalidProviderConfig, wantMentions: []string{"spec.harvester.endpoint", "https://"}},
+			wantReason: EndpointInvalid, wantMentions: []string{"spec.harvester.endpoint", "https://"}},
 		"endpoint with a password": {kubeconfig: kubeconfig(tokenUser), opts: withEndpoint("https://admin:"+secretPassword+"@harvester.example", false),
-			wantReason: v1alpha1.ReasonInvalidProviderConfig, wantMentions: []string{"spec.harvester.endpoint", "user information"}},
+			wantReason: EndpointInvalid, wantMentions: []string{"spec.harvester.endpoint", "user information"}},
 
 		// Insecure kubeconfigs, and the opt-in.
 		"http server": {kubeconfig: kubeconfigWith("http://harvester.example:8080", "", tokenUser),
-			wantReason: v1alpha1.ReasonInsecureCredentials, wantMentions: []string{`cluster "h"`, "plain http:// server", v1alpha1.AnnotationAllowInsecureCredentials}},
+			wantReason: ConnectionInsecure, wantMentions: []string{`cluster "h"`, "plain http:// server", AnnotationAllowInsecure}},
 		"http server, opted in": {kubeconfig: kubeconfigWith("http://harvester.example:8080", "", tokenUser), opts: optIn,
 			wantHost: "http://harvester.example:8080"},
 		"http server, https endpoint on the same host": {kubeconfig: kubeconfigWith("http://harvester.example:8080", "", tokenUser),
 			opts: withEndpoint("https://harvester.example:6443", false), wantHost: "https://harvester.example:6443"},
 		"proxy-url": {kubeconfig: kubeconfigWith(server, pinnedCA+"    proxy-url: http://proxy.example:3128\n", tokenUser),
-			wantReason: v1alpha1.ReasonInsecureCredentials, wantMentions: []string{"proxy-url", v1alpha1.AnnotationAllowInsecureCredentials}},
+			wantReason: ConnectionInsecure, wantMentions: []string{"proxy-url", AnnotationAllowInsecure}},
 		"proxy-url, opted in": {kubeconfig: kubeconfigWith(server, pinnedCA+"    proxy-url: http://proxy.example:3128\n", tokenUser), opts: optIn,
 			wantHost: server, check: func(rc *rest.Config) error {
 				if rc.Proxy == nil {
@@ -169,9 +169,9 @@ users:
 				return nil
 			}},
 		"proxy-url with a password, malformed, opted in": {kubeconfig: kubeconfigWith(server, pinnedCA+"    proxy-url: ftp://u:"+secretPassword+"@proxy.example\n", tokenUser),
-			opts: optIn, wantReason: v1alpha1.ReasonCredentialsUnavailable, wantMentions: []string{"proxy-url", `cluster "h"`}},
+			opts: optIn, wantReason: CredentialsUnusable, wantMentions: []string{"proxy-url", `cluster "h"`}},
 		"insecure-skip-tls-verify": {kubeconfig: systemRoots("    insecure-skip-tls-verify: true\n"),
-			wantReason: v1alpha1.ReasonInsecureCredentials, wantMentions: []string{"insecure-skip-tls-verify", v1alpha1.AnnotationAllowInsecureCredentials}},
+			wantReason: ConnectionInsecure, wantMentions: []string{"insecure-skip-tls-verify", AnnotationAllowInsecure}},
 		"insecure-skip-tls-verify, opted in": {kubeconfig: systemRoots("    insecure-skip-tls-verify: true\n"), opts: optIn,
 			wantHost: server, check: func(rc *rest.Config) error {
 				if !rc.Insecure {
@@ -200,12 +200,12 @@ users:
 				}
 				return
 			}
-			refused, ok := errors.AsType[*KubeconfigError](err)
+			refused, ok := errors.AsType[*Error](err)
 			if !ok {
-				t.Fatalf("err = %v (%T), want a *KubeconfigError", err, err)
+				t.Fatalf("err = %v (%T), want an *Error", err, err)
 			}
-			if refused.Reason != tc.wantReason {
-				t.Errorf("reason %s, want %s: %s", refused.Reason, tc.wantReason, refused.Message)
+			if refused.Problem != tc.wantReason {
+				t.Errorf("problem %s, want %s: %s", refused.Problem, tc.wantReason, refused.Message)
 			}
 			for _, m := range tc.wantMentions {
 				if !strings.Contains(refused.Message, m) {
@@ -247,37 +247,44 @@ func TestSameHost(t *testing.T) {
 	}
 }
 
-// The factory refuses before it builds a client, with the kubeconfig's own reason: the
+// The cache refuses before it builds a client, with the kubeconfig's own reason: the
 // ProviderConfig's CredentialsValid and the waiting MachineRequests show it.
-func TestClusterForRefusesWithTheKubeconfigsReason(t *testing.T) {
+func TestGetRefusesWithTheKubeconfigsReason(t *testing.T) {
 	creds := Credentials{Namespace: "default", SecretNamespace: "mgmt", SecretName: "harvester", Key: "kubeconfig"}
 	for _, tc := range []struct {
 		endpoint      string
 		allowInsecure bool // the credentials Secret's annotation
-		want          string
+		want          Problem
 	}{
-		{"", false, v1alpha1.ReasonInsecureCredentials},
-		{"https://evil.example", true, v1alpha1.ReasonUntrustedEndpoint},
-		{"ftp://harvester.example", true, v1alpha1.ReasonInvalidProviderConfig},
+		{"", false, ConnectionInsecure},
+		{"https://evil.example", true, EndpointUntrusted},
+		{"ftp://harvester.example", true, EndpointInvalid},
 	} {
 		secret := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "mgmt", Name: "harvester"},
 			Data:       map[string][]byte{"kubeconfig": kubeconfigWith("https://harvester.example:6443", "    insecure-skip-tls-verify: true\n", tokenUser)},
 		}
 		if tc.allowInsecure {
-			secret.Annotations = map[string]string{v1alpha1.AnnotationAllowInsecureCredentials: "true"}
+			secret.Annotations = map[string]string{AnnotationAllowInsecure: "true"}
 		}
-		f := &CachingFactory{SecretReader: fake.NewClientBuilder().WithObjects(secret).Build()}
+		f := &Cache{SecretReader: fake.NewClientBuilder().WithObjects(secret).Build()}
 		creds.Endpoint = tc.endpoint
-		_, err := f.ClusterFor(context.Background(), creds)
+		_, err := f.Get(context.Background(), creds)
 		f.Stop()
-		w, ok := AsWaiting(err)
-		if !ok || w.Reason != tc.want {
-			t.Errorf("endpoint %q, Secret opted in %v: err = %v, want a wait with reason %s", tc.endpoint, tc.allowInsecure, err, tc.want)
+		w, ok := AsError(err)
+		if !ok || w.Problem != tc.want {
+			t.Errorf("endpoint %q, Secret opted in %v: err = %v, want an error with problem %s", tc.endpoint, tc.allowInsecure, err, tc.want)
 			continue
 		}
 		if !strings.Contains(w.Message, "credentials Secret mgmt/harvester") || strings.Contains(w.Message, secretToken) {
 			t.Errorf("message %q should name the Secret and never the token", w.Message)
 		}
+	}
+}
+
+// The opt-in the API documents is the one the cache reads.
+func TestAllowInsecureAnnotationIsTheAPIs(t *testing.T) {
+	if AnnotationAllowInsecure != v1alpha1.AnnotationAllowInsecureCredentials {
+		t.Fatalf("clustercache reads %q, the API documents %q", AnnotationAllowInsecure, v1alpha1.AnnotationAllowInsecureCredentials)
 	}
 }

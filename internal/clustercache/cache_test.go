@@ -1,4 +1,4 @@
-package harvester
+package clustercache
 
 import (
 	"context"
@@ -45,10 +45,10 @@ func kubeconfigFor(token string) []byte {
 		"users: [{name: u, user: {token: " + token + "}}]\ncontexts: [{name: h, context: {cluster: h, user: u}}]\ncurrent-context: h\n")
 }
 
-// factoryFixture is a CachingFactory over a fake management cluster holding one credentials Secret,
+// factoryFixture is a Cache over a fake management cluster holding one credentials Secret,
 // counting Secret reads and informer starts; informers "sync" unless failing is set.
 type factoryFixture struct {
-	f        *CachingFactory
+	f        *Cache
 	c        client.Client
 	reads    atomic.Int32
 	starts   atomic.Int32
@@ -72,8 +72,8 @@ func newFactoryFixture(t *testing.T) *factoryFixture {
 	x.informer = fake.NewClientBuilder().Build()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	x.f = &CachingFactory{SecretReader: x.c, Context: ctx, CacheRetry: 20 * time.Millisecond,
-		startInformers: func(ctx context.Context, _ *rest.Config, _ meta.RESTMapper, _ string, _ Notifier) client.Reader {
+	x.f = &Cache{SecretReader: x.c, Context: ctx, CacheRetry: 20 * time.Millisecond,
+		startInformers: func(ctx context.Context, _ *rest.Config, _ meta.RESTMapper, _ string) client.Reader {
 			x.starts.Add(1)
 			if x.failing.Load() {
 				return nil
@@ -84,13 +84,13 @@ func newFactoryFixture(t *testing.T) *factoryFixture {
 	return x
 }
 
-func (x *factoryFixture) cluster(t *testing.T) *remoteMachines {
+func (x *factoryFixture) cluster(t *testing.T) *Cluster {
 	t.Helper()
-	c, err := x.f.ClusterFor(context.Background(), x.creds)
+	c, err := x.f.Get(context.Background(), x.creds)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.(*remoteMachines)
+	return c
 }
 
 func (x *factoryFixture) updateSecret(t *testing.T, change func(*corev1.Secret)) {
@@ -107,7 +107,7 @@ func (x *factoryFixture) updateSecret(t *testing.T, change func(*corev1.Secret))
 
 // The Secret is not read on every call; a metadata-only change keeps the client and its
 // informers; new content (rotated credentials) gets a new client, and the old one is stopped.
-func TestFactoryRotation(t *testing.T) {
+func TestCacheRotation(t *testing.T) {
 	x := newFactoryFixture(t)
 	first := x.cluster(t)
 	for range 10 {
@@ -145,7 +145,7 @@ func TestFactoryRotation(t *testing.T) {
 
 // Credentials whose Secret is deleted, or replaced by an unusable kubeconfig, stop being used: the
 // cached read and the clients built from it are dropped, and nothing is served from them.
-func TestFactoryDropsCredentialsThatAreGone(t *testing.T) {
+func TestCacheDropsCredentialsThatAreGone(t *testing.T) {
 	for name, change := range map[string]func(t *testing.T, x *factoryFixture){
 		"Secret deleted": func(t *testing.T, x *factoryFixture) {
 			if err := x.c.Delete(context.Background(), &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hv", Namespace: "butler-system"}}); err != nil {
@@ -161,7 +161,7 @@ func TestFactoryDropsCredentialsThatAreGone(t *testing.T) {
 			x.cluster(t)
 			change(t, x)
 			x.f.Invalidate(x.creds)
-			if _, err := x.f.ClusterFor(context.Background(), x.creds); err == nil {
+			if _, err := x.f.Get(context.Background(), x.creds); err == nil {
 				t.Fatal("credentials that are gone still served a client")
 			}
 			x.f.mu.Lock()
@@ -175,13 +175,13 @@ func TestFactoryDropsCredentialsThatAreGone(t *testing.T) {
 }
 
 // Many reconciles asking at once for the same new credentials get one client (run with -race).
-func TestFactoryConcurrentCallsShareOneClient(t *testing.T) {
+func TestCacheConcurrentCallsShareOneClient(t *testing.T) {
 	x := newFactoryFixture(t)
 	var wg sync.WaitGroup
-	got := make([]Cluster, 50)
+	got := make([]*Cluster, 50)
 	for i := range got {
 		wg.Go(func() {
-			c, err := x.f.ClusterFor(context.Background(), x.creds)
+			c, err := x.f.Get(context.Background(), x.creds)
 			if err != nil {
 				t.Error(err)
 			}
@@ -200,7 +200,7 @@ func TestFactoryConcurrentCallsShareOneClient(t *testing.T) {
 }
 
 // A client nobody uses is stopped by the janitor; the next call builds a new one.
-func TestFactoryJanitorStopsIdleClients(t *testing.T) {
+func TestCacheJanitorStopsIdleClients(t *testing.T) {
 	x := newFactoryFixture(t)
 	x.f.IdleTimeout = 40 * time.Millisecond
 	first := x.cluster(t)
@@ -224,7 +224,7 @@ func TestFactoryJanitorStopsIdleClients(t *testing.T) {
 
 // Informers that do not sync are tried again in the background; the client reads live meanwhile
 // and from the cache once they sync.
-func TestFactoryRetriesInformersInTheBackground(t *testing.T) {
+func TestCacheRetriesInformersInTheBackground(t *testing.T) {
 	x := newFactoryFixture(t)
 	x.failing.Store(true)
 	m := x.cluster(t)

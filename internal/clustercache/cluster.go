@@ -1,0 +1,138 @@
+package clustercache
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Credentials locates the kubeconfig of a cluster in the management cluster, and the namespace
+// the client works in there (the scope of its watches).
+type Credentials struct {
+	// Namespace is the namespace on the cluster the client works in.
+	Namespace       string
+	SecretNamespace string
+	SecretName      string
+	// Key is the Secret data key holding the kubeconfig.
+	Key string
+	// Endpoint (the ProviderConfig's spec.harvester.endpoint), when set, replaces the
+	// kubeconfig's server URL if it cannot take the credentials elsewhere (KubeconfigOptions).
+	Endpoint string
+}
+
+func (c Credentials) secret() string { return c.SecretNamespace + "/" + c.SecretName }
+
+// IdentityNamespace is the namespace whose UID identifies a cluster: every Kubernetes cluster has
+// one, it is never deleted, and its UID is the same however the cluster is reached.
+const IdentityNamespace = metav1.NamespaceSystem
+
+// ClusterIdentity names a cluster.
+type ClusterIdentity struct {
+	// ID is the UID of the cluster's kube-system namespace. It stays the same whichever URL or
+	// credentials reach the cluster (its VIP, a DNS name, Rancher's proxy), so a machine recorded
+	// with it is recognised after credentials are rotated or the endpoint changes, and never
+	// looked for on another cluster.
+	ID string
+	// Server is the API server URL the client talks to, for messages.
+	Server string
+}
+
+// Cluster is one cluster reached with one kubeconfig, working in one namespace: a client, the
+// cache of what Watches names there once its informers have synced, and whatever its users
+// attach to it for as long as it lives.
+type Cluster struct {
+	client    client.Client
+	cache     atomic.Pointer[cacheReader]
+	namespace string
+	server    string
+	discovery discovery.ServerVersionInterface
+
+	idMu sync.Mutex
+	id   string
+
+	attachments sync.Map
+}
+
+type cacheReader struct{ client.Reader }
+
+// NewCluster returns a Cluster working through c in namespace on the cluster at server; cached, if
+// not nil, serves reads in namespace, and dc (optional) asks for the server's version. The Cache
+// builds its Clusters this way; tests build them over fakes.
+func NewCluster(c client.Client, cached client.Reader, dc discovery.ServerVersionInterface, server, namespace string) *Cluster {
+	cl := &Cluster{client: c, server: server, namespace: namespace, discovery: dc}
+	cl.useCache(cached)
+	return cl
+}
+
+// Client writes, and reads live.
+func (c *Cluster) Client() client.Client { return c.client }
+
+// Namespace is the namespace the client works in ("" for a Cluster that works in all).
+func (c *Cluster) Namespace() string { return c.namespace }
+
+// Server is the API server URL, for messages.
+func (c *Cluster) Server() string { return c.server }
+
+// CacheFor returns the cache that serves reads in namespace, nil if none does (yet).
+func (c *Cluster) CacheFor(namespace string) client.Reader {
+	if c.namespace != "" && namespace != c.namespace {
+		return nil
+	}
+	if r := c.cache.Load(); r != nil {
+		return r
+	}
+	return nil
+}
+
+// useCache starts serving reads from cached (nil: live reads only).
+func (c *Cluster) useCache(cached client.Reader) {
+	if cached != nil {
+		c.cache.Store(&cacheReader{cached})
+	}
+}
+
+// ServerVersion asks the API server for its version (git version, e.g. v1.33.3+rke2r1).
+func (c *Cluster) ServerVersion() (string, error) {
+	if c.discovery == nil {
+		return "", fmt.Errorf("no discovery client")
+	}
+	v, err := c.discovery.ServerVersion()
+	if err != nil {
+		return "", err
+	}
+	return v.GitVersion, nil
+}
+
+// Identity reads the cluster's identity, once per client; a failed read is tried again next time.
+func (c *Cluster) Identity(ctx context.Context) (ClusterIdentity, error) {
+	c.idMu.Lock()
+	defer c.idMu.Unlock()
+	if c.id == "" {
+		ns := &corev1.Namespace{}
+		if err := c.client.Get(ctx, client.ObjectKey{Name: IdentityNamespace}, ns); err != nil {
+			return ClusterIdentity{}, err
+		}
+		c.id = string(ns.UID)
+	}
+	return ClusterIdentity{ID: c.id, Server: c.server}, nil
+}
+
+// IdentityAction says what Identity reads, for messages about its errors.
+const IdentityAction = "get Namespace " + IdentityNamespace + " (which identifies the cluster)"
+
+// Attachment returns what is attached to the cluster under key, attaching create() first if
+// nothing is: users keep per-cluster state here (memories, rate limits) that lives and dies with
+// the client.
+func (c *Cluster) Attachment(key any, create func() any) any {
+	if v, ok := c.attachments.Load(key); ok {
+		return v
+	}
+	v, _ := c.attachments.LoadOrStore(key, create())
+	return v
+}

@@ -1,0 +1,74 @@
+package clustercache
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// cacheSyncTimeout bounds the wait for a cluster's informers. Credentials without list or watch
+// permission never sync: the client then reads live, and its users rely on polling.
+const cacheSyncTimeout = 15 * time.Second
+
+// Watches is what each cluster's cache holds, and who hears of its changes. Whoever knows the
+// kinds gives it (for Harvester, the engine): the cache itself knows none.
+type Watches interface {
+	// CacheOptions are the cache's selectors and transforms; the Scheme, Mapper and namespace
+	// are the Cache's.
+	CacheOptions() cache.Options
+	// Kinds are the objects informed on, each with the handler of its events (nil: cached only).
+	// It is called once per cache: the handlers may hold state of their own.
+	Kinds() []Watch
+}
+
+// Watch is one kind the cache informs on, and the handler of its events.
+type Watch struct {
+	Object  client.Object
+	Handler toolscache.ResourceEventHandler
+}
+
+// startCache starts informers for what watches names in namespace. It returns nil if they do not
+// sync within cacheSyncTimeout (for example without list/watch permission).
+func startCache(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, mapper meta.RESTMapper, namespace string, watches Watches) cache.Cache {
+	opts := watches.CacheOptions()
+	opts.Scheme, opts.Mapper = scheme, mapper
+	opts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
+	c, err := cache.New(cfg, opts)
+	if err != nil {
+		log.FromContext(ctx).Error(err, "Building the cache of a remote cluster; reading live instead")
+		return nil
+	}
+	for _, w := range watches.Kinds() {
+		inf, err := c.GetInformer(ctx, w.Object, cache.BlockUntilSynced(false))
+		if err != nil {
+			log.FromContext(ctx).Error(err, "Watching a remote cluster; reading live instead")
+			return nil
+		}
+		if w.Handler == nil {
+			continue
+		}
+		if _, err := inf.AddEventHandler(w.Handler); err != nil {
+			return nil
+		}
+	}
+	// The informers get their own context: if they cannot sync they are stopped here, rather than
+	// retrying refused lists for as long as the client lives.
+	informerCtx, stopInformers := context.WithCancel(ctx)
+	go func() { _ = c.Start(informerCtx) }()
+	syncCtx, cancel := context.WithTimeout(ctx, cacheSyncTimeout)
+	defer cancel()
+	if !c.WaitForCacheSync(syncCtx) {
+		stopInformers()
+		log.FromContext(ctx).Info("Informers of a remote cluster did not sync (do the credentials allow list and watch?); reading live and polling instead", "namespace", namespace)
+		return nil
+	}
+	context.AfterFunc(ctx, stopInformers) // they stop with the client
+	return c
+}
