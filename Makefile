@@ -93,7 +93,7 @@ test: ## Run all tests: unit, integration on real API servers (again on Butler's
 
 # The packages whose tests exercise concurrent code (informers, caches, the simulator, the
 # reconcilers on real API servers); test/deploy only drives tools and binaries it builds.
-RACE_PKGS ?= ./internal/... ./test/integration/
+RACE_PKGS ?= ./internal/... ./test/sim/... ./test/testbed/... ./test/integration/
 .PHONY: test-race
 test-race: ## Unit, simulator and integration tests under the race detector (needs cgo: a C compiler).
 	@assets=$$(bash hack/tools/controlplane.sh) && \
@@ -102,13 +102,13 @@ test-race: ## Unit, simulator and integration tests under the race detector (nee
 .PHONY: demo
 demo: ## Run the provider end to end on a simulated Harvester (no cluster needed). DEMO_FLAGS=--keep to explore.
 	@assets=$$(bash hack/tools/controlplane.sh) && \
-		KUBEBUILDER_ASSETS=$$assets $(GO) run ./cmd/demo $(DEMO_FLAGS)
+		KUBEBUILDER_ASSETS=$$assets $(GO) run ./hack/demo $(DEMO_FLAGS)
 
 N ?= 100
 .PHONY: bench
 bench: ## Benchmark N MachineRequests end to end (default 100; N=1000 documented) and add the table to docs/benchmarks.md.
 	@assets=$$(bash hack/tools/controlplane.sh) && \
-		KUBEBUILDER_ASSETS=$$assets $(GO) run ./cmd/bench -n $(N) $(BENCH_FLAGS)
+		KUBEBUILDER_ASSETS=$$assets $(GO) run ./hack/bench -n $(N) $(BENCH_FLAGS)
 	@echo "Go benchmarks of the object builders and IP selection:"
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/harvester/
 

@@ -28,8 +28,8 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
+	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
+	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
 
 const fieldOwner = client.FieldOwner("butler-provider-harvester-test")

@@ -23,7 +23,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
+	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
 
 const chartDir = "charts/butler-provider-harvester"

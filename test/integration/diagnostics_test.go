@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
+	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 )
 
 // waitPCCondition waits until the ProviderConfig's condition has the status and reason, and

@@ -1,6 +1,6 @@
 package integration
 
-// The provider under the simulator's faithful KubeVirt and Harvester (internal/sim, the behaviours
+// The provider under the simulator's faithful KubeVirt and Harvester (test/sim, the behaviours
 // docs/simulator.md lists): start-up conditions that are no failure, clones that take time,
 // metadata churn, lagging garbage collection, volumes Harvester refuses to delete, missing cloud-init
 // Secrets, CDI images, quotas and the VM mutator.
@@ -30,7 +30,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
+	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 )
 
 // versionLog calls seen with every version of the objects of list's kind in namespace of the

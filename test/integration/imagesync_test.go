@@ -25,7 +25,7 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/imagefactory"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
+	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 )
 
 const (

@@ -25,7 +25,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
+	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 )
 
 // timeout bounds each wait. Generous: make test runs the packages in parallel on 2 CPUs, and

@@ -13,7 +13,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
+	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 )
 
 // These tests restart the manager between their steps: whatever it held in memory is gone, and

@@ -1,6 +1,6 @@
 // Package integration runs the controller against two real API servers (kube-apiserver and etcd
 // built from Go modules): a management cluster with our CRDs, and a simulated Harvester
-// (internal/sim) with the KubeVirt and Harvester CRDs and admission policies, connected by a real
+// (test/sim) with the KubeVirt and Harvester CRDs and admission policies, connected by a real
 // kubeconfig Secret. No test sets VMI status by hand: the simulator plays KubeVirt.
 package integration
 
@@ -32,8 +32,8 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
+	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
+	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
 
 // The manager's --config-grace-period and --provisioning-timeout in these tests: short, but long

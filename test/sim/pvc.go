@@ -20,19 +20,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-
-	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
-
-// VirtualMachineImageGVK is Harvester's image kind.
-var VirtualMachineImageGVK = harvester.VirtualMachineImageGVK
 
 const (
 	pvcProtectionFinalizer = "kubernetes.io/pvc-protection"
 	// reasonWaitingForImage is the event reason of a PVC that cannot be provisioned (yet).
 	reasonWaitingForImage = "ProvisioningFailed"
-	// longhornProvisioner is Longhorn's CSI driver, the provisioner of Harvester's storage classes.
-	longhornProvisioner = "driver.longhorn.io"
 	// Annotations the PV controller sets on a claim it provisions and binds.
 	annotationStorageProvisioner     = "volume.kubernetes.io/storage-provisioner"
 	annotationBetaStorageProvisioner = "volume.beta.kubernetes.io/storage-provisioner"
@@ -95,7 +88,7 @@ func (r *pvcReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 	// Longhorn clones the image's backing image into the new volume: it takes a while.
 	delay := time.Duration(0)
-	if pvc.Annotations[harvester.AnnotationImageID] != "" {
+	if pvc.Annotations[annotationImageID] != "" {
 		delay = r.sim.cfg.CloneDelay
 	}
 	if wait := time.Until(since.(time.Time).Add(delay)); wait > 0 {
@@ -170,7 +163,7 @@ func (r *pvcReconciler) whyNotBindable(ctx context.Context, pvc *corev1.Persiste
 			return componentPVC, fmt.Sprintf("storageclass.storage.k8s.io %q not found", *sc)
 		}
 	}
-	imageID := pvc.Annotations[harvester.AnnotationImageID]
+	imageID := pvc.Annotations[annotationImageID]
 	if imageID == "" {
 		return "", ""
 	}
@@ -228,7 +221,7 @@ func (r *pvcReconciler) release(ctx context.Context, pvc *corev1.PersistentVolum
 func (r *pvcReconciler) claimsOfImage(ctx context.Context, image client.Object) []ctrl.Request {
 	id := image.GetNamespace() + "/" + image.GetName()
 	return r.claimsWhere(ctx, func(pvc *corev1.PersistentVolumeClaim) bool {
-		return pvc.Annotations[harvester.AnnotationImageID] == id
+		return pvc.Annotations[annotationImageID] == id
 	})
 }
 

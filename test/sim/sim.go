@@ -60,16 +60,17 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-
-	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
 // AnnotationFault injects a fault into the VirtualMachine or VirtualMachineImage that carries it,
@@ -169,9 +170,17 @@ func (s *Simulator) IPReportedAt(namespace, name string) time.Time {
 	return time.Time{}
 }
 
-// Scheme knows the typed kinds the simulator reads and writes: those of Harvester's API that the
-// provider uses too.
-func Scheme() *runtime.Scheme { return harvester.RemoteScheme() }
+// Scheme knows the typed kinds the simulator reads and writes: Kubernetes', KubeVirt's and CDI's
+// (Harvester's own kinds, images and networks, it handles unstructured). A new scheme each call.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, kubevirtv1.AddToScheme, cdiv1.AddToScheme} {
+		if err := add(s); err != nil {
+			panic(err)
+		}
+	}
+	return s
+}
 
 // New returns a simulator for the API server at restConfig, with defaults filled in.
 func New(cfg Config) (*Simulator, error) {

@@ -14,7 +14,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
+	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
 
 // profiler takes Go profiles of every process of a run, for -profile-dir: CPU profiles of both

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
+	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
 
 // statusWrites counts the writes that changed a MachineRequest's status, as a watch on the

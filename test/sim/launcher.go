@@ -150,7 +150,7 @@ func (r *vmReconciler) guestAgent(ctx context.Context, vm *kubevirtv1.VirtualMac
 	mac := nicMAC(vm)
 	if wait > 0 {
 		// Before the guest agent connects, KubeVirt knows the NIC from the domain only.
-		st.Interfaces = []kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: "nic-1", MAC: mac, InfoSource: "domain"}}
+		st.Interfaces = []kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: nicName, MAC: mac, InfoSource: "domain"}}
 		return wait
 	}
 	updateVMICondition(st, kubevirtv1.VirtualMachineInstanceAgentConnected, corev1.ConditionTrue, "", "")
@@ -163,7 +163,7 @@ func (r *vmReconciler) guestAgent(ctx context.Context, vm *kubevirtv1.VirtualMac
 	}
 	linkLocal := "fe80::5054:ff:fe" + strings.ReplaceAll(mac[9:], ":", "")[:2] + ":" + strings.ReplaceAll(mac[9:], ":", "")[2:]
 	nic := kubevirtv1.VirtualMachineInstanceNetworkInterface{
-		Name: "nic-1", InterfaceName: "eth0", MAC: mac, InfoSource: "domain, guest-agent", QueueCount: 1,
+		Name: nicName, InterfaceName: "eth0", MAC: mac, InfoSource: "domain, guest-agent", QueueCount: 1,
 		IP: linkLocal, IPs: []string{linkLocal},
 	}
 	if !r.sim.hasFault(vm, FaultNoDHCP) {
@@ -186,7 +186,7 @@ func (r *vmReconciler) guestAgent(ctx context.Context, vm *kubevirtv1.VirtualMac
 func nicMAC(vm *kubevirtv1.VirtualMachine) string {
 	if vm.Spec.Template != nil {
 		for _, iface := range vm.Spec.Template.Spec.Domain.Devices.Interfaces {
-			if iface.Name == "nic-1" && iface.MacAddress != "" {
+			if iface.Name == nicName && iface.MacAddress != "" {
 				return iface.MacAddress
 			}
 		}

@@ -17,8 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
+	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
+	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
 
 type scenario struct {

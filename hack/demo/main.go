@@ -22,8 +22,8 @@ import (
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
+	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
+	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
 
 type options struct {

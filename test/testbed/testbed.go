@@ -1,5 +1,5 @@
 // Package testbed runs the provider end to end without a cluster: a management API server with the
-// CRDs, a simulated Harvester (internal/sim), and the manager binary as a separate process, as a
+// CRDs, a simulated Harvester (test/sim), and the manager binary as a separate process, as a
 // user would run it. The demo and the benchmarks are built on it.
 package testbed
 
@@ -29,7 +29,7 @@ import (
 
 	platformv1alpha1 "github.com/butlerdotdev/butler-provider-harvester/api/platform/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/sim"
+	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 )
 
 // The world the samples in config/samples expect.

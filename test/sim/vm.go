@@ -21,19 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-
-	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
 const (
-	// harvesterVMFinalizer is the finalizer of Harvester's VM controller (the wrangler OnRemove
-	// handler VMController.CleanupPVCAndSnapshot), which deletes the removed PVCs of a deleted VM.
-	harvesterVMFinalizer = "wrangler.cattle.io/VMController.CleanupPVCAndSnapshot"
-	// Annotations Harvester's VM controllers write on VMs (pkg/util/constants.go).
-	annotationRunStrategy = "harvesterhci.io/vmRunStrategy"
-	annotationMACAddress  = "harvesterhci.io/mac-address"
-	// annotationVMGeneration is the VM generation KubeVirt records on the VMI it starts.
-	annotationVMGeneration = "kubevirt.io/vm-generation"
 	// recheck is how often a VM that waits on something outside the simulator is looked at.
 	recheck = 500 * time.Millisecond
 	// conflictRetry is how soon a write that lost a race with another controller is retried.
@@ -458,7 +448,7 @@ func removeVMCondition(status *kubevirtv1.VirtualMachineStatus, t kubevirtv1.Vir
 func (r *vmReconciler) remove(ctx context.Context, vm *kubevirtv1.VirtualMachine) error {
 	c := r.sim.c
 	if controllerutil.ContainsFinalizer(vm, harvesterVMFinalizer) {
-		for _, name := range strings.Split(vm.Annotations[harvester.AnnotationRemovedPVCs], ",") {
+		for _, name := range strings.Split(vm.Annotations[annotationRemovedPVCs], ",") {
 			if name = strings.TrimSpace(name); name == "" {
 				continue
 			}

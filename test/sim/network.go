@@ -12,15 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
-
-// NetworkAttachmentDefinitionGVK is the multus network kind VMs attach to.
-var NetworkAttachmentDefinitionGVK = harvester.NetworkAttachmentDefinitionGVK
-
-// AnnotationRoute is where Harvester keeps a VM network's CIDR and gateway.
-const AnnotationRoute = "network.harvesterhci.io/route"
 
 // errNetworkNotFound means the VM's NetworkAttachmentDefinition does not exist.
 type errNetworkNotFound struct{ network string }

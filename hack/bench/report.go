@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/butlerdotdev/butler-provider-harvester/internal/testbed"
+	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
 
 // requestCounts are client-go requests by cluster, split into reads and writes.

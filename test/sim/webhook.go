@@ -20,8 +20,6 @@ import (
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
 // webhooks are Harvester's admission webhooks (pkg/webhook/resources), served by the simulator:
@@ -51,8 +49,6 @@ const (
 	gcUser = "system:serviceaccount:kube-system:generic-garbage-collector"
 	// defaultTerminationGracePeriod is Harvester's default-vm-termination-grace-period-seconds.
 	defaultTerminationGracePeriod = 120
-	// annotationReservedMemory is the memory a user reserves for QEMU, taken from the guest's.
-	annotationReservedMemory = "harvesterhci.io/reservedMemory"
 )
 
 // startWebhooks serves the webhooks and registers them with the API server.
@@ -190,7 +186,7 @@ func (w *webhooks) claimInUse(ctx context.Context, pvc *corev1.PersistentVolumeC
 // whose volumes are cloned through a DataVolume. An image that does not exist or is not
 // initialized yet decides nothing: the volume waits for it.
 func (w *webhooks) claimFromImage(ctx context.Context, pvc *corev1.PersistentVolumeClaim) *admissionv1.AdmissionResponse {
-	id := pvc.Annotations[harvester.AnnotationImageID]
+	id := pvc.Annotations[annotationImageID]
 	ns, name, ok := strings.Cut(id, "/")
 	if !ok {
 		return allowed()
@@ -202,7 +198,7 @@ func (w *webhooks) claimFromImage(ctx context.Context, pvc *corev1.PersistentVol
 	}
 	if imageBackend(image) == backendCDI {
 		return denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, fmt.Sprintf(
-			"virtualmachineimage %s uses the cdi backend: a volume of it must be a DataVolume cloned from PVC %s, not a PersistentVolumeClaim annotated %s (it would be blank)", id, id, harvester.AnnotationImageID))
+			"virtualmachineimage %s uses the cdi backend: a volume of it must be a DataVolume cloned from PVC %s, not a PersistentVolumeClaim annotated %s (it would be blank)", id, id, annotationImageID))
 	}
 	sc, _, _ := unstructured.NestedString(image.Object, "status", "storageClassName")
 	if sc != "" && ptr.Deref(pvc.Spec.StorageClassName, "") != sc {
