@@ -134,7 +134,7 @@ func watchVMIAddresses(ctx context.Context, tb *testbed.Testbed) (*ipSeen, func(
 		if !ok {
 			return "", false
 		}
-		return vmi.Name, vmi.Status.Phase == kubevirtv1.Running && harvester.SelectAddresses(vmi.Status.Interfaces).Primary != ""
+		return vmi.Name, vmi.Status.Phase == kubevirtv1.Running && harvester.SelectAddresses(vmi.Status.Interfaces, harvester.NICName).Primary != ""
 	})
 }
 

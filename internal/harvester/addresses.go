@@ -19,12 +19,12 @@ type Addresses struct {
 }
 
 // SelectAddresses picks the machine's addresses from a VMI's status.interfaces. Only the entry of
-// our NIC counts; for Primary, loopback, link-local, unspecified, multicast and IPv6 addresses are
+// the VM's NIC counts (nic: see NICOf; KubeVirt names each entry after the VM spec's interface); for Primary, loopback, link-local, unspecified, multicast and IPv6 addresses are
 // skipped (guests report all of them, and only IPv4 is routable on Harvester VLANs by default).
-func SelectAddresses(ifaces []kubevirtv1.VirtualMachineInstanceNetworkInterface) Addresses {
+func SelectAddresses(ifaces []kubevirtv1.VirtualMachineInstanceNetworkInterface, nic string) Addresses {
 	var out Addresses
 	for _, iface := range ifaces {
-		if iface.Name != NICName {
+		if iface.Name != nic {
 			continue
 		}
 		out.MAC = iface.MAC
@@ -67,4 +67,15 @@ func parseAddr(s string) (netip.Addr, bool) {
 func isRoutableIPv4(a netip.Addr) bool {
 	return a.Is4() && !a.IsLoopback() && !a.IsLinkLocalUnicast() && !a.IsUnspecified() &&
 		!a.IsMulticast() && a != netip.IPv4Unspecified() && a.As4() != [4]byte{255, 255, 255, 255}
+}
+
+// NICOf names the VM's NIC: its first interface, NICName on the VMs this provider creates, and
+// "default" on those the published provider created (it adopts them).
+func NICOf(vm *kubevirtv1.VirtualMachine) string {
+	if vm.Spec.Template != nil {
+		if ifaces := vm.Spec.Template.Spec.Domain.Devices.Interfaces; len(ifaces) > 0 {
+			return ifaces[0].Name
+		}
+	}
+	return NICName
 }

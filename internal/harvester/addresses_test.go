@@ -26,10 +26,30 @@ func TestSelectAddresses(t *testing.T) {
 		"garbage skipped":   {[]iface{{Name: NICName, IPs: []string{"not-an-ip", "", "0.0.0.0", "10.0.0.9"}}}, "10.0.0.9", []string{"10.0.0.9", "0.0.0.0"}, ""},
 	} {
 		t.Run(name, func(t *testing.T) {
-			got := SelectAddresses(tc.in)
+			got := SelectAddresses(tc.in, NICName)
 			if got.Primary != tc.primary || !slices.Equal(got.All, tc.all) || got.MAC != tc.mac {
 				t.Fatalf("SelectAddresses = %+v, want primary %q all %v mac %q", got, tc.primary, tc.all, tc.mac)
 			}
 		})
+	}
+}
+
+// The published provider named its VMs' interface "default": an adopted VM's address is read
+// from that entry, ours from NICName.
+func TestNICOf(t *testing.T) {
+	published := &kubevirtv1.VirtualMachine{Spec: kubevirtv1.VirtualMachineSpec{Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{}}}
+	published.Spec.Template.Spec.Domain.Devices.Interfaces = []kubevirtv1.Interface{{Name: "default"}}
+	if got := NICOf(published); got != "default" {
+		t.Fatalf("NICOf(published VM) = %q", got)
+	}
+	if got := NICOf(BuildVirtualMachine(testSpec())); got != NICName {
+		t.Fatalf("NICOf(our VM) = %q, want %q", got, NICName)
+	}
+	ifaces := []kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: "default", IP: "10.0.0.7"}}
+	if a := SelectAddresses(ifaces, NICOf(published)); a.Primary != "10.0.0.7" {
+		t.Fatalf("the published VM's address was not read: %+v", a)
+	}
+	if a := SelectAddresses(ifaces, NICName); a.Primary != "" {
+		t.Fatalf("another interface's address was taken for ours: %+v", a)
 	}
 }

@@ -31,7 +31,7 @@ func BenchmarkSelectAddresses(b *testing.B) {
 			IPs: []string{"fe80::5054:ff:feaa:bbcc", "10.40.0.21", "2001:db8::21"}},
 	}
 	for b.Loop() {
-		if SelectAddresses(ifaces).Primary == "" {
+		if SelectAddresses(ifaces, NICName).Primary == "" {
 			b.Fatal("no address")
 		}
 	}

@@ -35,7 +35,7 @@ func FuzzSelectAddresses(f *testing.F) {
 	f.Add("10.40.0.5/24", "2001:db8::1", "garbage")
 	f.Add("", "169.254.1.1", "0.0.0.0")
 	f.Fuzz(func(t *testing.T, a, b, c string) {
-		got := SelectAddresses([]kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: NICName, IP: a, IPs: []string{b, c, a}}})
+		got := SelectAddresses([]kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: NICName, IP: a, IPs: []string{b, c, a}}}, NICName)
 		seen := map[string]bool{}
 		for _, x := range got.All {
 			if seen[x] {

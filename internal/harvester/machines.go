@@ -491,7 +491,7 @@ func (m *machines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMachine)
 			m.staleUnschedulable.forget(client.ObjectKeyFromObject(vmi))
 		}
 		obs.RunningSince = runningSince(vmi)
-		obs.Addresses = SelectAddresses(vmi.Status.Interfaces)
+		obs.Addresses = SelectAddresses(vmi.Status.Interfaces, NICOf(vm))
 	}
 	if !obs.Running {
 		pending := m.pendingDisks(ctx, vm)

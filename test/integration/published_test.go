@@ -108,7 +108,7 @@ func TestPublishedProviderMachineAdopted(t *testing.T) {
 				if err := hv.Get(w.ctx, client.ObjectKeyFromObject(vm), vmi); err != nil {
 					return err
 				}
-				if harvester.SelectAddresses(vmi.Status.Interfaces).Primary == "" {
+				if harvester.SelectAddresses(vmi.Status.Interfaces, harvester.NICOf(vm)).Primary == "" {
 					return fmt.Errorf("VMI %s has no IPv4 address yet", vmi.Name)
 				}
 				return nil

@@ -147,10 +147,10 @@ func (r *vmReconciler) lifecycle(ctx context.Context, vm *kubevirtv1.VirtualMach
 // guestAgent fills the interfaces as KubeVirt reports them: from the domain at first, and with the
 // guest agent's addresses after the IP delay. It returns when to look again (0: nothing to wait for).
 func (r *vmReconciler) guestAgent(ctx context.Context, vm *kubevirtv1.VirtualMachine, st *kubevirtv1.VirtualMachineInstanceStatus, wait time.Duration) time.Duration {
-	mac := nicMAC(vm)
+	name, mac := vmNIC(vm)
 	if wait > 0 {
 		// Before the guest agent connects, KubeVirt knows the NIC from the domain only.
-		st.Interfaces = []kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: nicName, MAC: mac, InfoSource: "domain"}}
+		st.Interfaces = []kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: name, MAC: mac, InfoSource: "domain"}}
 		return wait
 	}
 	updateVMICondition(st, kubevirtv1.VirtualMachineInstanceAgentConnected, corev1.ConditionTrue, "", "")
@@ -163,7 +163,7 @@ func (r *vmReconciler) guestAgent(ctx context.Context, vm *kubevirtv1.VirtualMac
 	}
 	linkLocal := "fe80::5054:ff:fe" + strings.ReplaceAll(mac[9:], ":", "")[:2] + ":" + strings.ReplaceAll(mac[9:], ":", "")[2:]
 	nic := kubevirtv1.VirtualMachineInstanceNetworkInterface{
-		Name: nicName, InterfaceName: "eth0", MAC: mac, InfoSource: "domain, guest-agent", QueueCount: 1,
+		Name: name, InterfaceName: "eth0", MAC: mac, InfoSource: "domain, guest-agent", QueueCount: 1,
 		IP: linkLocal, IPs: []string{linkLocal},
 	}
 	if !r.sim.hasFault(vm, FaultNoDHCP) {
@@ -181,17 +181,26 @@ func (r *vmReconciler) guestAgent(ctx context.Context, vm *kubevirtv1.VirtualMac
 	return 0
 }
 
-// nicMAC is the MAC address of the VM's NIC: the one its spec gives (Harvester's mutator fills it
-// in), else one KubeVirt would generate.
-func nicMAC(vm *kubevirtv1.VirtualMachine) string {
-	if vm.Spec.Template != nil {
-		for _, iface := range vm.Spec.Template.Spec.Domain.Devices.Interfaces {
-			if iface.Name == nicName && iface.MacAddress != "" {
-				return iface.MacAddress
-			}
+// vmNIC is the VM's (first) NIC as KubeVirt reports it in the VMI's status.interfaces: under the
+// name the VM's spec gives the interface and its network (kubevirt.io/api core/v1
+// VirtualMachineInstanceNetworkInterface.Name), with the MAC address the spec gives (Harvester's
+// mutator fills it in), else one KubeVirt would generate.
+func vmNIC(vm *kubevirtv1.VirtualMachine) (name, mac string) {
+	name, mac = defaultNICName, macFor(vm.UID)
+	if vm.Spec.Template == nil {
+		return name, mac
+	}
+	spec := vm.Spec.Template.Spec
+	if len(spec.Networks) > 0 {
+		name = spec.Networks[0].Name // an interface and its network share their name
+	}
+	if ifaces := spec.Domain.Devices.Interfaces; len(ifaces) > 0 {
+		name = ifaces[0].Name
+		if ifaces[0].MacAddress != "" {
+			mac = ifaces[0].MacAddress
 		}
 	}
-	return macFor(vm.UID)
+	return name, mac
 }
 
 // missingClaim names a PVC the VMI mounts that does not exist ("" if none).

@@ -57,11 +57,7 @@ var VirtualMachineImageGVK = schema.GroupVersionKind{Group: "harvesterhci.io", V
 // (k8snetworkplumbingwg/network-attachment-definition-client pkg/apis/k8s.cni.cncf.io/v1/register.go).
 var NetworkAttachmentDefinitionGVK = schema.GroupVersionKind{Group: "k8s.cni.cncf.io", Version: "v1", Kind: "NetworkAttachmentDefinition"}
 
-// nicName is the name under which the simulator reports a VM's NIC in the VMI's
-// status.interfaces, whatever the VM's spec calls it. This is not an upstream name, and here the
-// simulator is not faithful: KubeVirt reports each interface under the name of the network
-// assigned to it in the VM's spec (kubevirt.io/api core/v1 VirtualMachineInstanceNetworkInterface.Name).
-// "nic-1" is the name the provider gives its VMs' one interface, so for the provider's VMs the two
-// agree; for a VM that names its interface otherwise (the published provider's "default") real
-// KubeVirt would report that name, and the simulator does not.
-const nicName = "nic-1"
+// defaultNICName is the interface KubeVirt gives a VM whose spec names none: its pod network
+// (kubevirt staging/src/kubevirt.io/api/core/v1/defaults.go DefaultPodNetwork and
+// DefaultBridgeNetworkInterface).
+const defaultNICName = "default"

@@ -25,11 +25,6 @@ func TestNamesAgreeWithTheProvider(t *testing.T) {
 			"k8snetworkplumbingwg/network-attachment-definition-client pkg/apis/k8s.cni.cncf.io/v1/register.go"},
 		{"VM generation annotation (KubeVirt's own constant as the provider's side)", annotationVMGeneration, kubevirtv1.VirtualMachineGenerationAnnotation,
 			"kubevirt staging/src/kubevirt.io/api/core/v1/types.go VirtualMachineGenerationAnnotation"},
-		// Not an upstream name: see nicName. The simulator reports every NIC under the provider's
-		// name where KubeVirt would report the VM spec's network name; if the provider renames its
-		// NIC, the simulator must follow or the provider sees no address.
-		{"NIC name in VMI status.interfaces", nicName, harvester.NICName,
-			"the VM's spec (KubeVirt names status.interfaces after the network); the simulator's nicName stands in for the provider's NICName"},
 	} {
 		if n.sim != n.provider {
 			t.Errorf("%s: the simulator says %q, the provider %q; the truth is %s: fix the side that differs from it",

@@ -199,7 +199,7 @@ func (f *fixture) readyMachine(name string) *kubevirtv1.VirtualMachineInstance {
 		if vmi, err = f.getVMI(name); err != nil {
 			return err
 		}
-		if a := harvester.SelectAddresses(vmi.Status.Interfaces); a.Primary == "" {
+		if a := harvester.SelectAddresses(vmi.Status.Interfaces, harvester.NICName); a.Primary == "" {
 			return fmt.Errorf("phase %s, interfaces %+v", vmi.Status.Phase, vmi.Status.Interfaces)
 		}
 		return nil
@@ -225,7 +225,7 @@ func TestVMBootsThroughPhasesAndReportsIP(t *testing.T) {
 			return err
 		}
 		seen[vmi.Status.Phase] = true
-		if harvester.SelectAddresses(vmi.Status.Interfaces).Primary == "" {
+		if harvester.SelectAddresses(vmi.Status.Interfaces, harvester.NICName).Primary == "" {
 			return fmt.Errorf("no IP yet (phase %s)", vmi.Status.Phase)
 		}
 		return nil
@@ -238,7 +238,7 @@ func TestVMBootsThroughPhasesAndReportsIP(t *testing.T) {
 			t.Errorf("phase %s never seen (saw %v)", p, seen)
 		}
 	}
-	a := harvester.SelectAddresses(vmi.Status.Interfaces)
+	a := harvester.SelectAddresses(vmi.Status.Interfaces, harvester.NICName)
 	ip := netip.MustParseAddr(a.Primary)
 	if !netip.MustParsePrefix("10.40.0.0/24").Contains(ip) || !strings.HasPrefix(a.MAC, "52:54:00:") {
 		t.Fatalf("addresses %+v", a)
@@ -260,7 +260,7 @@ func TestVMBootsThroughPhasesAndReportsIP(t *testing.T) {
 
 	// A second VM on the same network gets another address.
 	other := f.readyMachine("cp-1")
-	if b := harvester.SelectAddresses(other.Status.Interfaces).Primary; b == a.Primary {
+	if b := harvester.SelectAddresses(other.Status.Interfaces, harvester.NICName).Primary; b == a.Primary {
 		t.Fatalf("two VMs got the same address %s", b)
 	}
 }
@@ -417,7 +417,7 @@ func TestFaults(t *testing.T) {
 		})
 		time.Sleep(500 * time.Millisecond)
 		vmi, _ := f.getVMI("nodhcp")
-		if a := harvester.SelectAddresses(vmi.Status.Interfaces); a.Primary != "" || len(a.All) == 0 {
+		if a := harvester.SelectAddresses(vmi.Status.Interfaces, harvester.NICName); a.Primary != "" || len(a.All) == 0 {
 			t.Fatalf("addresses %+v: want link-local only", a)
 		}
 	})
