@@ -1,14 +1,17 @@
-// Package harvester is the Harvester side of the provider: it turns a MachineSpec into the objects
-// Harvester and KubeVirt run a virtual machine from (a cloud-init Secret, PersistentVolumeClaims and a
-// VirtualMachine), reads the machine's addresses back from its VirtualMachineInstance, and removes
-// everything it created.
+// Package harvester is the engine: the one place that knows Harvester. It turns a MachineSpec into
+// the objects Harvester and KubeVirt run a virtual machine from (a cloud-init Secret,
+// PersistentVolumeClaims and a VirtualMachine), reads the machine's addresses back from its
+// VirtualMachineInstance, judges a start that goes wrong (Assess), reaches a machine where it was
+// created (Locate), puts images on Harvester, runs a ProviderConfig's preflight checks, and removes
+// everything it created. It speaks its own words (Reason*, Check*): each front door maps them to
+// its API's reasons and adds its own advice; it never reads a front door's objects.
 //
-// The controller only sees the Machines interface; object builders are pure functions so that the
-// shapes Harvester accepts are pinned by table tests, and the remote client is built by a Factory
-// that caches one client (and one set of informers) per distinct kubeconfig content.
+// A front door sees the Connector (one Cluster per Harvester cluster, over the clients of package
+// clustercache) and the Cluster interface; object builders are pure functions so that the shapes
+// Harvester accepts are pinned by table tests.
 //
-// Ownership: every object created here carries LabelMachineRequestUID (plus namespace, name and
-// role labels). An object without our UID label is never changed or deleted; a same-named foreign
+// Ownership: every object created here carries LabelMachineRequestUID, the owner's UID whatever
+// its kind (plus namespace, name, kind and role labels). An object without our UID label is never changed or deleted; a same-named foreign
 // object is reported as a NameConflict. Disks are created as PVCs by this package rather than
 // declared through Harvester's harvesterhci.io/volumeClaimTemplates annotation, so that each PVC
 // carries our ownership labels from its first moment and an interrupted create resumes on the very
