@@ -148,31 +148,23 @@ func (r *ImageSyncReconciler) reconcilePhase(ctx context.Context, s *imageSyncSc
 // target is where the ImageSync's image goes: the client of the ProviderConfig's Harvester
 // cluster, and the image's name in its harvester.namespace.
 func (r *ImageSyncReconciler) target(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (harvester.Cluster, harvester.ObjectRef, error) {
-	if pc == nil {
-		// Deleted after we took the ImageSync on (we hold its finalizer).
-		namespace, name := s.is.ProviderConfigKey()
-		return nil, harvester.ObjectRef{}, harvester.Waiting(v1alpha1.ReasonProviderConfigNotFound, providerConfigRetry,
-			"ProviderConfig %s/%s (spec.providerConfigRef) does not exist: create it or correct spec.providerConfigRef", namespace, name)
-	}
-	pcRef := pc.Namespace + "/" + pc.Name
-	if _, err := harvesterOf(pc, pcRef); err != nil {
-		return nil, harvester.ObjectRef{}, err
-	}
-	if err := sharedWith(pc, s.is.Namespace, "ImageSyncs", "spec.providerConfigRef"); err != nil {
-		return nil, harvester.ObjectRef{}, err
-	}
-	creds, err := credentialsOf(pc, pcRef)
+	// pc is nil when it was deleted after we took the ImageSync on (we hold its finalizer).
+	namespace, name := s.is.ProviderConfigKey()
+	t, err := resolveProviderConfig(pc, namespace+"/"+name, "spec.providerConfigRef")
 	if err != nil {
 		return nil, harvester.ObjectRef{}, err
 	}
-	name := harvester.FactoryImageName(s.is.Spec)
-	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+	if err := sharedWith(t.pc, s.is.Namespace, "ImageSyncs", "spec.providerConfigRef"); err != nil {
+		return nil, harvester.ObjectRef{}, err
+	}
+	image := harvester.FactoryImageName(s.is.Spec)
+	if errs := validation.IsDNS1123Subdomain(image); len(errs) > 0 {
 		return nil, harvester.ObjectRef{}, harvester.Permanent(v1alpha1.ReasonCreateImageFailed,
 			"the image name derived from spec.displayName %q is %q, which is not a valid name (%s): choose a display name with letters or digits",
-			s.is.Spec.DisplayName, name, strings.Join(errs, "; "))
+			s.is.Spec.DisplayName, image, strings.Join(errs, "; "))
 	}
-	cluster, err := r.Harvester.ClusterFor(ctx, creds)
-	return cluster, harvester.ObjectRef{Namespace: creds.Namespace, Name: name}, err
+	cluster, err := r.Harvester.ClusterFor(ctx, t.creds)
+	return cluster, harvester.ObjectRef{Namespace: t.creds.Namespace, Name: image}, err
 }
 
 // sync creates the image if needed and follows its import.

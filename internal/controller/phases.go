@@ -398,10 +398,11 @@ func (r *MachineRequestReconciler) unrecordedHome(ctx context.Context, s *machin
 	if nothingCreated(s.mr.Status) {
 		return nil, nil
 	}
-	creds, err := credentialsFor(s.mr, s.pc)
+	t, err := machineTarget(s.mr, s.pc)
 	if err != nil {
 		return nil, err
 	}
+	creds := t.creds
 	cluster, err := r.Harvester.ClusterFor(ctx, creds)
 	if err != nil {
 		return nil, err

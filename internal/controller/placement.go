@@ -82,10 +82,11 @@ func (r *MachineRequestReconciler) homeOf(ctx context.Context, s *machineScope) 
 	if p == nil && vmUID == "" {
 		return nil, nil
 	}
-	creds, err := credentialsFor(s.mr, s.pc)
+	t, err := machineTarget(s.mr, s.pc)
 	if err != nil {
 		return nil, err
 	}
+	creds := t.creds
 	cluster, id, err := r.reach(ctx, creds)
 	if err != nil {
 		return nil, err

@@ -197,29 +197,19 @@ func (r *ProviderConfigReconciler) validate(ctx context.Context, creds harvester
 	return "", checks
 }
 
-// preflightTarget derives what to check from the ProviderConfig.
+// preflightTarget derives what to check from the ProviderConfig. The credentials are returned
+// whenever they can be located, even if the rest is invalid: their Secret is still watched.
 func preflightTarget(pc *v1alpha1.ProviderConfig) (harvester.Credentials, harvester.PreflightSpec, error) {
-	ref := pc.Namespace + "/" + pc.Name
-	hv, err := harvesterOf(pc, ref)
+	t, err := resolveProviderConfig(pc, pc.Namespace+"/"+pc.Name, "")
 	if err != nil {
 		return harvester.Credentials{}, harvester.PreflightSpec{}, err
 	}
-	creds, err := credentialsOf(pc, ref)
-	if err != nil {
-		return creds, harvester.PreflightSpec{}, err
+	spec := harvester.PreflightSpec{Namespace: t.creds.Namespace, StorageClass: t.storageClass}
+	if spec.Network, err = t.network(); err != nil {
+		return t.creds, spec, err
 	}
-	spec := harvester.PreflightSpec{Namespace: namespaceOf(hv), StorageClass: hv.StorageClassName}
-	if spec.Network, err = harvester.ParseObjectRef(hv.NetworkName, ""); err != nil {
-		return creds, spec, invalidProviderConfig(ref, "spec.harvester.networkName: "+err.Error())
-	}
-	if hv.ImageName != "" {
-		image, err := parseImage(hv.ImageName, spec.Namespace)
-		if err != nil {
-			return creds, spec, invalidProviderConfig(ref, "spec.harvester.imageName: "+err.Error())
-		}
-		spec.Image = &image
-	}
-	return creds, spec, nil
+	spec.Image, err = t.defaultImage()
+	return t.creds, spec, err
 }
 
 // setPreflightStatus writes the checks into the ProviderConfig's status and reports Ready. A check
