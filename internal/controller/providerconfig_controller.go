@@ -25,6 +25,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // Defaults of the ProviderConfig checks.
@@ -119,9 +120,9 @@ func (r *ProviderConfigReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	failure := failedChecks(pc)
 	switch {
 	case ready && !last.ready:
-		recordEvent(r.Recorder, pc, corev1.EventTypeNormal, "PreflightPassed", "Validate", "All checks passed: the Harvester cluster is ready for machines")
+		objstatus.RecordEvent(r.Recorder, pc, corev1.EventTypeNormal, "PreflightPassed", "Validate", "All checks passed: the Harvester cluster is ready for machines")
 	case !ready && failure != last.reportedFailure:
-		recordEvent(r.Recorder, pc, corev1.EventTypeWarning, "PreflightFailed", "Validate", failure)
+		objstatus.RecordEvent(r.Recorder, pc, corev1.EventTypeWarning, "PreflightFailed", "Validate", failure)
 	}
 	r.remember(pc, lastValidation{generation: pc.Generation, secretVersion: secretVersion, at: time.Now(), ready: ready, reportedFailure: failure, unwritten: unwritten})
 	if unwritten != nil && (ready != last.ready || failure != last.reportedFailure) {
@@ -187,7 +188,7 @@ func (r *ProviderConfigReconciler) validate(ctx context.Context, creds harvester
 		specErr = err
 	}
 	reason := v1alpha1.ReasonHarvesterUnreachable
-	if w, ok := harvester.AsWaiting(specErr); ok {
+	if w, ok := objstatus.AsWaiting(fromEngine(specErr)); ok {
 		reason = w.Reason
 	}
 	checks := []harvester.Check{{Type: v1alpha1.ConditionCredentialsValid, Reason: reason, Message: specErr.Error()}}
@@ -282,7 +283,7 @@ func preflightGate(pc *v1alpha1.ProviderConfig, usesDefaultImage bool) error {
 		if t == v1alpha1.ConditionCredentialsValid {
 			reason = c.Reason
 		}
-		return harvester.Waiting(reason, DefaultNotReadyRetryPeriod,
+		return objstatus.Waiting(reason, DefaultNotReadyRetryPeriod,
 			"ProviderConfig %s/%s is not ready: %s=False (%s): %s", pc.Namespace, pc.Name, c.Type, c.Reason, c.Message)
 	}
 	return nil

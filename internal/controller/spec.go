@@ -9,6 +9,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // providerConfigRetry is how soon to look again at a missing or unusable ProviderConfig (its
@@ -59,7 +60,7 @@ func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig, ma
 	}
 	creds := t.creds
 	if pc.Spec.Provider != v1alpha1.ProviderTypeHarvester {
-		return nil, creds, harvester.Waiting(v1alpha1.ReasonProviderConfigMoved, providerConfigRetry,
+		return nil, creds, objstatus.Waiting(v1alpha1.ReasonProviderConfigMoved, providerConfigRetry,
 			"ProviderConfig %s now says provider %q: the Harvester provider creates nothing more for this MachineRequest; delete it, or set the ProviderConfig's provider back to \"harvester\"",
 			t.ref, pc.Spec.Provider)
 	}
@@ -113,7 +114,7 @@ func imageFor(mr *v1alpha1.MachineRequest, t *target) (harvester.ObjectRef, erro
 	if mr.Spec.Image != "" {
 		ref, err := parseImage(mr.Spec.Image, t.creds.Namespace)
 		if err != nil {
-			return ref, harvester.Permanent(v1alpha1.ReasonInvalidSpec, "spec.image: %v", err)
+			return ref, objstatus.Permanent(v1alpha1.ReasonInvalidSpec, "spec.image: %v", err)
 		}
 		return ref, nil
 	}
@@ -131,19 +132,19 @@ func imageFor(mr *v1alpha1.MachineRequest, t *target) (harvester.ObjectRef, erro
 // validateRequest checks what the published schema lets through but Harvester would refuse.
 func validateRequest(mr *v1alpha1.MachineRequest) error {
 	if size := len(mr.Spec.UserData) + len(mr.Spec.NetworkData); size > corev1.MaxSecretSize {
-		return harvester.Permanent(v1alpha1.ReasonUserDataTooLarge,
+		return objstatus.Permanent(v1alpha1.ReasonUserDataTooLarge,
 			"spec.userData and spec.networkData are %d bytes together; a Secret holds at most %d: shrink the machine configuration", size, corev1.MaxSecretSize)
 	}
 	for k, v := range mr.Spec.Labels {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			return harvester.Permanent(v1alpha1.ReasonInvalidSpec, "spec.labels: key %q is not a valid label key: %s", k, strings.Join(errs, "; "))
+			return objstatus.Permanent(v1alpha1.ReasonInvalidSpec, "spec.labels: key %q is not a valid label key: %s", k, strings.Join(errs, "; "))
 		}
 		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
-			return harvester.Permanent(v1alpha1.ReasonInvalidSpec, "spec.labels[%q]: %q is not a valid label value: %s", k, v, strings.Join(errs, "; "))
+			return objstatus.Permanent(v1alpha1.ReasonInvalidSpec, "spec.labels[%q]: %q is not a valid label value: %s", k, v, strings.Join(errs, "; "))
 		}
 		for _, p := range reservedLabelPrefixes {
 			if strings.HasPrefix(k, p) {
-				return harvester.Permanent(v1alpha1.ReasonInvalidSpec, "spec.labels: key %q uses the reserved prefix %q: choose another key", k, p)
+				return objstatus.Permanent(v1alpha1.ReasonInvalidSpec, "spec.labels: key %q uses the reserved prefix %q: choose another key", k, p)
 			}
 		}
 	}

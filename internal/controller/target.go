@@ -8,6 +8,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // target is what a harvester ProviderConfig points at, read in one place for every reconciler
@@ -36,7 +37,7 @@ type target struct {
 // observed and deleted whatever they say.
 func resolveProviderConfig(pc *v1alpha1.ProviderConfig, pcRef, refField string) (*target, error) {
 	if pc == nil {
-		return nil, harvester.Waiting(v1alpha1.ReasonProviderConfigNotFound, providerConfigRetry,
+		return nil, objstatus.Waiting(v1alpha1.ReasonProviderConfigNotFound, providerConfigRetry,
 			"ProviderConfig %s (%s) does not exist: create it or correct %s", pcRef, refField, refField)
 	}
 	hv := pc.Spec.Harvester
@@ -86,7 +87,7 @@ func (t *target) defaultImage() (*harvester.ObjectRef, error) {
 }
 
 func invalidProviderConfig(pcRef, problem string) error {
-	return harvester.Waiting(v1alpha1.ReasonInvalidProviderConfig, providerConfigRetry, "ProviderConfig %s %s", pcRef, problem)
+	return objstatus.Waiting(v1alpha1.ReasonInvalidProviderConfig, providerConfigRetry, "ProviderConfig %s %s", pcRef, problem)
 }
 
 // parseImage reads "<namespace>/<name>" (or "<name>", in defaultNamespace) of a
@@ -113,7 +114,7 @@ func sharedWith(pc *v1alpha1.ProviderConfig, namespace, kinds, refField string) 
 	if pc.Namespace == namespace || (pc.Spec.Scope != nil && pc.Spec.Scope.Type == v1alpha1.ProviderConfigScopePlatform) {
 		return nil
 	}
-	return harvester.Waiting(v1alpha1.ReasonProviderConfigNotShared, providerConfigRetry,
+	return objstatus.Waiting(v1alpha1.ReasonProviderConfigNotShared, providerConfigRetry,
 		"ProviderConfig %s/%s (%s) is in another namespace and not shared: set its spec.scope.type to \"platform\" to let %s of other namespaces use it, or use a ProviderConfig in namespace %s",
 		pc.Namespace, pc.Name, refField, kinds, namespace)
 }

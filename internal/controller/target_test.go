@@ -5,6 +5,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // A problem of a ProviderConfig says the same to the ProviderConfig's checks and to a
@@ -23,7 +24,7 @@ func TestProviderConfigProblemSaysTheSameEverywhere(t *testing.T) {
 			change(pc)
 			_, _, checks := preflightTarget(pc)
 			_, _, machine := machineSpecFor(machineRequest(), pc, "")
-			w, ok := harvester.AsWaiting(checks)
+			w, ok := objstatus.AsWaiting(checks)
 			if !ok || w.Reason != v1alpha1.ReasonInvalidProviderConfig {
 				t.Fatalf("checks: %v, want a wait with reason %s", checks, v1alpha1.ReasonInvalidProviderConfig)
 			}
