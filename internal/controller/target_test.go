@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
@@ -45,8 +44,7 @@ func TestCreationOnlyFieldsDoNotHideTheCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := harvester.Credentials{SecretNamespace: "butler-system", SecretName: "harvester-kubeconfig", Key: v1alpha1.DefaultCredentialsKey, Namespace: "vms"}
-	if got.creds != want {
-		t.Fatalf("credentials %+v, want %+v", got.creds, want)
+	if c := got.creds; c.SecretNamespace != "butler-system" || c.SecretName != "harvester-kubeconfig" || c.Key != v1alpha1.DefaultCredentialsKey || c.Namespace != "vms" {
+		t.Fatalf("credentials %+v; want Secret butler-system/harvester-kubeconfig, its default key, and Harvester namespace vms", c)
 	}
 }
