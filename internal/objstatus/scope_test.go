@@ -205,38 +205,40 @@ func TestOutcomeDuringDeletion(t *testing.T) {
 	}
 }
 
-// patchCounter is a fake API server that counts status patches; notFound answers them NotFound.
-type patchCounter struct {
+// fakeServer is an API server holding one object that counts status patches, and answers them
+// with statusAnswer when that is set.
+type fakeServer struct {
 	client.Client
-	patches  int
-	notFound bool
+	patches      int
+	statusAnswer error
 }
 
-func newPatchCounter(t *testing.T, objs ...client.Object) *patchCounter {
+// newFakeServer stores obj and reads it back into obj.
+func newFakeServer(t *testing.T, obj *v1alpha1.ImageSync) *fakeServer {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	pc := &patchCounter{}
-	pc.Client = fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(objs...).
+	f := &fakeServer{}
+	f.Client = fake.NewClientBuilder().WithScheme(scheme).WithObjects(obj.DeepCopy()).WithStatusSubresource(obj).
 		WithInterceptorFuncs(interceptor.Funcs{SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			pc.patches++
-			if pc.notFound {
-				return apierrors.NewNotFound(schema.GroupResource{Resource: "imagesyncs"}, obj.GetName())
+			f.patches++
+			if f.statusAnswer != nil {
+				return f.statusAnswer
 			}
 			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
 		}}).Build()
-	return pc
+	if err := f.Get(context.Background(), client.ObjectKeyFromObject(obj), obj); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 func TestWriteStatus(t *testing.T) {
 	ctx := context.Background()
 	obj := testObject()
-	c := newPatchCounter(t, obj.DeepCopy())
-	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-		t.Fatal(err)
-	}
+	c := newFakeServer(t, obj)
 	memory := &Memory[v1alpha1.ImageSyncStatus]{}
 	var written []string
 	kind := testKind
@@ -285,7 +287,7 @@ func TestWriteStatus(t *testing.T) {
 	}
 
 	// An object that is gone is released: no error, and nothing more is written.
-	c.notFound = true
+	c.statusAnswer = apierrors.NewNotFound(schema.GroupResource{Resource: "imagesyncs"}, obj.Name)
 	s = newScope()
 	s.SetPhase(string(v1alpha1.ImageSyncPhaseReady))
 	if err := s.WriteStatus(ctx, c); err != nil || !s.Released() || c.patches != 2 {
@@ -301,14 +303,8 @@ func TestWriteStatus(t *testing.T) {
 func TestWriteStatusError(t *testing.T) {
 	ctx := context.Background()
 	obj := testObject()
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(obj.DeepCopy()).WithStatusSubresource(obj).
-		WithInterceptorFuncs(interceptor.Funcs{SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
-			return errors.New("etcd is down")
-		}}).Build()
+	c := newFakeServer(t, obj)
+	c.statusAnswer = errors.New("etcd is down")
 	memory := &Memory[v1alpha1.ImageSyncStatus]{}
 	s := New(obj, testKind, testPolicy(), events.NewFakeRecorder(10), memory)
 	s.SetPhase(string(v1alpha1.ImageSyncPhasePending))
@@ -325,14 +321,7 @@ func TestWriteStatusError(t *testing.T) {
 func TestPatchMeta(t *testing.T) {
 	ctx := context.Background()
 	obj := testObject()
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(obj.DeepCopy()).WithStatusSubresource(obj).Build()
-	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
-		t.Fatal(err)
-	}
+	c := newFakeServer(t, obj)
 	s := New(obj, testKind, testPolicy(), events.NewFakeRecorder(10), &Memory[v1alpha1.ImageSyncStatus]{})
 	s.Progressing(quietReason, "building")
 	patch := client.MergeFrom(obj.DeepCopy())
