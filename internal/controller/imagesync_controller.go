@@ -11,7 +11,6 @@ import (
 	"github.com/go-logr/logr"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
-	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,6 +31,7 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/imagefactory"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // DefaultConfigGracePeriod is how long a MachineRequest or ImageSync waits on a problem only the
@@ -60,7 +59,7 @@ type ImageSyncReconciler struct {
 	// permissions) is waited on before the ImageSync becomes Failed with its reason.
 	ConfigGracePeriod time.Duration
 
-	statuses statusMemory[v1alpha1.ImageSyncStatus]
+	statuses objstatus.Memory[v1alpha1.ImageSyncStatus]
 }
 
 // +kubebuilder:rbac:groups=butler.butlerlabs.dev,resources=imagesyncs,verbs=get;list;watch;update;patch
@@ -73,7 +72,7 @@ func (r *ImageSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 	is := &v1alpha1.ImageSync{}
 	if err := r.Get(ctx, req.NamespacedName, is); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.statuses.forgetKey(req.NamespacedName)
+			r.statuses.ForgetKey(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -97,23 +96,23 @@ func (r *ImageSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 		// Nothing on Harvester is ever deleted for an ImageSync, so letting go needs neither the
 		// ProviderConfig nor its credentials: deletion never hangs, and an ImageSync handed to
 		// another provider keeps no finalizer of ours.
-		r.statuses.forget(is)
+		r.statuses.Forget(is)
 		return ctrl.Result{}, r.patchFinalizer(ctx, is, controllerutil.RemoveFinalizer)
 	}
 	if !held {
 		if err := r.patchFinalizer(ctx, is, controllerutil.AddFinalizer); err != nil {
-			return conflictOr(ctx, err)
+			return objstatus.ConflictOr(ctx, err)
 		}
 	}
 	s := r.newScope(is)
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("image", imagefactory.ImageName(is.Spec)))
 	defer func() {
-		if err := s.writeStatus(ctx, r.Client, &r.statuses); err != nil {
+		if err := s.WriteStatus(ctx, r.Client); err != nil {
 			retErr = errors.Join(retErr, err)
 		}
 	}()
 	res, err := r.reconcilePhase(ctx, s, pc)
-	return asPoll(s.outcome(ctx, res, err))
+	return asPoll(s.Outcome(ctx, res, fromEngine(err)))
 }
 
 // patchFinalizer adds or removes our finalizer, locked so that finalizers other controllers
@@ -134,7 +133,7 @@ func (r *ImageSyncReconciler) reconcilePhase(ctx context.Context, s *imageSyncSc
 			return reconcile.Result{}, err
 		}
 		log.FromContext(ctx).Info("Retrying failed ImageSync", "because", why)
-		s.event(corev1.EventTypeNormal, "Retrying", "Sync", "Retrying after "+s.is.Status.FailureReason+": "+why)
+		s.Event(corev1.EventTypeNormal, "Retrying", "Sync", "Retrying after "+s.is.Status.FailureReason+": "+why)
 		s.is.Status.FailureReason, s.is.Status.FailureMessage = "", ""
 		meta.RemoveStatusCondition(&s.is.Status.Conditions, v1alpha1.ConditionDegraded)
 		s.setPhase(v1alpha1.ImageSyncPhasePending)
@@ -149,41 +148,33 @@ func (r *ImageSyncReconciler) reconcilePhase(ctx context.Context, s *imageSyncSc
 // target is where the ImageSync's image goes: the client of the ProviderConfig's Harvester
 // cluster, and the image's name in its harvester.namespace.
 func (r *ImageSyncReconciler) target(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (harvester.Cluster, harvester.ObjectRef, error) {
-	if pc == nil {
-		// Deleted after we took the ImageSync on (we hold its finalizer).
-		namespace, name := s.is.ProviderConfigKey()
-		return nil, harvester.ObjectRef{}, harvester.Waiting(v1alpha1.ReasonProviderConfigNotFound, providerConfigRetry,
-			"ProviderConfig %s/%s (spec.providerConfigRef) does not exist: create it or correct spec.providerConfigRef", namespace, name)
-	}
-	pcRef := pc.Namespace + "/" + pc.Name
-	if _, err := harvesterOf(pc, pcRef); err != nil {
-		return nil, harvester.ObjectRef{}, err
-	}
-	if err := sharedWith(pc, s.is.Namespace, "ImageSyncs", "spec.providerConfigRef"); err != nil {
-		return nil, harvester.ObjectRef{}, err
-	}
-	creds, err := credentialsOf(pc, pcRef)
+	// pc is nil when it was deleted after we took the ImageSync on (we hold its finalizer).
+	namespace, name := s.is.ProviderConfigKey()
+	t, err := resolveProviderConfig(pc, namespace+"/"+name, "spec.providerConfigRef")
 	if err != nil {
 		return nil, harvester.ObjectRef{}, err
 	}
-	name := imagefactory.ImageName(s.is.Spec)
-	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
-		return nil, harvester.ObjectRef{}, harvester.Permanent(v1alpha1.ReasonCreateImageFailed,
-			"the image name derived from spec.displayName %q is %q, which is not a valid name (%s): choose a display name with letters or digits",
-			s.is.Spec.DisplayName, name, strings.Join(errs, "; "))
+	if err := sharedWith(t.pc, s.is.Namespace, "ImageSyncs", "spec.providerConfigRef"); err != nil {
+		return nil, harvester.ObjectRef{}, err
 	}
-	cluster, err := r.Harvester.ClusterFor(ctx, creds)
-	return cluster, harvester.ObjectRef{Namespace: creds.Namespace, Name: name}, err
+	image := imagefactory.ImageName(s.is.Spec)
+	if errs := validation.IsDNS1123Subdomain(image); len(errs) > 0 {
+		return nil, harvester.ObjectRef{}, objstatus.Permanent(v1alpha1.ReasonCreateImageFailed,
+			"the image name derived from spec.displayName %q is %q, which is not a valid name (%s): choose a display name with letters or digits",
+			s.is.Spec.DisplayName, image, strings.Join(errs, "; "))
+	}
+	cluster, err := r.Harvester.ClusterFor(ctx, t.creds)
+	return cluster, harvester.ObjectRef{Namespace: t.creds.Namespace, Name: image}, err
 }
 
 // sync creates the image if needed and follows its import.
 func (r *ImageSyncReconciler) sync(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (reconcile.Result, error) {
 	if s.is.Spec.TransferMode == v1alpha1.TransferModeProxy {
-		return reconcile.Result{}, harvester.Permanent(v1alpha1.ReasonUnsupportedTransferMode,
+		return reconcile.Result{}, objstatus.Permanent(v1alpha1.ReasonUnsupportedTransferMode,
 			"spec.transferMode is %q: Harvester downloads images from the factory itself; set spec.transferMode to %q (the default)", v1alpha1.TransferModeProxy, v1alpha1.TransferModeDirect)
 	}
 	if err := imagefactory.Validate(s.is.Spec); err != nil {
-		return reconcile.Result{}, asImageSyncError(harvester.Permanent(v1alpha1.ReasonInvalidSpec, "%v", err))
+		return reconcile.Result{}, asImageSyncError(objstatus.Permanent(v1alpha1.ReasonInvalidSpec, "%v", err))
 	}
 	factory, err := r.factoryURL(ctx)
 	if err != nil {
@@ -203,7 +194,7 @@ func (r *ImageSyncReconciler) sync(ctx context.Context, s *imageSyncScope, pc *v
 	what := "VirtualMachineImage " + ref.String()
 	if imported.Created {
 		log.FromContext(ctx).Info("Created image on Harvester", "image", ref.String(), "url", url)
-		s.event(corev1.EventTypeNormal, "Created", "Sync", fmt.Sprintf("Created %s; Harvester downloads it from %s", what, url))
+		s.Event(corev1.EventTypeNormal, "Created", "Sync", fmt.Sprintf("Created %s; Harvester downloads it from %s", what, url))
 	}
 	switch {
 	case imported.Failure != nil:
@@ -213,8 +204,8 @@ func (r *ImageSyncReconciler) sync(ctx context.Context, s *imageSyncScope, pc *v
 		return reconcile.Result{}, nil
 	}
 	s.setPhase(v1alpha1.ImageSyncPhaseDownloading)
-	s.progressing(v1alpha1.ReasonImageDownloading, imported.Message)
-	s.healthy()
+	s.Progressing(v1alpha1.ReasonImageDownloading, imported.Message)
+	s.Healthy()
 	return reconcile.Result{RequeueAfter: imageSafetyPoll}, nil
 }
 
@@ -224,12 +215,12 @@ func (r *ImageSyncReconciler) factoryURL(ctx context.Context) (string, error) {
 	err := r.Get(ctx, client.ObjectKey{Name: platformv1alpha1.ButlerConfigName}, bc)
 	switch {
 	case apierrors.IsNotFound(err):
-		return "", harvester.Waiting(v1alpha1.ReasonButlerConfigNotFound, providerConfigRetry,
+		return "", objstatus.Waiting(v1alpha1.ReasonButlerConfigNotFound, providerConfigRetry,
 			"ButlerConfig %q does not exist: create it with spec.imageFactory.url, the Butler Image Factory images are downloaded from", platformv1alpha1.ButlerConfigName)
 	case err != nil:
 		return "", err
 	case bc.FactoryURL() == "":
-		return "", harvester.Waiting(v1alpha1.ReasonImageFactoryNotConfigured, providerConfigRetry,
+		return "", objstatus.Waiting(v1alpha1.ReasonImageFactoryNotConfigured, providerConfigRetry,
 			"ButlerConfig %q has no spec.imageFactory.url: set it to the Butler Image Factory images are downloaded from", platformv1alpha1.ButlerConfigName)
 	}
 	return bc.FactoryURL(), nil
@@ -240,7 +231,8 @@ func (r *ImageSyncReconciler) factoryURL(ctx context.Context) (string, error) {
 // refuses about the image is CreateImageFailed. Waits stay waits (failed only after the grace
 // period), transient errors stay transient.
 func asImageSyncError(err error) error {
-	if w, ok := harvester.AsWaiting(err); ok {
+	err = fromEngine(err)
+	if w, ok := objstatus.AsWaiting(err); ok {
 		reason := w.Reason
 		switch w.Reason {
 		case v1alpha1.ReasonCredentialsUnavailable, v1alpha1.ReasonUntrustedEndpoint, v1alpha1.ReasonInsecureCredentials, v1alpha1.ReasonInvalidProviderConfig, harvester.ReasonInvalidEndpoint:
@@ -248,10 +240,10 @@ func asImageSyncError(err error) error {
 		case v1alpha1.ReasonPermissionDenied, v1alpha1.ReasonQuotaExceeded:
 			reason = v1alpha1.ReasonCreateImageFailed
 		}
-		return &harvester.WaitingError{Reason: reason, RetryAfter: w.RetryAfter, Message: w.Message}
+		return &objstatus.WaitingError{Reason: reason, RetryAfter: w.RetryAfter, Message: w.Message}
 	}
-	if p, ok := harvester.AsPermanent(err); ok && p.Reason == v1alpha1.ReasonInvalidSpec {
-		return &harvester.PermanentError{Reason: v1alpha1.ReasonCreateImageFailed, Message: p.Message}
+	if p, ok := objstatus.AsPermanent(err); ok && p.Reason == v1alpha1.ReasonInvalidSpec {
+		return &objstatus.PermanentError{Reason: v1alpha1.ReasonCreateImageFailed, Message: p.Message}
 	}
 	return err
 }
@@ -277,10 +269,10 @@ func (r *ImageSyncReconciler) checkReady(ctx context.Context, s *imageSyncScope,
 
 // resync takes a Ready ImageSync whose image is gone back to Pending and creates the image again.
 func (r *ImageSyncReconciler) resync(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig, why string) (reconcile.Result, error) {
-	s.event(corev1.EventTypeWarning, v1alpha1.ReasonImageMissing, "Sync", why+"; creating it again")
+	s.Event(corev1.EventTypeWarning, v1alpha1.ReasonImageMissing, "Sync", why+"; creating it again")
 	s.is.Status.ProviderImageRef = ""
 	s.setPhase(v1alpha1.ImageSyncPhasePending)
-	s.progressing(v1alpha1.ReasonImageMissing, why+"; creating it again")
+	s.Progressing(v1alpha1.ReasonImageMissing, why+"; creating it again")
 	meta.SetStatusCondition(&s.is.Status.Conditions, metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse,
 		Reason: v1alpha1.ReasonImageMissing, Message: why, ObservedGeneration: s.is.Generation})
 	return r.sync(ctx, s, pc)
@@ -296,9 +288,7 @@ func (r *ImageSyncReconciler) retryable(ctx context.Context, s *imageSyncScope, 
 	if s.is.Annotations[v1alpha1.AnnotationRetry] == "true" {
 		patch := client.MergeFrom(s.is.DeepCopy())
 		delete(s.is.Annotations, v1alpha1.AnnotationRetry)
-		status := s.is.Status
-		err := r.Patch(ctx, s.is, patch)
-		s.is.Status = status
+		err := s.PatchMeta(ctx, r.Client, patch)
 		return "annotation " + v1alpha1.AnnotationRetry, err == nil, err
 	}
 	switch s.is.Status.FailureReason {
@@ -323,134 +313,58 @@ func (r *ImageSyncReconciler) retryable(ctx context.Context, s *imageSyncScope, 
 	return "", false, nil
 }
 
-// imageSyncScope is one reconcile of one ImageSync.
+// imageSyncScope is one reconcile of one ImageSync (see objstatus.Scope).
 type imageSyncScope struct {
-	is       *v1alpha1.ImageSync
-	stored   v1alpha1.ImageSyncStatus
-	recorder events.EventRecorder
-	grace    time.Duration
+	*objstatus.Scope[*v1alpha1.ImageSync, v1alpha1.ImageSyncStatus]
+	is *v1alpha1.ImageSync
 }
 
+// imageSyncStatus is where an ImageSync keeps its status.
+var imageSyncStatus = objstatus.Kind[*v1alpha1.ImageSync, v1alpha1.ImageSyncStatus]{
+	Name:     "ImageSync",
+	Status:   func(is *v1alpha1.ImageSync) *v1alpha1.ImageSyncStatus { return &is.Status },
+	DeepCopy: (*v1alpha1.ImageSyncStatus).DeepCopy,
+	Fields: func(st *v1alpha1.ImageSyncStatus) objstatus.Fields {
+		return objstatus.Fields{Phase: (*string)(&st.Phase), LastUpdated: &st.LastUpdated, Conditions: &st.Conditions,
+			FailureReason: &st.FailureReason, FailureMessage: &st.FailureMessage, ObservedGeneration: &st.ObservedGeneration}
+	},
+	FailedPhase: string(v1alpha1.ImageSyncPhaseFailed),
+}
+
+// newScope starts a reconcile of is. Its policy: every wait is on something only the user can
+// fix (the ButlerConfig, the ProviderConfig, credentials, permissions): it says so in Degraded,
+// with a Warning event when it begins, and becomes Failed after the grace period. Ready, once
+// False, keeps saying what first took the image away until it is Ready again.
 func (r *ImageSyncReconciler) newScope(is *v1alpha1.ImageSync) *imageSyncScope {
-	if last, ok := r.statuses.last(is); ok {
-		is.Status = *last.DeepCopy()
-	}
 	grace := r.ConfigGracePeriod
 	if grace <= 0 {
 		grace = DefaultConfigGracePeriod
 	}
-	return &imageSyncScope{is: is, stored: *is.Status.DeepCopy(), recorder: r.Recorder, grace: grace}
+	return &imageSyncScope{is: is, Scope: objstatus.New(is, imageSyncStatus, objstatus.Policy{
+		Action:           "Sync",
+		FailAction:       "Sync",
+		Degrading:        objstatus.AnyReason,
+		NewWaitCondition: v1alpha1.ConditionDegraded,
+		KeepNotReady:     true,
+		Configuration:    objstatus.AnyReason,
+		Grace:            grace,
+		GraceExpired:     "%s (waited %s)",
+	}, r.Recorder, &r.statuses)}
 }
 
-func (s *imageSyncScope) event(eventType, reason, action, message string) {
-	recordEvent(s.recorder, s.is, eventType, reason, action, message)
-}
-
-func (s *imageSyncScope) setPhase(p v1alpha1.ImageSyncPhase) {
-	if s.is.Status.Phase == p {
-		return
-	}
-	s.is.Status.Phase = p
-	now := metav1.Now()
-	s.is.Status.LastUpdated = &now
-}
-
-func (s *imageSyncScope) setCondition(condType string, status metav1.ConditionStatus, reason, message string) {
-	meta.SetStatusCondition(&s.is.Status.Conditions, metav1.Condition{Type: condType, Status: status, Reason: reason,
-		Message: message, ObservedGeneration: s.is.Generation})
-}
-
-func (s *imageSyncScope) progressing(reason, message string) {
-	s.setCondition(v1alpha1.ConditionProgressing, metav1.ConditionTrue, reason, message)
-	if c := meta.FindStatusCondition(s.is.Status.Conditions, v1alpha1.ConditionReady); c == nil || c.Status != metav1.ConditionFalse {
-		s.setCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, message)
-	}
-}
-
-func (s *imageSyncScope) healthy() {
-	s.setCondition(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "")
-}
+func (s *imageSyncScope) setPhase(p v1alpha1.ImageSyncPhase) { s.SetPhase(string(p)) }
 
 func (s *imageSyncScope) ready(ref harvester.ObjectRef) {
 	msg := "Image synced to provider: " + ref.String()
 	if s.is.Status.Phase != v1alpha1.ImageSyncPhaseReady {
-		s.event(corev1.EventTypeNormal, "Ready", "Sync", msg)
+		s.Event(corev1.EventTypeNormal, "Ready", "Sync", msg)
 	}
 	s.setPhase(v1alpha1.ImageSyncPhaseReady)
 	s.is.Status.ProviderImageRef = ref.String()
 	s.is.Status.FailureReason, s.is.Status.FailureMessage = "", ""
-	s.setCondition(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonImageReady, msg)
-	s.setCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonImageReady, msg)
-	s.healthy()
-}
-
-func (s *imageSyncScope) fail(reason, message string) {
-	if s.is.Status.Phase != v1alpha1.ImageSyncPhaseFailed || s.is.Status.FailureReason != reason {
-		s.event(corev1.EventTypeWarning, reason, "Sync", message)
-	}
-	s.setPhase(v1alpha1.ImageSyncPhaseFailed)
-	s.is.Status.FailureReason, s.is.Status.FailureMessage = reason, message
-	s.setCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, message)
-	s.setCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, reason, message)
-	s.setCondition(v1alpha1.ConditionDegraded, metav1.ConditionTrue, reason, message)
-}
-
-// outcome turns errors into status and a result, as machineScope.outcome does for
-// MachineRequests: a wait on something only the user can fix says so in Degraded and becomes
-// Failed after the grace period; a permanent error is Failed; a conflict is retried quietly;
-// anything else is transient.
-func (s *imageSyncScope) outcome(ctx context.Context, res ctrl.Result, err error) (ctrl.Result, error) {
-	if w, ok := harvester.AsWaiting(err); ok {
-		if c := meta.FindStatusCondition(s.is.Status.Conditions, v1alpha1.ConditionDegraded); c == nil || c.Reason != w.Reason {
-			s.event(corev1.EventTypeWarning, w.Reason, "Sync", w.Message)
-		}
-		s.progressing(w.Reason, w.Message)
-		s.setCondition(v1alpha1.ConditionDegraded, metav1.ConditionTrue, w.Reason, w.Message)
-		left := graceLeft(s.is.Status.Conditions, s.grace)
-		if left > 0 {
-			s.observed()
-			return ctrl.Result{RequeueAfter: min(w.RetryAfter, left+10*time.Millisecond)}, nil
-		}
-		err = &harvester.PermanentError{Reason: w.Reason, Message: fmt.Sprintf("%s (waited %s)", w.Message, s.grace)}
-	}
-	if p, ok := harvester.AsPermanent(err); ok {
-		s.fail(p.Reason, p.Message)
-		s.observed()
-		return ctrl.Result{}, nil
-	}
-	if err != nil {
-		return conflictOr(ctx, err)
-	}
-	s.observed()
-	return res, nil
-}
-
-func (s *imageSyncScope) observed() { s.is.Status.ObservedGeneration = s.is.Generation }
-
-// writeStatus stores the status if it differs from what is stored (see machineScope.writeStatus).
-func (s *imageSyncScope) writeStatus(ctx context.Context, c client.Client, statuses *statusMemory[v1alpha1.ImageSyncStatus]) error {
-	if equality.Semantic.DeepEqual(s.stored, s.is.Status) {
-		return nil
-	}
-	base := s.is.DeepCopy()
-	base.Status = s.stored
-	status := *s.is.Status.DeepCopy()
-	if err := c.Status().Patch(ctx, s.is, client.MergeFrom(base)); err != nil {
-		return client.IgnoreNotFound(err)
-	}
-	s.is.Status = status
-	statuses.remember(s.is, *status.DeepCopy())
-	s.stored = *status.DeepCopy()
-	return nil
-}
-
-// conflictOr retries a conflict soon and quietly, and returns any other error for backoff.
-func conflictOr(ctx context.Context, err error) (ctrl.Result, error) {
-	if apierrors.IsConflict(err) {
-		log.FromContext(ctx).V(1).Info("Conflict; retrying with a fresh copy", "error", err.Error())
-		return ctrl.Result{RequeueAfter: conflictRetry, Priority: ptr.To(0)}, nil
-	}
-	return ctrl.Result{}, err
+	s.SetCondition(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonImageReady, msg)
+	s.SetCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonImageReady, msg)
+	s.Healthy()
 }
 
 // Indexes of ImageSyncs: by "<namespace>/<name>" of their ProviderConfig, and by the name of

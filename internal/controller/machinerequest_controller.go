@@ -24,6 +24,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // Defaults of the reconciler's intervals.
@@ -92,7 +93,7 @@ type MachineRequestReconciler struct {
 	managementCluster string
 
 	// statuses remembers the last status written for each MachineRequest.
-	statuses statusMemory[v1alpha1.MachineRequestStatus]
+	statuses objstatus.Memory[v1alpha1.MachineRequestStatus]
 	// stalls remembers what each deletion in progress waits for, and since when.
 	stalls deletionStalls
 }
@@ -110,7 +111,7 @@ func (r *MachineRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	mr := &v1alpha1.MachineRequest{}
 	if err := r.Get(ctx, req.NamespacedName, mr); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.statuses.forgetKey(req.NamespacedName)
+			r.statuses.ForgetKey(req.NamespacedName)
 			r.stalls.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -128,14 +129,14 @@ func (r *MachineRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	scope := newMachineScope(mr, pc, r.Recorder, &r.statuses, waitLimits{configGrace: r.ConfigGracePeriod, provisioning: r.ProvisioningTimeout})
 	ctx = log.IntoContext(ctx, log.FromContext(ctx).WithValues("machine", mr.Spec.MachineName))
 	defer func() {
-		if err := scope.writeStatus(ctx, r.Client, &r.statuses); err != nil {
+		if err := scope.WriteStatus(ctx, r.Client); err != nil {
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 		}
 	}()
 
 	if !mr.DeletionTimestamp.IsZero() {
 		res, err := r.reconcileDelete(ctx, scope)
-		return asPoll(scope.outcome(ctx, res, asMachineRequestError(err)))
+		return asPoll(scope.Outcome(ctx, res, asMachineRequestError(err)))
 	}
 	res, err := r.reconcileNormal(ctx, scope)
 	// The finalizer is written with the machine's place, before anything is created (see
@@ -144,7 +145,7 @@ func (r *MachineRequestReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	if ferr := r.ensureFinalizer(ctx, scope); ferr != nil && err == nil {
 		err = ferr
 	}
-	return asPoll(scope.outcome(ctx, res, asMachineRequestError(err)))
+	return asPoll(scope.Outcome(ctx, res, asMachineRequestError(err)))
 }
 
 // isOurs decides whether this provider may act on mr: its ProviderConfig says harvester, or our

@@ -20,6 +20,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // fakeMachines is the Harvester side as the unit tests want it to behave.
@@ -424,7 +425,7 @@ func TestDeletionReportsOnlyWhatHoldsItUp(t *testing.T) {
 	for _, step := range []string{"VirtualMachine vms/cluster-cp-0", "PersistentVolumeClaim vms/cluster-cp-0-disk-0", "Secret vms/cluster-cp-0-cloudinit"} {
 		left = step
 		res, err := f.reconcile(mr)
-		if err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > f.r.DeletionReportDelay+timerSlack {
+		if err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > f.r.DeletionReportDelay+objstatus.TimerSlack {
 			t.Fatalf("Reconcile = %+v, %v; want a requeue when the delay is up", res, err)
 		}
 		if got := f.get(mr); got.Status.Phase != v1alpha1.MachinePhaseRunning {

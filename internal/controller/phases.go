@@ -18,6 +18,7 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 func hasFinalizer(mr *v1alpha1.MachineRequest) bool {
@@ -28,12 +29,12 @@ func hasFinalizer(mr *v1alpha1.MachineRequest) bool {
 // the resourceVersion: a merge patch replaces the whole list, and must not drop a finalizer
 // another controller added since our copy was read (a conflict is retried).
 func (r *MachineRequestReconciler) ensureFinalizer(ctx context.Context, s *machineScope) error {
-	if s.released || hasFinalizer(s.mr) {
+	if s.Released() || hasFinalizer(s.mr) {
 		return nil
 	}
 	patch := client.MergeFromWithOptions(s.mr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.AddFinalizer(s.mr, v1alpha1.MachineRequestFinalizer)
-	return s.patchMeta(ctx, r.Client, patch)
+	return s.PatchMeta(ctx, r.Client, patch)
 }
 
 // reconcileNormal runs the phase the MachineRequest is in.
@@ -65,7 +66,7 @@ func (r *MachineRequestReconciler) reconcileNormal(ctx context.Context, s *machi
 			}
 		}
 		log.FromContext(ctx).Info("Retrying failed MachineRequest", "generation", s.mr.Generation, "because", why)
-		s.event(corev1.EventTypeNormal, "Retrying", "Provision", "Retrying after "+s.mr.Status.FailureReason+": "+why)
+		s.Event(corev1.EventTypeNormal, "Retrying", "Provision", "Retrying after "+s.mr.Status.FailureReason+": "+why)
 		if s.mr.Status.FailureReason == v1alpha1.ReasonVMDeleted {
 			// The recorded VM is gone: the retry creates a new one where the machine lives. Any
 			// other failure keeps the VM it has, which is never judged as a machine without one.
@@ -78,7 +79,7 @@ func (r *MachineRequestReconciler) reconcileNormal(ctx context.Context, s *machi
 		return r.reconcileRunning(ctx, s)
 	case "":
 		s.setPhase(v1alpha1.MachinePhasePending)
-		s.progressing(v1alpha1.ReasonPending, "Accepted; preparing the VM on Harvester")
+		s.Progressing(v1alpha1.ReasonPending, "Accepted; preparing the VM on Harvester")
 		fallthrough
 	default:
 		return r.reconcileProvisioning(ctx, s)
@@ -165,13 +166,13 @@ func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s 
 	vm := vmName(spec.Namespace, spec.Name)
 	if obs.TookOverFrom != "" {
 		log.FromContext(ctx).Info("Took over a VM of an earlier MachineRequest of the same name", "vm", vm, "earlierUID", obs.TookOverFrom)
-		s.event(corev1.EventTypeWarning, v1alpha1.ReasonVMTakenOver, "Create", fmt.Sprintf(
+		s.Event(corev1.EventTypeWarning, v1alpha1.ReasonVMTakenOver, "Create", fmt.Sprintf(
 			"%s was created for an earlier MachineRequest %s/%s (UID %s) that no longer exists: it is taken over as it is, with its disks and cloud-init Secret (its size and image are not changed). Delete this MachineRequest and the VM to start afresh",
 			vm, s.mr.Namespace, s.mr.Name, obs.TookOverFrom))
 	}
 	if obs.VMCreated {
 		log.FromContext(ctx).Info("Created VM on Harvester", "vm", vm, "providerID", obs.ProviderID)
-		s.event(corev1.EventTypeNormal, "Created", "Create", "Created "+vm+" on Harvester")
+		s.Event(corev1.EventTypeNormal, "Created", "Create", "Created "+vm+" on Harvester")
 	}
 	s.setPhase(v1alpha1.MachinePhaseCreating)
 	if obs.Running && obs.Addresses.Primary != "" {
@@ -198,7 +199,7 @@ func (r *MachineRequestReconciler) abandonEmptyHome(ctx context.Context, s *mach
 		return nil, err
 	}
 	if !done {
-		return nil, harvester.Waiting(v1alpha1.ReasonDeleting, r.DeletionPollInterval,
+		return nil, objstatus.Waiting(v1alpha1.ReasonDeleting, r.DeletionPollInterval,
 			"%s; removing what an earlier attempt left in Harvester namespace %s before creating the machine where the ProviderConfig points now: waiting for %s",
 			home.moved, home.ref.Namespace, remaining)
 	}
@@ -209,7 +210,7 @@ func (r *MachineRequestReconciler) abandonEmptyHome(ctx context.Context, s *mach
 // reportMoved says, in Degraded, that the ProviderConfig no longer points where the machine lives.
 func (s *machineScope) reportMoved(home *machineHome) {
 	if home.moved != "" {
-		s.degraded(v1alpha1.ReasonProviderConfigMoved, home.moved)
+		s.Degraded(v1alpha1.ReasonProviderConfigMoved, home.moved)
 	}
 }
 
@@ -232,22 +233,22 @@ func (r *MachineRequestReconciler) reportCreating(s *machineScope, vm string, ob
 	}
 	if p := assessment.Problem; p != nil {
 		var advice string
-		reason, advice, _ = machineRequestTerms(p.Reason)
+		reason, advice = machineRequestTerms(p.Reason)
 		message = p.Message + advice
 		if c := meta.FindStatusCondition(s.mr.Status.Conditions, v1alpha1.ConditionProgressing); c == nil || c.Reason != reason {
-			s.event(corev1.EventTypeWarning, reason, "Provision", message)
+			s.Event(corev1.EventTypeWarning, reason, "Provision", message)
 		}
 	}
-	s.progressing(reason, message)
+	s.Progressing(reason, message)
 	if degradingReasons[reason] {
-		s.degraded(reason, message)
+		s.Degraded(reason, message)
 	} else {
-		s.healthy()
+		s.Healthy()
 	}
 	if failed, left := s.timedOut(message); failed {
 		return 0
 	} else if left > 0 {
-		until(time.Now().Add(left + timerSlack))
+		until(time.Now().Add(left + objstatus.TimerSlack))
 	}
 	return next
 }
@@ -274,12 +275,12 @@ func (r *MachineRequestReconciler) markRunning(ctx context.Context, s *machineSc
 	s.mr.Status.IPAddresses = obs.Addresses.All
 	s.mr.Status.MACAddress = obs.Addresses.MAC
 	msg := fmt.Sprintf("%s is running at %s", vm, obs.Addresses.Primary)
-	s.setCondition(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonVMRunning, msg)
-	s.setCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonVMRunning, msg)
-	s.healthy()
+	s.SetCondition(v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonVMRunning, msg)
+	s.SetCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, v1alpha1.ReasonVMRunning, msg)
+	s.Healthy()
 	if s.mr.Status.Phase != v1alpha1.MachinePhaseRunning {
 		log.FromContext(ctx).Info("VM is running", "vm", vm, "ip", obs.Addresses.Primary)
-		s.event(corev1.EventTypeNormal, "Running", "Provision", msg)
+		s.Event(corev1.EventTypeNormal, "Running", "Provision", msg)
 	}
 	s.setPhase(v1alpha1.MachinePhaseRunning)
 }
@@ -314,8 +315,8 @@ func (r *MachineRequestReconciler) reconcileRunning(ctx context.Context, s *mach
 		if obs.Running {
 			msg = vm + " is running but reports no IPv4 address on " + harvester.NICName
 		}
-		s.setCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonVMNotReady, msg)
-		s.degraded(v1alpha1.ReasonVMNotReady, msg)
+		s.SetCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonVMNotReady, msg)
+		s.Degraded(v1alpha1.ReasonVMNotReady, msg)
 		return reconcile.Result{RequeueAfter: r.CreatingPollInterval}, nil
 	}
 	r.markRunning(ctx, s, vm, obs)
@@ -330,7 +331,7 @@ func (r *MachineRequestReconciler) reconcileDelete(ctx context.Context, s *machi
 		return reconcile.Result{}, nil
 	}
 	if s.mr.Annotations[v1alpha1.AnnotationSkipHarvesterCleanup] == "true" {
-		s.event(corev1.EventTypeWarning, "CleanupSkipped", "Delete",
+		s.Event(corev1.EventTypeWarning, "CleanupSkipped", "Delete",
 			"Released without deleting anything on Harvester because of annotation "+v1alpha1.AnnotationSkipHarvesterCleanup+"; "+describeHome(s)+" may remain there")
 		return reconcile.Result{}, r.removeFinalizer(ctx, s)
 	}
@@ -355,17 +356,17 @@ func (r *MachineRequestReconciler) reconcileDelete(ctx context.Context, s *machi
 		// Reported only once the same thing has held the deletion up for DeletionReportDelay
 		// (see deletionStalls); what is left is named, so that the report says by what.
 		if held := r.stalls.heldFor(s.mr, remaining, time.Now()); held < r.DeletionReportDelay {
-			return reconcile.Result{RequeueAfter: min(r.DeletionPollInterval, r.DeletionReportDelay-held+timerSlack)}, nil
+			return reconcile.Result{RequeueAfter: min(r.DeletionPollInterval, r.DeletionReportDelay-held+objstatus.TimerSlack)}, nil
 		}
 		msg := "Deleting on Harvester; waiting for " + remaining
 		s.setPhase(v1alpha1.MachinePhaseDeleting)
-		s.setCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting, msg)
-		s.setCondition(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonDeleting, msg)
-		s.healthy()
+		s.SetCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting, msg)
+		s.SetCondition(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonDeleting, msg)
+		s.Healthy()
 		return reconcile.Result{RequeueAfter: r.DeletionPollInterval}, nil
 	}
 	log.FromContext(ctx).Info("Deleted VM and disks on Harvester")
-	s.event(corev1.EventTypeNormal, "Deleted", "Delete",
+	s.Event(corev1.EventTypeNormal, "Deleted", "Delete",
 		"Deleted "+vmName(home.ref.Namespace, home.ref.Name)+", its disks and cloud-init Secret on Harvester")
 	return reconcile.Result{}, r.removeFinalizer(ctx, s)
 }
@@ -380,10 +381,11 @@ func (r *MachineRequestReconciler) unrecordedHome(ctx context.Context, s *machin
 	if nothingCreated(s.mr.Status) {
 		return nil, nil
 	}
-	creds, err := credentialsFor(s.mr, s.pc)
+	t, err := machineTarget(s.mr, s.pc)
 	if err != nil {
 		return nil, err
 	}
+	creds := t.creds
 	cluster, err := r.Harvester.ClusterFor(ctx, creds)
 	if err != nil {
 		return nil, err
@@ -415,17 +417,18 @@ func describeHome(s *machineScope) string {
 // blockedDeletion turns "cannot reach Harvester" during deletion into a DeletionBlocked wait that
 // says how to get out of it. Transient errors stay transient.
 func blockedDeletion(s *machineScope, err error) error {
-	if w, ok := harvester.AsWaiting(err); ok && w.Reason == v1alpha1.ReasonDiskInUse {
+	err = asMachineRequestError(err)
+	if w, ok := objstatus.AsWaiting(err); ok && w.Reason == v1alpha1.ReasonDiskInUse {
 		// Not blocked: waiting for someone to detach a disk; Harvester's own rule, said as is.
 		if !sameCondition(s, w.Reason, w.Message) {
-			s.event(corev1.EventTypeWarning, w.Reason, "Delete", w.Message)
+			s.Event(corev1.EventTypeWarning, w.Reason, "Delete", w.Message)
 		}
 		return err
 	}
 	var msg string
-	if w, ok := harvester.AsWaiting(err); ok {
+	if w, ok := objstatus.AsWaiting(err); ok {
 		msg = w.Message
-	} else if p, ok := harvester.AsPermanent(err); ok {
+	} else if p, ok := objstatus.AsPermanent(err); ok {
 		msg = p.Message
 	} else {
 		return err
@@ -433,9 +436,9 @@ func blockedDeletion(s *machineScope, err error) error {
 	msg = fmt.Sprintf("Cannot delete %s on Harvester: %s. Fix that, or set annotation %s=true on this MachineRequest to release it without cleaning up on Harvester",
 		describeHome(s), msg, v1alpha1.AnnotationSkipHarvesterCleanup)
 	if s.mr.Status.Conditions == nil || !sameCondition(s, v1alpha1.ReasonDeletionBlocked, msg) {
-		s.event(corev1.EventTypeWarning, v1alpha1.ReasonDeletionBlocked, "Delete", msg)
+		s.Event(corev1.EventTypeWarning, v1alpha1.ReasonDeletionBlocked, "Delete", msg)
 	}
-	return harvester.Waiting(v1alpha1.ReasonDeletionBlocked, blockedDeletionRetry, "%s", msg)
+	return objstatus.Waiting(v1alpha1.ReasonDeletionBlocked, blockedDeletionRetry, "%s", msg)
 }
 
 func sameCondition(s *machineScope, reason, msg string) bool {
@@ -451,14 +454,14 @@ func sameCondition(s *machineScope, reason, msg string) bool {
 func (r *MachineRequestReconciler) consumeRetryAnnotation(ctx context.Context, s *machineScope) error {
 	patch := client.MergeFrom(s.mr.DeepCopy())
 	delete(s.mr.Annotations, v1alpha1.AnnotationRetry)
-	return s.patchMeta(ctx, r.Client, patch)
+	return s.PatchMeta(ctx, r.Client, patch)
 }
 
 // handOver removes our finalizer from a MachineRequest that another provider serves now and for
 // which nothing was ever created on Harvester.
 func (r *MachineRequestReconciler) handOver(ctx context.Context, s *machineScope) error {
 	log.FromContext(ctx).Info("ProviderConfig names another provider and nothing was created on Harvester: releasing the MachineRequest", "provider", s.pc.Spec.Provider)
-	s.event(corev1.EventTypeNormal, "Released", "Release",
+	s.Event(corev1.EventTypeNormal, "Released", "Release",
 		fmt.Sprintf("ProviderConfig %s now says provider %q and nothing was created on Harvester: the Harvester provider lets go of this MachineRequest", providerConfigRef(s.mr), s.pc.Spec.Provider))
 	return r.removeFinalizer(ctx, s)
 }
@@ -468,12 +471,12 @@ func (r *MachineRequestReconciler) handOver(ctx context.Context, s *machineScope
 func (r *MachineRequestReconciler) removeFinalizer(ctx context.Context, s *machineScope) error {
 	patch := client.MergeFromWithOptions(s.mr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(s.mr, v1alpha1.MachineRequestFinalizer)
-	if err := s.patchMeta(ctx, r.Client, patch); err != nil {
-		return err // errMachineRequestGone when it went meanwhile: nothing left to do
+	if err := s.PatchMeta(ctx, r.Client, patch); err != nil {
+		return err // objstatus.ErrGone when it went meanwhile: nothing left to do
 	}
-	s.released = true // gone with its last finalizer, or another provider's now: no status from us
-	r.statuses.forget(s.mr)
-	if s.deleting() {
+	s.Release() // gone with its last finalizer, or another provider's now: no status from us
+	r.statuses.Forget(s.mr)
+	if s.Deleting() {
 		metrics.ObserveDeleted(s.mr.DeletionTimestamp.Time, time.Now())
 	}
 	return nil

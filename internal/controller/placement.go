@@ -14,6 +14,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // A machine lives where it was created. Its place (Harvester cluster, namespace and name) is
@@ -38,7 +39,7 @@ type machineHome struct {
 // unreachable says why a machine whose credentials now reach another cluster cannot be managed.
 func (h *machineHome) unreachable(s *machineScope) error {
 	p, id := h.Place, h.Elsewhere
-	return harvester.Waiting(v1alpha1.ReasonProviderConfigMoved, providerConfigRetry,
+	return objstatus.Waiting(v1alpha1.ReasonProviderConfigMoved, providerConfigRetry,
 		"ProviderConfig %s's credentials now reach another Harvester cluster (%s, cluster ID %s) than the one VM %s/%s lives on (%s, cluster ID %s): "+
 			"restore credentials for that cluster to manage the machine; to give it up, delete the MachineRequest with annotation %s=true",
 		providerConfigRef(s.mr), id.Server, id.ID, p.Namespace, p.Name, p.Server, p.ClusterID, v1alpha1.AnnotationSkipHarvesterCleanup)
@@ -55,7 +56,7 @@ func (h *machineHome) unreachable(s *machineScope) error {
 func (r *MachineRequestReconciler) homeOf(ctx context.Context, s *machineScope) (*machineHome, error) {
 	p, err := s.mr.RecordedPlacement()
 	if err != nil {
-		return nil, harvester.Waiting(v1alpha1.ReasonPlacementNotRecorded, providerConfigRetry,
+		return nil, objstatus.Waiting(v1alpha1.ReasonPlacementNotRecorded, providerConfigRetry,
 			"%v: the provider cannot tell where the machine lives; restore the annotation the provider wrote, or delete the MachineRequest with annotation %s=true and remove what is left on Harvester yourself",
 			err, v1alpha1.AnnotationSkipHarvesterCleanup)
 	}
@@ -68,10 +69,11 @@ func (r *MachineRequestReconciler) homeOf(ctx context.Context, s *machineScope) 
 	if p == nil && vmUID == "" {
 		return nil, nil
 	}
-	creds, err := credentialsFor(s.mr, s.pc)
+	t, err := machineTarget(s.mr, s.pc)
 	if err != nil {
 		return nil, err
 	}
+	creds := t.creds
 	var place *harvester.Place
 	if p != nil {
 		place = &harvester.Place{ClusterID: p.ClusterID, Server: p.Server, Namespace: p.Namespace, Name: p.Name}
@@ -125,13 +127,13 @@ func (r *MachineRequestReconciler) recordPlacement(ctx context.Context, s *machi
 	patch := client.MergeFromWithOptions(s.mr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.AddFinalizer(s.mr, v1alpha1.MachineRequestFinalizer)
 	metav1.SetMetaDataAnnotation(&s.mr.ObjectMeta, v1alpha1.AnnotationPlacement, v1alpha1.EncodePlacement(p))
-	if err := s.patchMeta(ctx, r.Client, patch); err != nil {
+	if err := s.PatchMeta(ctx, r.Client, patch); err != nil {
 		return err
 	}
 	// s.mr is the server's answer now.
 	got, err := s.mr.RecordedPlacement()
 	if err != nil || got == nil || *got != p || !hasFinalizer(s.mr) {
-		return harvester.Waiting(v1alpha1.ReasonPlacementNotRecorded, providerConfigRetry,
+		return objstatus.Waiting(v1alpha1.ReasonPlacementNotRecorded, providerConfigRetry,
 			"the API server did not keep annotation %s or finalizer %s on the MachineRequest: nothing is created until they persist; check the admission webhooks and policies that change MachineRequests",
 			v1alpha1.AnnotationPlacement, v1alpha1.MachineRequestFinalizer)
 	}
@@ -146,7 +148,7 @@ func (r *MachineRequestReconciler) forgetPlacement(ctx context.Context, s *machi
 	patch := client.MergeFromWithOptions(s.mr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	delete(s.mr.Annotations, v1alpha1.AnnotationPlacement)
 	s.mr.Status.Placement = nil //nolint:staticcheck // SA1019: an earlier version's record goes too
-	return s.patchMeta(ctx, r.Client, patch)
+	return s.PatchMeta(ctx, r.Client, patch)
 }
 
 // recordPlacementFor is the MachineSpec.Record of a machine with nothing recorded: its place is
@@ -164,14 +166,10 @@ func (r *MachineRequestReconciler) recordPlacementFor(s *machineScope, spec *har
 func leaveEmptyHome(ctx context.Context, s *machineScope, home *machineHome) {
 	p := home.Place
 	log.FromContext(ctx).Info("Forgetting a placement without a VM: the credentials reach another cluster now", "cluster", p.Server, "namespace", p.Namespace)
-	s.event(corev1.EventTypeWarning, v1alpha1.ReasonProviderConfigMoved, "Provision", fmt.Sprintf(
+	s.Event(corev1.EventTypeWarning, v1alpha1.ReasonProviderConfigMoved, "Provision", fmt.Sprintf(
 		"ProviderConfig %s's credentials now reach another Harvester cluster (%s) than the one the machine was to live on (%s, namespace %s), where no VM was recorded: the machine starts afresh where they point. An interrupted earlier attempt may have left disks or the cloud-init Secret named after %s (labelled with this MachineRequest's UID %s) on %s",
 		providerConfigRef(s.mr), home.Elsewhere.Server, p.Server, p.Namespace, p.Name, s.mr.UID, p.Server))
 }
-
-// errMachineRequestGone stops a reconcile whose MachineRequest was deleted meanwhile: a write
-// answered NotFound, so nothing is to be created for it.
-var errMachineRequestGone = fmt.Errorf("the MachineRequest no longer exists")
 
 // uidOfProviderID returns the VM UID of a providerID ("harvester://<uid>", or the bare UID the
 // published provider wrote).

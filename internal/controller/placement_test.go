@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // pcInNamespace is a harvester ProviderConfig whose machines go to Harvester namespace ns.
@@ -375,24 +375,11 @@ func TestConflictIsRetriedQuietly(t *testing.T) {
 		return harvester.Observation{}, fmt.Errorf("annotate VirtualMachine vms/cluster-cp-0 on Harvester: %w", conflict)
 	}
 	res, err := f.reconcile(machineRequest())
-	if err != nil || res.RequeueAfter != conflictRetry {
-		t.Fatalf("Reconcile = %+v, %v; want RequeueAfter %s and no error", res, err, conflictRetry)
+	if err != nil || res.RequeueAfter != objstatus.ConflictRetry {
+		t.Fatalf("Reconcile = %+v, %v; want RequeueAfter %s and no error", res, err, objstatus.ConflictRetry)
 	}
 	if c := condition(f.get(machineRequest()), v1alpha1.ConditionDegraded); c != nil && c.Status == metav1.ConditionTrue {
 		t.Fatalf("Degraded = %+v after a conflict", c)
-	}
-}
-
-// Event notes are cut on a rune boundary, within the API limit.
-func TestTruncateNoteOnRuneBoundary(t *testing.T) {
-	for _, msg := range []string{strings.Repeat("é", 700), strings.Repeat("a", 1019) + strings.Repeat("日本", 10), strings.Repeat("x", maxEventNote)} {
-		got := truncateNote(msg)
-		if len(got) > maxEventNote || !utf8.ValidString(got) {
-			t.Fatalf("note of %d bytes (valid UTF-8: %v)", len(got), utf8.ValidString(got))
-		}
-		if len(msg) <= maxEventNote && got != msg {
-			t.Fatal("a note within the limit was changed")
-		}
 	}
 }
 
@@ -415,7 +402,7 @@ func backdate(f *fixture, mr *v1alpha1.MachineRequest, d time.Duration) {
 	if err := f.client.Status().Update(context.Background(), got); err != nil {
 		f.t.Fatal(err)
 	}
-	f.r.statuses.forget(got) // the status was written behind the reconciler's back
+	f.r.statuses.Forget(got) // the status was written behind the reconciler's back
 }
 
 // A machine with no VM waiting on its configuration becomes Failed with that reason after the grace
@@ -424,7 +411,7 @@ func TestConfigurationWaitFailsAfterGraceAndRetriesWhenFixed(t *testing.T) {
 	f := newFixture(t, machineRequest(), harvesterPC(v1alpha1.ProviderTypeHarvester))
 	f.factory.err = harvester.Waiting(v1alpha1.ReasonCredentialsUnavailable, 30*time.Second, "credentials Secret butler-system/harvester-kubeconfig does not exist")
 	res, err := f.reconcile(machineRequest())
-	if err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > f.r.ConfigGracePeriod+timerSlack {
+	if err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > f.r.ConfigGracePeriod+objstatus.TimerSlack {
 		t.Fatalf("Reconcile = %+v, %v; want a requeue when the grace period ends", res, err)
 	}
 	if p := f.get(machineRequest()).Status.Phase; p != v1alpha1.MachinePhasePending {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // Defaults of the ProviderConfig checks.
@@ -119,9 +120,9 @@ func (r *ProviderConfigReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 	failure := failedChecks(pc)
 	switch {
 	case ready && !last.ready:
-		recordEvent(r.Recorder, pc, corev1.EventTypeNormal, "PreflightPassed", "Validate", "All checks passed: the Harvester cluster is ready for machines")
+		objstatus.RecordEvent(r.Recorder, pc, corev1.EventTypeNormal, "PreflightPassed", "Validate", "All checks passed: the Harvester cluster is ready for machines")
 	case !ready && failure != last.reportedFailure:
-		recordEvent(r.Recorder, pc, corev1.EventTypeWarning, "PreflightFailed", "Validate", failure)
+		objstatus.RecordEvent(r.Recorder, pc, corev1.EventTypeWarning, "PreflightFailed", "Validate", failure)
 	}
 	r.remember(pc, lastValidation{generation: pc.Generation, secretVersion: secretVersion, at: time.Now(), ready: ready, reportedFailure: failure, unwritten: unwritten})
 	if unwritten != nil && (ready != last.ready || failure != last.reportedFailure) {
@@ -187,7 +188,7 @@ func (r *ProviderConfigReconciler) validate(ctx context.Context, creds harvester
 		specErr = err
 	}
 	reason := v1alpha1.ReasonHarvesterUnreachable
-	if w, ok := harvester.AsWaiting(specErr); ok {
+	if w, ok := objstatus.AsWaiting(fromEngine(specErr)); ok {
 		reason = w.Reason
 	}
 	checks := []harvester.Check{{Type: v1alpha1.ConditionCredentialsValid, Reason: reason, Message: specErr.Error()}}
@@ -197,29 +198,19 @@ func (r *ProviderConfigReconciler) validate(ctx context.Context, creds harvester
 	return "", checks
 }
 
-// preflightTarget derives what to check from the ProviderConfig.
+// preflightTarget derives what to check from the ProviderConfig. The credentials are returned
+// whenever they can be located, even if the rest is invalid: their Secret is still watched.
 func preflightTarget(pc *v1alpha1.ProviderConfig) (harvester.Credentials, harvester.PreflightSpec, error) {
-	ref := pc.Namespace + "/" + pc.Name
-	hv, err := harvesterOf(pc, ref)
+	t, err := resolveProviderConfig(pc, pc.Namespace+"/"+pc.Name, "")
 	if err != nil {
 		return harvester.Credentials{}, harvester.PreflightSpec{}, err
 	}
-	creds, err := credentialsOf(pc, ref)
-	if err != nil {
-		return creds, harvester.PreflightSpec{}, err
+	spec := harvester.PreflightSpec{Namespace: t.creds.Namespace, StorageClass: t.storageClass}
+	if spec.Network, err = t.network(); err != nil {
+		return t.creds, spec, err
 	}
-	spec := harvester.PreflightSpec{Namespace: namespaceOf(hv), StorageClass: hv.StorageClassName}
-	if spec.Network, err = harvester.ParseObjectRef(hv.NetworkName, ""); err != nil {
-		return creds, spec, invalidProviderConfig(ref, "spec.harvester.networkName: "+err.Error())
-	}
-	if hv.ImageName != "" {
-		image, err := parseImage(hv.ImageName, spec.Namespace)
-		if err != nil {
-			return creds, spec, invalidProviderConfig(ref, "spec.harvester.imageName: "+err.Error())
-		}
-		spec.Image = &image
-	}
-	return creds, spec, nil
+	spec.Image, err = t.defaultImage()
+	return t.creds, spec, err
 }
 
 // setPreflightStatus writes the checks into the ProviderConfig's status and reports Ready. A check
@@ -292,7 +283,7 @@ func preflightGate(pc *v1alpha1.ProviderConfig, usesDefaultImage bool) error {
 		if t == v1alpha1.ConditionCredentialsValid {
 			reason = c.Reason
 		}
-		return harvester.Waiting(reason, DefaultNotReadyRetryPeriod,
+		return objstatus.Waiting(reason, DefaultNotReadyRetryPeriod,
 			"ProviderConfig %s/%s is not ready: %s=False (%s): %s", pc.Namespace, pc.Name, c.Type, c.Reason, c.Message)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // stringConstants returns the string constants of a Go file whose names start with prefix.
@@ -53,7 +54,7 @@ func TestEveryEngineReasonIsAMachineRequestReason(t *testing.T) {
 		t.Fatalf("found %d engine reasons: the test no longer reads internal/harvester/reasons.go", len(engine))
 	}
 	for name, reason := range engine {
-		got, _, _ := machineRequestTerms(reason)
+		got, _ := machineRequestTerms(reason)
 		if !documented[got] {
 			t.Errorf("harvester.%s (%q) becomes %q, which api/v1alpha1/conditions.go does not declare: map it in machineRequestReasons", name, reason, got)
 		}
@@ -62,16 +63,20 @@ func TestEveryEngineReasonIsAMachineRequestReason(t *testing.T) {
 
 func TestEngineErrorsGetTheMachineRequestsWordsAndAdvice(t *testing.T) {
 	err := asMachineRequestError(harvester.Permanent(harvester.ReasonNameTakenByAnotherManagementCluster, "VirtualMachine vms/cp-0 was created for MachineRequest a/b of another management cluster"))
-	p, ok := harvester.AsPermanent(err)
+	p, ok := objstatus.AsPermanent(err)
 	if !ok || p.Reason != v1alpha1.ReasonNameConflict || !strings.Contains(p.Message, v1alpha1.AnnotationHandOver) || !strings.HasPrefix(p.Message, "VirtualMachine vms/cp-0") {
 		t.Fatalf("got %v", err)
 	}
 	err = asMachineRequestError(harvester.Waiting(harvester.ReasonInvalidEndpoint, 0, "bad endpoint"))
-	if w, ok := harvester.AsWaiting(err); !ok || w.Reason != v1alpha1.ReasonInvalidProviderConfig || w.Message != "bad endpoint" {
+	if w, ok := objstatus.AsWaiting(err); !ok || w.Reason != v1alpha1.ReasonInvalidProviderConfig || w.Message != "bad endpoint" {
 		t.Fatalf("got %v", err)
 	}
-	quota := harvester.Waiting(harvester.ReasonQuotaExceeded, 0, "quota")
-	if got := asMachineRequestError(quota); !errors.Is(got, quota) {
-		t.Fatalf("a reason spelled the same was rewritten: %v", got)
+	err = asMachineRequestError(harvester.Waiting(harvester.ReasonQuotaExceeded, 0, "quota"))
+	if w, ok := objstatus.AsWaiting(err); !ok || w.Reason != v1alpha1.ReasonQuotaExceeded || w.Message != "quota" {
+		t.Fatalf("a reason spelled the same was changed: %v", err)
+	}
+	own := objstatus.Waiting(v1alpha1.ReasonProviderConfigNotFound, 0, "no ProviderConfig")
+	if got := asMachineRequestError(own); !errors.Is(got, own) {
+		t.Fatalf("the front door's own error was rewritten: %v", got)
 	}
 }
