@@ -54,9 +54,9 @@ type Cache struct {
 	Burst int
 	// Scheme knows the typed kinds read and written through the clients.
 	Scheme *runtime.Scheme
-	// Watches is what each client's cache holds and who hears of its changes (nil: no cache,
-	// every read goes to the API).
-	Watches Watches
+	// Watches are the caches of each client, what each holds and who hears of its changes
+	// (none: every read goes to the API).
+	Watches []Watches
 	// IdleTimeout (default DefaultIdleTimeout), SecretRecheck (DefaultSecretRecheck) and
 	// CacheRetry (DefaultCacheRetry): see there.
 	IdleTimeout   time.Duration
@@ -67,7 +67,7 @@ type Cache struct {
 
 	// startInformers starts a client's informers, nil if they do not sync (default startCache;
 	// tests replace it).
-	startInformers func(ctx context.Context, cfg *rest.Config, mapper meta.RESTMapper, namespace string) client.Reader
+	startInformers func(ctx context.Context, cfg *rest.Config, mapper meta.RESTMapper, namespace string, watches Watches) client.Reader
 
 	mu       sync.Mutex
 	secrets  map[Credentials]*secretRead
@@ -334,18 +334,20 @@ func (f *Cache) newCluster(cfg *rest.Config, namespace string) (*cachedCluster, 
 	}
 	ctx, stop := context.WithCancel(parent)
 	cluster := &Cluster{client: c, namespace: namespace, server: cfg.Host, discovery: dc}
-	if informers := f.informers(ctx, cfg, mapper, namespace); informers != nil {
-		cluster.useCache(informers)
-	} else if f.Watches != nil || f.startInformers != nil {
+	for _, w := range f.Watches {
+		if informers := f.informers(ctx, cfg, mapper, namespace, w); informers != nil {
+			cluster.useCache(w.Name(), informers)
+			continue
+		}
 		// Reads go to the API until the informers sync, which is tried again in the
 		// background: credentials granted list and watch later, or an API that answers again,
 		// bring the cache back without waiting for the Secret to change.
-		go f.retryCache(ctx, cluster, cfg, namespace)
+		go f.retryCache(ctx, cluster, cfg, namespace, w)
 	}
 	return &cachedCluster{cluster: cluster, stop: stop, lastUsed: time.Now()}, nil
 }
 
-func (f *Cache) retryCache(ctx context.Context, cluster *Cluster, cfg *rest.Config, namespace string) {
+func (f *Cache) retryCache(ctx context.Context, cluster *Cluster, cfg *rest.Config, namespace string, w Watches) {
 	every := orDefaultDuration(f.CacheRetry, DefaultCacheRetry)
 	for {
 		select {
@@ -353,23 +355,20 @@ func (f *Cache) retryCache(ctx context.Context, cluster *Cluster, cfg *rest.Conf
 			return
 		case <-time.After(every):
 		}
-		if informers := f.informers(ctx, cfg, cluster.client.RESTMapper(), namespace); informers != nil {
-			cluster.useCache(informers)
+		if informers := f.informers(ctx, cfg, cluster.client.RESTMapper(), namespace, w); informers != nil {
+			cluster.useCache(w.Name(), informers)
 			return
 		}
 	}
 }
 
-// informers starts the informers of a client, sharing its REST mapper (what it has discovered of
-// the API); nil without Watches or when they do not sync.
-func (f *Cache) informers(ctx context.Context, cfg *rest.Config, mapper meta.RESTMapper, namespace string) client.Reader {
+// informers starts the informers of w for a client, sharing its REST mapper (what it has
+// discovered of the API); nil when they do not sync.
+func (f *Cache) informers(ctx context.Context, cfg *rest.Config, mapper meta.RESTMapper, namespace string, w Watches) client.Reader {
 	if f.startInformers != nil {
-		return f.startInformers(ctx, cfg, mapper, namespace)
+		return f.startInformers(ctx, cfg, mapper, namespace, w)
 	}
-	if f.Watches == nil {
-		return nil
-	}
-	if c := startCache(ctx, cfg, f.Scheme, mapper, namespace, f.Watches); c != nil {
+	if c := startCache(ctx, cfg, f.Scheme, mapper, namespace, w); c != nil {
 		return c
 	}
 	return nil // not a typed nil in the interface

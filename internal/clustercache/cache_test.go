@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -48,13 +49,16 @@ func kubeconfigFor(token string) []byte {
 // factoryFixture is a Cache over a fake management cluster holding one credentials Secret,
 // counting Secret reads and informer starts; informers "sync" unless failing is set.
 type factoryFixture struct {
-	f        *Cache
-	c        client.Client
-	reads    atomic.Int32
-	starts   atomic.Int32
-	failing  atomic.Bool
-	creds    Credentials
-	informer client.Reader
+	f       *Cache
+	c       client.Client
+	reads   atomic.Int32
+	starts  atomic.Int32
+	failing atomic.Bool
+	// otherStarts and otherRefused are those of the second cache, "warnings".
+	otherStarts  atomic.Int32
+	otherRefused atomic.Bool
+	creds        Credentials
+	informer     client.Reader
 }
 
 func newFactoryFixture(t *testing.T) *factoryFixture {
@@ -73,7 +77,15 @@ func newFactoryFixture(t *testing.T) *factoryFixture {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	x.f = &Cache{SecretReader: x.c, Context: ctx, CacheRetry: 20 * time.Millisecond,
-		startInformers: func(ctx context.Context, _ *rest.Config, _ meta.RESTMapper, _ string) client.Reader {
+		Watches: []Watches{namedWatches("owned"), namedWatches("warnings")},
+		startInformers: func(ctx context.Context, _ *rest.Config, _ meta.RESTMapper, _ string, w Watches) client.Reader {
+			if w.Name() != "owned" {
+				x.otherStarts.Add(1)
+				if x.otherRefused.Load() {
+					return nil
+				}
+				return x.informer
+			}
 			x.starts.Add(1)
 			if x.failing.Load() {
 				return nil
@@ -228,16 +240,51 @@ func TestCacheRetriesInformersInTheBackground(t *testing.T) {
 	x := newFactoryFixture(t)
 	x.failing.Store(true)
 	m := x.cluster(t)
-	if m.cache.Load() != nil {
+	if m.CacheFor("owned", "vms") != nil {
 		t.Fatal("a cache is used although the informers did not sync")
+	}
+	if m.CacheFor("warnings", "vms") == nil {
+		t.Fatal("a cache that synced is not used because another did not")
 	}
 	time.Sleep(100 * time.Millisecond) // a few failed retries
 	x.failing.Store(false)
 	deadline := time.Now().Add(5 * time.Second)
-	for m.cache.Load() == nil {
+	for m.CacheFor("owned", "vms") == nil {
 		if time.Now().After(deadline) {
 			t.Fatalf("informers never retried into use (%d starts)", x.starts.Load())
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// namedWatches is a Watches of no kinds (the fixture replaces the informers).
+type namedWatches string
+
+func (w namedWatches) Name() string                { return string(w) }
+func (w namedWatches) CacheOptions() cache.Options { return cache.Options{} }
+func (w namedWatches) Kinds() []Watch              { return nil }
+
+// Each cache of a cluster stands alone: one whose kinds the credentials may not watch leaves the
+// others serving, is retried on its own, and reads of the other namespace get none.
+func TestCachesOfAClusterStandAlone(t *testing.T) {
+	x := newFactoryFixture(t)
+	x.otherRefused.Store(true)
+	m := x.cluster(t)
+	if m.CacheFor("owned", "vms") == nil || m.CacheFor("warnings", "vms") != nil {
+		t.Fatal("the caches do not stand alone")
+	}
+	if m.CacheFor("owned", "elsewhere") != nil {
+		t.Fatal("a cache of namespace vms served another namespace")
+	}
+	x.otherRefused.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for m.CacheFor("warnings", "vms") == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("the refused cache was never retried into use (%d starts)", x.otherStarts.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if x.starts.Load() != 1 {
+		t.Fatalf("the cache that synced was started %d times", x.starts.Load())
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,8 +46,9 @@ type ClusterIdentity struct {
 // cache of what Watches names there once its informers have synced, and whatever its users
 // attach to it for as long as it lives.
 type Cluster struct {
-	client    client.Client
-	cache     atomic.Pointer[cacheReader]
+	client client.Client
+	// caches holds a *cacheReader per Watches name, once its informers have synced.
+	caches    sync.Map
 	namespace string
 	server    string
 	discovery discovery.ServerVersionInterface
@@ -61,12 +61,14 @@ type Cluster struct {
 
 type cacheReader struct{ client.Reader }
 
-// NewCluster returns a Cluster working through c in namespace on the cluster at server; cached, if
-// not nil, serves reads in namespace, and dc (optional) asks for the server's version. The Cache
-// builds its Clusters this way; tests build them over fakes.
-func NewCluster(c client.Client, cached client.Reader, dc discovery.ServerVersionInterface, server, namespace string) *Cluster {
+// NewCluster returns a Cluster working through c in namespace on the cluster at server; caches
+// (by Watches name) serve reads in namespace, and dc (optional) asks for the server's version. The
+// Cache builds its Clusters this way; tests build them over fakes.
+func NewCluster(c client.Client, caches map[string]client.Reader, dc discovery.ServerVersionInterface, server, namespace string) *Cluster {
 	cl := &Cluster{client: c, server: server, namespace: namespace, discovery: dc}
-	cl.useCache(cached)
+	for name, cached := range caches {
+		cl.useCache(name, cached)
+	}
 	return cl
 }
 
@@ -79,21 +81,22 @@ func (c *Cluster) Namespace() string { return c.namespace }
 // Server is the API server URL, for messages.
 func (c *Cluster) Server() string { return c.server }
 
-// CacheFor returns the cache that serves reads in namespace, nil if none does (yet).
-func (c *Cluster) CacheFor(namespace string) client.Reader {
+// CacheFor returns the cache of the Watches called name that serves reads in namespace, nil if
+// none does (yet).
+func (c *Cluster) CacheFor(name, namespace string) client.Reader {
 	if c.namespace != "" && namespace != c.namespace {
 		return nil
 	}
-	if r := c.cache.Load(); r != nil {
-		return r
+	if r, ok := c.caches.Load(name); ok {
+		return r.(*cacheReader)
 	}
 	return nil
 }
 
-// useCache starts serving reads from cached (nil: live reads only).
-func (c *Cluster) useCache(cached client.Reader) {
+// useCache starts serving reads of the Watches called name from cached (nil: live reads only).
+func (c *Cluster) useCache(name string, cached client.Reader) {
 	if cached != nil {
-		c.cache.Store(&cacheReader{cached})
+		c.caches.Store(name, &cacheReader{cached})
 	}
 }
 

@@ -17,9 +17,13 @@ import (
 // permission never sync: the client then reads live, and its users rely on polling.
 const cacheSyncTimeout = 15 * time.Second
 
-// Watches is what each cluster's cache holds, and who hears of its changes. Whoever knows the
-// kinds gives it (for Harvester, the engine): the cache itself knows none.
+// Watches is one cache of each cluster: what it holds, and who hears of its changes. Whoever knows
+// the kinds gives it (for Harvester, the engine): the cluster cache itself knows none. Each
+// Watches of a Cache is a cache of its own, started and retried on its own: one whose kinds the
+// credentials may not list or watch leaves the others serving.
 type Watches interface {
+	// Name names the cache (see Cluster.CacheFor).
+	Name() string
 	// CacheOptions are the cache's selectors and transforms; the Scheme, Mapper and namespace
 	// are the Cache's.
 	CacheOptions() cache.Options
@@ -28,10 +32,18 @@ type Watches interface {
 	Kinds() []Watch
 }
 
-// Watch is one kind the cache informs on, and the handler of its events.
+// Watch is one kind the cache informs on, the handler of its events, and the field indexes that
+// reads of it match on.
 type Watch struct {
 	Object  client.Object
 	Handler toolscache.ResourceEventHandler
+	Indexes []Index
+}
+
+// Index is a field index of a cached kind (client.MatchingFields reads it).
+type Index struct {
+	Field   string
+	Extract client.IndexerFunc
 }
 
 // startCache starts informers for what watches names in namespace. It returns nil if they do not
@@ -48,8 +60,14 @@ func startCache(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, m
 	for _, w := range watches.Kinds() {
 		inf, err := c.GetInformer(ctx, w.Object, cache.BlockUntilSynced(false))
 		if err != nil {
-			log.FromContext(ctx).Error(err, "Watching a remote cluster; reading live instead")
+			log.FromContext(ctx).Error(err, "Watching a remote cluster; reading live instead", "cache", watches.Name())
 			return nil
+		}
+		for _, index := range w.Indexes {
+			if err := c.IndexField(ctx, w.Object, index.Field, index.Extract); err != nil {
+				log.FromContext(ctx).Error(err, "Indexing a remote cluster's cache; reading live instead", "cache", watches.Name(), "field", index.Field)
+				return nil
+			}
 		}
 		if w.Handler == nil {
 			continue
@@ -66,7 +84,7 @@ func startCache(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, m
 	defer cancel()
 	if !c.WaitForCacheSync(syncCtx) {
 		stopInformers()
-		log.FromContext(ctx).Info("Informers of a remote cluster did not sync (do the credentials allow list and watch?); reading live and polling instead", "namespace", namespace)
+		log.FromContext(ctx).Info("Informers of a remote cluster did not sync (do the credentials allow list and watch?); reading live and polling instead", "cache", watches.Name(), "namespace", namespace)
 		return nil
 	}
 	context.AfterFunc(ctx, stopInformers) // they stop with the client

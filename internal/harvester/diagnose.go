@@ -119,13 +119,13 @@ func (m *machines) forgetDiagnosis(vm *kubevirtv1.VirtualMachine) {
 func (m *machines) launcherWarning(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance, reason string) string {
 	var newest *corev1.Event
 	for uid := range vmi.Status.ActivePods {
-		list := &corev1.EventList{}
-		if err := m.c.List(ctx, list, client.InNamespace(vmi.Namespace), client.MatchingFields{"involvedObject.uid": string(uid)}); err != nil {
+		warnings, err := m.warnings(ctx, vmi.Namespace, uid)
+		if err != nil {
 			return ""
 		}
-		for i, e := range list.Items {
-			if e.Type == corev1.EventTypeWarning && e.Reason == reason && (newest == nil || newerEvent(e, *newest)) {
-				newest = &list.Items[i]
+		for i, e := range warnings {
+			if e.Reason == reason && (newest == nil || newerEvent(e, *newest)) {
+				newest = &warnings[i]
 			}
 		}
 	}
@@ -345,17 +345,8 @@ func diskNames(disks []*corev1.PersistentVolumeClaim) []string {
 
 // latestWarning returns the message of the newest Warning event about obj ("" if none).
 func (m *machines) latestWarning(ctx context.Context, obj client.Object) string {
-	list := &corev1.EventList{}
-	if err := m.c.List(ctx, list, client.InNamespace(obj.GetNamespace()), client.MatchingFields{"involvedObject.name": obj.GetName()}); err != nil {
-		return ""
-	}
-	var warnings []corev1.Event
-	for _, e := range list.Items {
-		if e.Type == corev1.EventTypeWarning && e.InvolvedObject.UID == obj.GetUID() {
-			warnings = append(warnings, e)
-		}
-	}
-	if len(warnings) == 0 {
+	warnings, err := m.warnings(ctx, obj.GetNamespace(), obj.GetUID())
+	if err != nil || len(warnings) == 0 {
 		return ""
 	}
 	sort.Slice(warnings, func(i, j int) bool { return newerEvent(warnings[j], warnings[i]) })

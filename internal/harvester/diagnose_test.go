@@ -15,6 +15,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 )
 
 // diagnosisCluster is a Harvester of objs whose event lists may select by involved object, as the
@@ -240,5 +242,33 @@ func TestDiagnosisMemoryIsPerObjectAndForgottenWithTheMachine(t *testing.T) {
 	}
 	if _, ok := m.claimEventsRead.load(disk); ok {
 		t.Error("the deleted machine's disk is still remembered")
+	}
+}
+
+// Warning events are read from their cache once it serves (one watch per cluster), and listed live
+// otherwise (credentials without watch on events).
+func TestWarningsReadFromTheirCacheWhenItServes(t *testing.T) {
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "cp-0-disk-0", UID: "pvc-uid"}}
+	event := func(msg string) *corev1.Event {
+		return &corev1.Event{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "cp-0-disk-0." + msg}, Type: corev1.EventTypeWarning, Message: msg,
+			InvolvedObject: corev1.ObjectReference{Kind: "PersistentVolumeClaim", Namespace: "vms", Name: pvc.Name, UID: pvc.UID}}
+	}
+	byUID := func(o client.Object) []string { return []string{string(o.(*corev1.Event).InvolvedObject.UID)} }
+	live := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(event("live")).WithIndex(&corev1.Event{}, eventsByObjectUID, byUID).Build()
+	cached := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(event("cached")).WithIndex(&corev1.Event{}, eventsByObjectUID, byUID).Build()
+	for name, tc := range map[string]struct {
+		caches map[string]client.Reader
+		want   string
+	}{
+		"cache serves":         {map[string]client.Reader{warningsCache: cached}, "cached"},
+		"no watch on events":   {nil, "live"},
+		"only the owned cache": {map[string]client.Reader{ownedCache: cached}, "live"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := NewCluster(clustercache.NewCluster(live, tc.caches, nil, "https://harvester.example:6443", "vms")).(*cluster)
+			if got := m.latestWarning(context.Background(), pvc); got != tc.want {
+				t.Fatalf("warning %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"golang.org/x/sync/singleflight"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -144,8 +145,29 @@ func (m *remote) Identity(ctx context.Context) (ClusterIdentity, error) {
 	return id, classify(err, clustercache.IdentityAction)
 }
 
-// cacheFor returns the cache that serves the namespace, nil if none does.
-func (m *remote) cacheFor(namespace string) client.Reader { return m.cluster.CacheFor(namespace) }
+// cacheFor returns the cache of owned objects that serves the namespace, nil if none does.
+func (m *remote) cacheFor(namespace string) client.Reader {
+	return m.cluster.CacheFor(ownedCache, namespace)
+}
+
+// warnings reads the Warning events of namespace: from their cache once it has synced, else live.
+func (m *remote) warnings(ctx context.Context, namespace string, about types.UID) ([]corev1.Event, error) {
+	var reader client.Reader = m.c
+	if cached := m.cluster.CacheFor(warningsCache, namespace); cached != nil {
+		reader = cached
+	}
+	list := &corev1.EventList{}
+	if err := reader.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{eventsByObjectUID: string(about)}); err != nil {
+		return nil, err
+	}
+	warnings := list.Items[:0]
+	for _, e := range list.Items {
+		if e.Type == corev1.EventTypeWarning {
+			warnings = append(warnings, e)
+		}
+	}
+	return warnings, nil
+}
 
 // read gets an object the provider may own from the cache, and confirms with a live read that
 // an object the cache does not have really is absent: a cache that has not yet seen a creation

@@ -85,6 +85,14 @@ func CDIPermissions(namespace string) []Permission {
 	return out
 }
 
+// OptionalPermissions are what the provider uses when granted and does without otherwise, so the
+// preflight does not require them: watch on events in namespace feeds one field-selected cache of
+// Warning events per cluster (see NewWatches); without it the diagnosis lists a disk's or a pod's
+// events when it needs them.
+func OptionalPermissions(namespace string) []Permission {
+	return []Permission{{Verb: "watch", Resource: "events", Namespace: namespace}}
+}
+
 // PreflightSpec is what a ProviderConfig asks of Harvester.
 type PreflightSpec struct {
 	Namespace string

@@ -12,8 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/yaml"
 )
 
-// The documented Harvester RBAC (config/harvester/rbac.yaml) grants exactly RequiredPermissions
-// and CDIPermissions: what the preflight checks, nothing it does not.
+// The documented Harvester RBAC (config/harvester/rbac.yaml) grants exactly RequiredPermissions,
+// CDIPermissions and OptionalPermissions: what the provider uses, nothing it does not.
 func TestDocumentedHarvesterRBACIsRequiredPermissions(t *testing.T) {
 	data, err := os.ReadFile("../../config/harvester/rbac.yaml")
 	if err != nil {
@@ -53,7 +53,7 @@ func TestDocumentedHarvesterRBACIsRequiredPermissions(t *testing.T) {
 		}
 	}
 	var required []string
-	for _, p := range append(RequiredPermissions("default", "default", "default"), CDIPermissions("default")...) {
+	for _, p := range slices.Concat(RequiredPermissions("default", "default", "default"), CDIPermissions("default"), OptionalPermissions("default")) {
 		required = append(required, p.String())
 	}
 	slices.Sort(granted)

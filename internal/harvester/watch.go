@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -44,12 +45,28 @@ type Notifier interface {
 	ImageChanged(key types.NamespacedName)
 }
 
-// NewWatches says what the cache of each Harvester cluster holds: the objects the provider owns,
-// by label, in the machines' namespace (never a cluster-wide Secret cache), and every image there;
-// notify, if not nil, hears of every change that matters.
-func NewWatches(notify Notifier) clustercache.Watches { return watches{notify: notify} }
+// The caches of each Harvester cluster, in the machines' namespace (see NewWatches).
+const (
+	// ownedCache holds the objects the provider owns and every image.
+	ownedCache = "owned"
+	// warningsCache holds the Warning events, which the diagnosis quotes. It is a cache of its
+	// own: credentials without watch on events (which earlier versions did not need) leave the
+	// owned objects cached, and the diagnosis lists events live instead.
+	warningsCache = "warnings"
+)
+
+// NewWatches says what the caches of each Harvester cluster hold, in the machines' namespace: the
+// objects the provider owns, by label (never a cluster-wide Secret cache), and every image; notify,
+// if not nil, hears of every change that matters to them. And, in a cache of their own, the
+// namespace's Warning events (one field-selected watch per cluster, instead of an event list per
+// disk or pod diagnosed).
+func NewWatches(notify Notifier) []clustercache.Watches {
+	return []clustercache.Watches{watches{notify: notify}, warningWatches{}}
+}
 
 type watches struct{ notify Notifier }
+
+func (w watches) Name() string { return ownedCache }
 
 func (w watches) CacheOptions() cache.Options {
 	return cache.Options{
@@ -79,6 +96,27 @@ func (w watches) Kinds() []clustercache.Watch {
 		image.Handler = imageNotifier(w.notify)
 	}
 	return append(out, image)
+}
+
+// eventsByObjectUID indexes events by the UID of the object they are about, under the name of
+// the field selector the API server knows, so that a read matches the same way cached or live.
+const eventsByObjectUID = "involvedObject.uid"
+
+type warningWatches struct{}
+
+func (warningWatches) Name() string { return warningsCache }
+
+func (warningWatches) CacheOptions() cache.Options {
+	return cache.Options{
+		ByObject:         map[client.Object]cache.ByObject{&corev1.Event{}: {Field: fields.OneTermEqualSelector("type", corev1.EventTypeWarning)}},
+		DefaultTransform: cache.TransformStripManagedFields(),
+	}
+}
+
+func (warningWatches) Kinds() []clustercache.Watch {
+	return []clustercache.Watch{{Object: &corev1.Event{}, Indexes: []clustercache.Index{{Field: eventsByObjectUID, Extract: func(o client.Object) []string {
+		return []string{string(o.(*corev1.Event).InvolvedObject.UID)}
+	}}}}}
 }
 
 // notifier turns informer events into MachineRequest notifications, dropping the updates that
