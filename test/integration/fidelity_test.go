@@ -133,6 +133,9 @@ func TestHealthyBootIsQuiet(t *testing.T) {
 	// A healthy boot starts from a ready ProviderConfig: its image imported (a machine created
 	// earlier rightly waits, and says so, which is not what this test is about).
 	w.waitPCCondition(w.pc, v1alpha1.ConditionImageReady, metav1.ConditionTrue, v1alpha1.ReasonCheckPassed)
+	// The clone outlasts the provider's creates and KubeVirt's start even on a loaded machine (CI
+	// runs this under -race), so that the start really goes through ErrorUnschedulable.
+	w.annotateImage(w.imageName, sim.AnnotationCloneDelay, "3s")
 	mr := w.machineRequest("quiet-0")
 	w.must(mgmt.Create(w.ctx, mr))
 	w.waitPhase(mr, v1alpha1.MachinePhaseRunning)

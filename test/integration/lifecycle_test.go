@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -89,6 +90,17 @@ func (w *world) image(name string, annotations map[string]string) {
 	img.SetAnnotations(annotations)
 	_ = unstructured.SetNestedField(img.Object, "https://example.invalid/metal-amd64.raw.xz", "spec", "url")
 	w.must(hv.Create(w.ctx, img))
+}
+
+// annotateImage sets an annotation on an image of the world's Harvester namespace.
+func (w *world) annotateImage(name, key, value string) {
+	w.t.Helper()
+	img := &unstructured.Unstructured{}
+	img.SetGroupVersionKind(sim.VirtualMachineImageGVK)
+	img.SetNamespace(w.hvNs)
+	img.SetName(name)
+	patch := []byte(`{"metadata":{"annotations":{"` + key + `":"` + value + `"}}}`)
+	w.must(hv.Patch(w.ctx, img, client.RawPatch(types.MergePatchType, patch)))
 }
 
 // imageClass waits until Harvester has initialized the image and returns its storage class

@@ -24,6 +24,11 @@ import (
 // Go duration, such as "1h"), so one test can hold a single image back while others import.
 const AnnotationImportDelay = "sim.butler.butlerlabs.dev/import-delay"
 
+// AnnotationCloneDelay on a VirtualMachineImage overrides Config.CloneDelay for the disks cloned
+// from it (a duration such as "3s"): a test that must see a disk still cloning when its VM
+// starts gets a clone that outlasts a slow machine.
+const AnnotationCloneDelay = "sim.butler.butlerlabs.dev/clone-delay"
+
 // AnnotationVirtualSize sets the virtual size the VirtualMachineImage it is set on reports once
 // imported (a quantity, such as "30Gi"), overriding Config.ImageVirtualSize.
 const AnnotationVirtualSize = "sim.butler.butlerlabs.dev/virtual-size"

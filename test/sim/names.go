@@ -8,7 +8,7 @@ import "k8s.io/apimachinery/pkg/runtime/schema"
 // provider talks to, so it must not agree with the provider by construction. names_test.go is the
 // one place the two meet: it checks that both spell the names they share alike.
 //
-// The simulator's own fault-injection hooks (AnnotationFault, AnnotationImportDelay,
+// The simulator's own fault-injection hooks (AnnotationFault, AnnotationImportDelay, AnnotationCloneDelay,
 // AnnotationVirtualSize, under sim.butler.butlerlabs.dev) are not upstream names and stay with the
 // code they drive. It reads none of the provider's butler.butlerlabs.dev labels: Harvester does not.
 

@@ -88,8 +88,8 @@ func (r *pvcReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 	// Longhorn clones the image's backing image into the new volume: it takes a while.
 	delay := time.Duration(0)
-	if pvc.Annotations[annotationImageID] != "" {
-		delay = r.sim.cfg.CloneDelay
+	if imageID := pvc.Annotations[annotationImageID]; imageID != "" {
+		delay = r.cloneDelay(ctx, imageID)
 	}
 	if wait := time.Until(since.(time.Time).Add(delay)); wait > 0 {
 		if pvc.Status.Phase != corev1.ClaimPending {
@@ -98,6 +98,20 @@ func (r *pvcReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	return retryConflict(r.bind(ctx, pvc))
+}
+
+// cloneDelay is how long a clone of the image takes: Config.CloneDelay, unless the image's
+// AnnotationCloneDelay says otherwise.
+func (r *pvcReconciler) cloneDelay(ctx context.Context, imageID string) time.Duration {
+	ns, name, _ := strings.Cut(imageID, "/")
+	image := &metav1.PartialObjectMetadata{}
+	image.SetGroupVersionKind(VirtualMachineImageGVK)
+	if err := r.sim.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, image); err == nil {
+		if d, err := time.ParseDuration(image.GetAnnotations()[AnnotationCloneDelay]); err == nil {
+			return d
+		}
+	}
+	return r.sim.cfg.CloneDelay
 }
 
 // forget drops what the reconciler remembers of a PVC.
