@@ -35,7 +35,7 @@ type HarvesterMachineSpec struct {
 	// Memory of the VM, a Kubernetes quantity of at least 1Gi (for example 4Gi or 8192Mi). The VM
 	// gets it in whole MiB, rounded up.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('1Gi')) >= 0",message="memory must be at least 1Gi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('1Gi')) >= 0",message="memory must be at least 1Gi"
 	Memory resource.Quantity `json:"memory"`
 
 	// RootDisk is the boot disk, cloned from the image. It always uses the image's storage class,
@@ -46,7 +46,7 @@ type HarvesterMachineSpec struct {
 	// ExtraDisks are blank data disks attached after the root disk, in order.
 	// +optional
 	// +listType=atomic
-	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:MaxItems=8
 	ExtraDisks []Disk `json:"extraDisks,omitempty"`
 
 	// Image is the VirtualMachineImage the root disk is cloned from, "<namespace>/<name>".
@@ -83,7 +83,7 @@ type RootDisk struct {
 	// Size of the disk, a Kubernetes quantity of at least 1Gi and at least the image's virtual
 	// size (for example 40Gi). The disk gets it in whole GiB, rounded up.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('1Gi')) >= 0",message="disk size must be at least 1Gi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('1Gi')) >= 0",message="disk size must be at least 1Gi"
 	Size resource.Quantity `json:"size"`
 }
 
@@ -92,7 +92,7 @@ type Disk struct {
 	// Size of the disk, a Kubernetes quantity of at least 1Gi (for example 100Gi). The disk gets it
 	// in whole GiB, rounded up.
 	// +required
-	// +kubebuilder:validation:XValidation:rule="!isQuantity(string(self)) || quantity(string(self)).compareTo(quantity('1Gi')) >= 0",message="disk size must be at least 1Gi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('1Gi')) >= 0",message="disk size must be at least 1Gi"
 	Size resource.Quantity `json:"size"`
 
 	// StorageClassName of the disk on Harvester; defaults to the ProviderConfig's
