@@ -149,3 +149,5 @@ func kustomizationResources(dir string) ([]string, error) {
 	}
 	return kz.Resources, nil
 }
+
+func clientKey(name string) client.ObjectKey { return client.ObjectKey{Name: name} }
