@@ -211,7 +211,9 @@ func TestBadObjectsAreRefused(t *testing.T) {
 		{"no ProviderConfig name", func(s *infrav1.HarvesterClusterSpec) { s.ProviderConfigRef.Name = "" }, []string{"spec.providerConfigRef.name"}},
 		{"bad ProviderConfig namespace", func(s *infrav1.HarvesterClusterSpec) { s.ProviderConfigRef.Namespace = "Butler_System" }, []string{"spec.providerConfigRef.namespace", "should match"}},
 		{"an endpoint without host", func(s *infrav1.HarvesterClusterSpec) { s.ControlPlaneEndpoint = infrav1.APIEndpoint{Port: 6443} }, []string{"spec.controlPlaneEndpoint", "host is required"}},
-		{"an endpoint port out of range", func(s *infrav1.HarvesterClusterSpec) { s.ControlPlaneEndpoint = infrav1.APIEndpoint{Host: "vip", Port: 70000} }, []string{"spec.controlPlaneEndpoint.port"}},
+		{"an endpoint port out of range", func(s *infrav1.HarvesterClusterSpec) {
+			s.ControlPlaneEndpoint = infrav1.APIEndpoint{Host: "vip", Port: 70000}
+		}, []string{"spec.controlPlaneEndpoint.port"}},
 		{"a failure domain without node selector", func(s *infrav1.HarvesterClusterSpec) {
 			s.FailureDomains = []infrav1.HarvesterFailureDomain{{Name: "zone-a"}}
 		}, []string{"spec.failureDomains[0].nodeSelector"}},
@@ -285,13 +287,15 @@ func TestProviderIDIsSetOnceAndTheSpecIsImmutable(t *testing.T) {
 	mustRefuse(t, "removing the providerID", k8s.Update(ctx, changed), "spec.providerID", "cannot be changed or removed")
 
 	for name, mutate := range map[string]func(*infrav1.HarvesterMachineSpec){
-		"cpu":        func(s *infrav1.HarvesterMachineSpec) { s.CPU = 4 },
-		"memory":     func(s *infrav1.HarvesterMachineSpec) { s.Memory = resource.MustParse("8Gi") },
-		"rootDisk":   func(s *infrav1.HarvesterMachineSpec) { s.RootDisk.Size = resource.MustParse("80Gi") },
-		"extraDisks": func(s *infrav1.HarvesterMachineSpec) { s.ExtraDisks = []infrav1.Disk{{Size: resource.MustParse("1Gi")}} },
-		"image":      func(s *infrav1.HarvesterMachineSpec) { s.Image = "default/other" },
-		"networks":   func(s *infrav1.HarvesterMachineSpec) { s.Networks = []string{"default/other"} },
-		"labels":     func(s *infrav1.HarvesterMachineSpec) { s.Labels = map[string]string{"a": "b"} },
+		"cpu":      func(s *infrav1.HarvesterMachineSpec) { s.CPU = 4 },
+		"memory":   func(s *infrav1.HarvesterMachineSpec) { s.Memory = resource.MustParse("8Gi") },
+		"rootDisk": func(s *infrav1.HarvesterMachineSpec) { s.RootDisk.Size = resource.MustParse("80Gi") },
+		"extraDisks": func(s *infrav1.HarvesterMachineSpec) {
+			s.ExtraDisks = []infrav1.Disk{{Size: resource.MustParse("1Gi")}}
+		},
+		"image":    func(s *infrav1.HarvesterMachineSpec) { s.Image = "default/other" },
+		"networks": func(s *infrav1.HarvesterMachineSpec) { s.Networks = []string{"default/other"} },
+		"labels":   func(s *infrav1.HarvesterMachineSpec) { s.Labels = map[string]string{"a": "b"} },
 	} {
 		changed := m.DeepCopy()
 		mutate(&changed.Spec)
@@ -301,7 +305,9 @@ func TestProviderIDIsSetOnceAndTheSpecIsImmutable(t *testing.T) {
 
 func TestClusterRefAndEndpointAreImmutable(t *testing.T) {
 	ctx := context.Background()
-	c := cluster(func(s *infrav1.HarvesterClusterSpec) { s.ControlPlaneEndpoint = infrav1.APIEndpoint{Host: "10.0.0.10", Port: 6443} })
+	c := cluster(func(s *infrav1.HarvesterClusterSpec) {
+		s.ControlPlaneEndpoint = infrav1.APIEndpoint{Host: "10.0.0.10", Port: 6443}
+	})
 	mustCreate(t, c)
 
 	changed := c.DeepCopy()
