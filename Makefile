@@ -33,9 +33,10 @@ generate: ## Generate deepcopy code from the API types.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 
 .PHONY: manifests
-manifests: ## Generate CRDs and RBAC from the markers in the code, and copy them into the Helm chart.
+manifests: ## Generate CRDs and RBAC from the markers in the code, and copy them into the Helm chart (not the Cluster API CRDs of config/crd/infrastructure).
 	$(CONTROLLER_GEN) crd paths=./api/v1alpha1/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) crd paths=./api/platform/... output:crd:artifacts:config=config/crd/platform
+	$(CONTROLLER_GEN) crd paths=./api/infrastructure/... output:crd:artifacts:config=config/crd/infrastructure
 	$(CONTROLLER_GEN) rbac:roleName=manager-role paths="./internal/controller/...;./cmd/manager/..." output:rbac:artifacts:config=config/rbac
 	cp config/crd/bases/*.yaml $(CHART)/crds/
 	cp config/rbac/role.yaml $(CHART)/files/manager-role.yaml

@@ -1,0 +1,174 @@
+package v1alpha1
+
+// Condition types of HarvesterClusters and HarvesterMachines.
+const (
+	// ConditionReady is the summary of a HarvesterCluster or HarvesterMachine through its whole
+	// life, provisioning and deletion included; Cluster API mirrors it into the Cluster's or
+	// Machine's InfrastructureReady condition. True: the cluster's infrastructure is ready for
+	// machines (ReasonReady), or the machine's VM runs with its address (ReasonVMRunning). False
+	// or Unknown: the reason says what it waits for or why it cannot be made, and the message
+	// names the fix.
+	ConditionReady = "Ready"
+	// ConditionPaused is True while the object is paused: its Cluster's spec.paused is true, or
+	// it carries the annotation cluster.x-k8s.io/paused. A paused object is not reconciled.
+	ConditionPaused = "Paused"
+)
+
+// Reasons of the Paused condition (those of Cluster API's own objects).
+const (
+	// ReasonPaused (Paused=True): the Cluster or the object is paused.
+	ReasonPaused = "Paused"
+	// ReasonNotPaused (Paused=False): nothing pauses the object.
+	ReasonNotPaused = "NotPaused"
+)
+
+// Reasons of the Ready condition. Where a reason means what a MachineRequest's reason of
+// butler.butlerlabs.dev/v1alpha1 means, it has the same value, so that people and tools reading
+// both kinds see one word for one cause.
+//
+// Since the Cluster API contract v1beta2 has no terminal failures (no failureReason or
+// failureMessage), the reasons a MachineRequest documents as permanent are reported as
+// Ready=False with that reason, and the provider does not retry until the cause changes.
+const (
+	// ReasonReady (HarvesterCluster, Ready=True): the ProviderConfig is usable and the control
+	// plane endpoint is known.
+	ReasonReady = "Ready"
+	// ReasonWaitingForOwner: the object has no owner of Cluster API yet (a Cluster for a
+	// HarvesterCluster, a Machine for a HarvesterMachine); Cluster API sets it.
+	ReasonWaitingForOwner = "WaitingForOwner"
+	// ReasonWaitingForControlPlaneEndpoint (HarvesterCluster): neither spec.controlPlaneEndpoint
+	// nor the Cluster's spec.controlPlaneEndpoint is set. Set one of them (or let the control
+	// plane provider set the Cluster's).
+	ReasonWaitingForControlPlaneEndpoint = "WaitingForControlPlaneEndpoint"
+	// ReasonWaitingForClusterInfrastructure (HarvesterMachine): the Cluster's infrastructure is
+	// not provisioned yet (its HarvesterCluster is not Ready).
+	ReasonWaitingForClusterInfrastructure = "WaitingForClusterInfrastructure"
+	// ReasonWaitingForBootstrapData (HarvesterMachine): the Machine's bootstrap data Secret
+	// (spec.bootstrap.dataSecretName) is not set yet.
+	ReasonWaitingForBootstrapData = "WaitingForBootstrapData"
+
+	// ReasonProviderConfigNotFound (waiting): the HarvesterCluster's spec.providerConfigRef names
+	// a ProviderConfig that does not exist. Same as the MachineRequest's.
+	ReasonProviderConfigNotFound = "ProviderConfigNotFound"
+	// ReasonInvalidProviderConfig (waiting): the ProviderConfig's harvester block is missing or
+	// malformed; the message names the field. Same as the MachineRequest's.
+	ReasonInvalidProviderConfig = "InvalidProviderConfig"
+	// ReasonProviderConfigNotShared (waiting): the ProviderConfig is in another namespace and its
+	// spec.scope.type is not "platform". Same as the MachineRequest's.
+	ReasonProviderConfigNotShared = "ProviderConfigNotShared"
+	// ReasonProviderConfigNotReady (waiting): a preflight check of the ProviderConfig failed; the
+	// message names it and its fix. Same as the MachineRequest's.
+	ReasonProviderConfigNotReady = "ProviderConfigNotReady"
+	// ReasonProviderConfigMoved: the ProviderConfig now points at another Harvester cluster or
+	// namespace than the one the machine was created in; the machine stays where it is and is
+	// still observed and deleted there. Same as the MachineRequest's.
+	ReasonProviderConfigMoved = "ProviderConfigMoved"
+	// ReasonCredentialsUnavailable (waiting): the credentials Secret is missing, lacks the key, or
+	// holds an unusable kubeconfig. Same as the MachineRequest's.
+	ReasonCredentialsUnavailable = "CredentialsUnavailable"
+	// ReasonUntrustedEndpoint (waiting): the ProviderConfig's spec.harvester.endpoint names
+	// another host than the kubeconfig, which pins no CA; nothing is sent. Same as the
+	// MachineRequest's.
+	ReasonUntrustedEndpoint = "UntrustedEndpoint"
+	// ReasonInsecureCredentials (waiting): the kubeconfig skips TLS verification, uses plain http
+	// or a proxy, and its Secret does not allow it. Same as the MachineRequest's.
+	ReasonInsecureCredentials = "InsecureCredentials"
+	// ReasonPermissionDenied (waiting): Harvester refused a request with the credentials; the
+	// message names the verb and resource. Same as the MachineRequest's.
+	ReasonPermissionDenied = "PermissionDenied"
+	// ReasonHarvesterUnavailable (transient): a Harvester API request failed; the provider retries
+	// with backoff. Same as the MachineRequest's.
+	ReasonHarvesterUnavailable = "HarvesterUnavailable"
+	// ReasonQuotaExceeded (waiting): a ResourceQuota of the Harvester namespace refused an object.
+	// Same as the MachineRequest's.
+	ReasonQuotaExceeded = "QuotaExceeded"
+
+	// ReasonFailureDomainNotFound (HarvesterMachine, waiting): the Machine's spec.failureDomain is
+	// not one of the HarvesterCluster's spec.failureDomains.
+	ReasonFailureDomainNotFound = "FailureDomainNotFound"
+	// ReasonNetworkNotFound (HarvesterMachine, waiting): a NetworkAttachmentDefinition of
+	// spec.networks does not exist on Harvester. Same as the ProviderConfig check's reason.
+	ReasonNetworkNotFound = "NetworkNotFound"
+	// ReasonImageNotReady (waiting): the VirtualMachineImage exists but is not imported yet. Same
+	// as the MachineRequest's.
+	ReasonImageNotReady = "ImageNotReady"
+	// ReasonVMProvisioning: the machine's disks, cloud-init Secret and VM are being created on
+	// Harvester, and the VM is starting until it runs and reports its address. It is the
+	// MachineRequest's VMCreating, named as Cluster API names provisioning.
+	ReasonVMProvisioning = "VMProvisioning"
+	// ReasonVMUnschedulable (diagnosis): Harvester cannot place the VM; the message carries the
+	// scheduler's reason. Same as the MachineRequest's.
+	ReasonVMUnschedulable = "VMUnschedulable"
+	// ReasonVolumeNotBound (diagnosis): a disk of the VM is Pending. Same as the MachineRequest's.
+	ReasonVolumeNotBound = "VolumeNotBound"
+	// ReasonVolumeMissing (diagnosis): a disk of the VM was deleted outside the provider. Same as
+	// the MachineRequest's.
+	ReasonVolumeMissing = "VolumeMissing"
+	// ReasonVMNotStarting (diagnosis): the VM's instance does not start. Same as the
+	// MachineRequest's.
+	ReasonVMNotStarting = "VMNotStarting"
+	// ReasonNoIPAddress (diagnosis): the VM runs without an address on its primary NIC past the
+	// time the guest agent needs; check the guest agent and DHCP. Same as the MachineRequest's.
+	ReasonNoIPAddress = "NoIPAddress"
+	// ReasonProvisioningTimeout (does not heal): the machine has not become ready within the
+	// provisioning timeout; the message carries the diagnosis. Cluster API's MachineHealthCheck
+	// may replace the machine. Same as the MachineRequest's.
+	ReasonProvisioningTimeout = "ProvisioningTimeout"
+	// ReasonVMRunning (HarvesterMachine, Ready=True): the VM runs and its address is in
+	// status.addresses. Same as the MachineRequest's.
+	ReasonVMRunning = "VMRunning"
+	// ReasonVMNotReady: a provisioned machine's VM exists but is not running (stopped, migrating,
+	// crashed); the message carries KubeVirt's printable status. Same as the MachineRequest's.
+	ReasonVMNotReady = "VMNotReady"
+	// ReasonDiskInUse (waiting): a disk of ours cannot be deleted because a VM uses it. Same as
+	// the MachineRequest's.
+	ReasonDiskInUse = "DiskInUse"
+	// ReasonPlacementNotRecorded (waiting): the API server did not keep the record of where the
+	// machine lives; nothing is created, and a deletion waits, until it is kept. Same as the
+	// MachineRequest's.
+	ReasonPlacementNotRecorded = "PlacementNotRecorded"
+	// ReasonDeleting: the object is being deleted: the machine's VM, disks and cloud-init Secret
+	// are being removed from Harvester. Same as the MachineRequest's.
+	ReasonDeleting = "Deleting"
+	// ReasonDeletionBlocked (waiting): the object is being deleted but Harvester cannot be reached
+	// (ProviderConfig or credentials gone). Same as the MachineRequest's.
+	ReasonDeletionBlocked = "DeletionBlocked"
+
+	// ReasonInvalidSpec (does not heal): a field is invalid in a way the schema cannot express.
+	// Same as the MachineRequest's.
+	ReasonInvalidSpec = "InvalidSpec"
+	// ReasonImageNotFound (does not heal until the image exists): the VirtualMachineImage does not
+	// exist on Harvester. Same as the MachineRequest's.
+	ReasonImageNotFound = "ImageNotFound"
+	// ReasonImageImportFailed (does not heal): Harvester failed to import the image. Same as the
+	// MachineRequest's.
+	ReasonImageImportFailed = "ImageImportFailed"
+	// ReasonImageBackendUnsupported (does not heal): the image's storage backend is not one the
+	// provider clones root disks from. Same as the MachineRequest's.
+	ReasonImageBackendUnsupported = "ImageBackendUnsupported"
+	// ReasonDiskTooSmall (does not heal): spec.rootDisk.size is smaller than the image's virtual
+	// size. Same as the MachineRequest's.
+	ReasonDiskTooSmall = "DiskTooSmall"
+	// ReasonUserDataTooLarge (does not heal): the bootstrap data exceeds what a Secret can hold
+	// (1 MiB). Same as the MachineRequest's.
+	ReasonUserDataTooLarge = "UserDataTooLarge"
+	// ReasonNameConflict (does not heal): an object with the name the provider needs exists on
+	// Harvester and was not made for this machine; it is never adopted or changed. Same as the
+	// MachineRequest's.
+	ReasonNameConflict = "NameConflict"
+	// ReasonVMDeleted (does not heal): the VM of a provisioned machine was deleted outside the
+	// provider; Cluster API's MachineHealthCheck may replace the machine. Same as the
+	// MachineRequest's.
+	ReasonVMDeleted = "VMDeleted"
+)
+
+// Finalizers. Both are domain-qualified names with a path, as the API server asks of finalizers
+// (it warns about names without one).
+const (
+	// HarvesterClusterFinalizer holds a HarvesterCluster until the provider has released what it
+	// keeps for the cluster.
+	HarvesterClusterFinalizer = "infrastructure.butlerlabs.dev/harvestercluster"
+	// HarvesterMachineFinalizer holds a HarvesterMachine until its VM, disks and cloud-init Secret
+	// are gone from Harvester.
+	HarvesterMachineFinalizer = "infrastructure.butlerlabs.dev/harvestermachine"
+)

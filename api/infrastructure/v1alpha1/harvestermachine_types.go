@@ -1,0 +1,204 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// HarvesterMachineSpec is one virtual machine on Harvester: its size, disks, image and network.
+// The machine gets its Harvester credentials, namespace and defaults from the ProviderConfig of
+// its cluster's HarvesterCluster, and its user data from its Machine's bootstrap data Secret
+// (spec.bootstrap.dataSecretName), which reaches the VM through a cloud-init Secret on Harvester.
+//
+// Left out for now, as the engine cannot honour them yet: a storage class for the root disk
+// (Harvester clones it from the image, in the image's storage class), scheduling affinity (the
+// placement a machine gets is its failure domain's node selector), and spec.failureDomain (which
+// the Cluster API contract v1beta2 keeps only for v1beta1 compatibility: a machine is placed in
+// its Machine's spec.failureDomain, and status.failureDomain reports it).
+type HarvesterMachineSpec struct {
+	// ProviderID is "harvester://<VirtualMachine UID>" (Cluster API contract). The provider sets
+	// it once the VM exists; it cannot be changed or removed after that. The workload cluster's
+	// Node of the machine must report the same provider ID for Cluster API to link them.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^harvester://[^/]+$`
+	ProviderID string `json:"providerID,omitempty"`
+
+	// CPU is the number of virtual CPU cores (whole cores, as KubeVirt's cpu.cores; Cluster API
+	// providers of VMs count CPUs the same way).
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=128
+	CPU int32 `json:"cpu"`
+
+	// Memory of the VM, a Kubernetes quantity of at least 1Gi (for example 4Gi or 8192Mi). The VM
+	// gets it in whole MiB, rounded up.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('1Gi')) >= 0",message="memory must be at least 1Gi"
+	Memory resource.Quantity `json:"memory"`
+
+	// RootDisk is the boot disk, cloned from the image. It always uses the image's storage class,
+	// as Harvester requires of disks cloned from an image.
+	// +required
+	RootDisk RootDisk `json:"rootDisk"`
+
+	// ExtraDisks are blank data disks attached after the root disk, in order.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	ExtraDisks []Disk `json:"extraDisks,omitempty"`
+
+	// Image is the VirtualMachineImage the root disk is cloned from, "<namespace>/<name>".
+	// Defaults to the ProviderConfig's spec.harvester.imageName.
+	// +optional
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Image string `json:"image,omitempty"`
+
+	// Networks are the NetworkAttachmentDefinitions the VM's NICs attach to, each
+	// "<namespace>/<name>", in order. The first is the primary network: its address becomes the
+	// machine's InternalIP. Defaults to the ProviderConfig's spec.harvester.networkName. The
+	// provider supports one network today; the field is a list so that more can come.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MinLength=3
+	// +kubebuilder:validation:items:MaxLength=317
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:rule="size(self) <= 1",message="networks may name one network only: the provider supports one network per machine today (more will come as more items of this list)"
+	Networks []string `json:"networks,omitempty"`
+
+	// Labels are added to the VirtualMachine on Harvester. Keys and values must be valid
+	// Kubernetes labels; the provider's own labels take precedence.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=64
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// RootDisk is a machine's boot disk.
+type RootDisk struct {
+	// Size of the disk, a Kubernetes quantity of at least 1Gi and at least the image's virtual
+	// size (for example 40Gi). The disk gets it in whole GiB, rounded up.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('1Gi')) >= 0",message="disk size must be at least 1Gi"
+	Size resource.Quantity `json:"size"`
+}
+
+// Disk is a blank data disk.
+type Disk struct {
+	// Size of the disk, a Kubernetes quantity of at least 1Gi (for example 100Gi). The disk gets it
+	// in whole GiB, rounded up.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).compareTo(quantity('1Gi')) >= 0",message="disk size must be at least 1Gi"
+	Size resource.Quantity `json:"size"`
+
+	// StorageClassName of the disk on Harvester; defaults to the ProviderConfig's
+	// spec.harvester.storageClassName, then to the Harvester cluster's default storage class.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	StorageClassName string `json:"storageClassName,omitempty"`
+}
+
+// HarvesterMachineInitializationStatus is the Cluster API contract's initialization of an
+// InfraMachine.
+// +kubebuilder:validation:MinProperties=1
+type HarvesterMachineInitializationStatus struct {
+	// Provisioned is true once the VM runs and reports its address: Cluster API then copies
+	// spec.providerID, status.addresses and status.failureDomain to the Machine. It is never set
+	// back to false.
+	// +optional
+	Provisioned *bool `json:"provisioned,omitempty"`
+}
+
+// HarvesterMachineStatus is what the provider observed of a HarvesterMachine. It has no
+// failureReason or failureMessage: the Cluster API contract v1beta2 dropped them, and a machine
+// that cannot be made says so in its Ready condition (reason and message).
+type HarvesterMachineStatus struct {
+	// Initialization reports when the machine is provisioned (Cluster API contract).
+	// +optional
+	Initialization HarvesterMachineInitializationStatus `json:"initialization,omitempty,omitzero"`
+
+	// Addresses of the machine: the VM's name as Hostname and the addresses the guest reports on
+	// its primary NIC as InternalIP.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
+	Addresses []MachineAddress `json:"addresses,omitempty"`
+
+	// FailureDomain is the failure domain the machine was placed in (Cluster API contract).
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	FailureDomain string `json:"failureDomain,omitempty"`
+
+	// Conditions: Ready (mirrored by Cluster API into the Machine's InfrastructureReady; its reason
+	// says what the machine waits for or why it cannot be made, see conditions.go) and Paused
+	// (True while the Cluster or the HarvesterMachine is paused).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:storageversion
+// +kubebuilder:resource:path=harvestermachines,scope=Namespaced,categories=cluster-api
+// +kubebuilder:metadata:labels="cluster.x-k8s.io/v1beta2=v1alpha1"
+// +kubebuilder:printcolumn:name="Cluster",type="string",JSONPath=".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",description="Cluster API Cluster of this HarvesterMachine"
+// +kubebuilder:printcolumn:name="Machine",type="string",JSONPath=".metadata.ownerReferences[?(@.kind==\"Machine\")].name",description="Cluster API Machine of this HarvesterMachine",priority=1
+// +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=".status.conditions[?(@.type==\"Ready\")].status",description="Ready condition"
+// +kubebuilder:printcolumn:name="ProviderID",type="string",JSONPath=".spec.providerID",description="harvester://<VirtualMachine UID>"
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
+
+// HarvesterMachine is a virtual machine on Harvester for a Cluster API Machine (an InfraMachine
+// of the Cluster API contract v1beta2).
+//
+// Its spec cannot be changed once created, except for spec.providerID, which the provider sets:
+// the VM is not resized or rebuilt in place. Change the HarvesterMachineTemplate instead, and
+// Cluster API rolls out new machines.
+type HarvesterMachine struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the machine.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="!has(oldSelf.providerID) || (has(self.providerID) && self.providerID == oldSelf.providerID)",message="spec.providerID cannot be changed or removed once set: it names the machine's VM",fieldPath=".providerID"
+	// +kubebuilder:validation:XValidation:rule="self.cpu == oldSelf.cpu && self.memory == oldSelf.memory && self.rootDisk == oldSelf.rootDisk && has(self.extraDisks) == has(oldSelf.extraDisks) && (!has(self.extraDisks) || self.extraDisks == oldSelf.extraDisks) && has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image) && has(self.networks) == has(oldSelf.networks) && (!has(self.networks) || self.networks == oldSelf.networks) && has(self.labels) == has(oldSelf.labels) && (!has(self.labels) || self.labels == oldSelf.labels)",message="spec cannot be changed except for spec.providerID: the machine's VM is not resized or rebuilt in place; change the HarvesterMachineTemplate and let Cluster API roll out new machines"
+	Spec HarvesterMachineSpec `json:"spec"`
+
+	// Status is what the provider observed.
+	// +optional
+	Status HarvesterMachineStatus `json:"status,omitempty,omitzero"`
+}
+
+// +kubebuilder:object:root=true
+
+// HarvesterMachineList is a list of HarvesterMachines.
+type HarvesterMachineList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []HarvesterMachine `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&HarvesterMachine{}, &HarvesterMachineList{})
+}
+
+// GetConditions returns the conditions (the getter of Cluster API's condition utilities).
+func (m *HarvesterMachine) GetConditions() []metav1.Condition { return m.Status.Conditions }
+
+// SetConditions sets the conditions (the setter of Cluster API's condition utilities).
+func (m *HarvesterMachine) SetConditions(conditions []metav1.Condition) {
+	m.Status.Conditions = conditions
+}
