@@ -238,21 +238,32 @@ func (m *MachineRequest) ProviderConfigKey() (namespace, name string) {
 // earlier version of the provider) in the deprecated status.placement; nil if neither holds one.
 // The error says why an annotation that is there cannot be read.
 func (m *MachineRequest) RecordedPlacement() (*Placement, error) {
-	if value, ok := m.Annotations[AnnotationPlacement]; ok {
-		p := &Placement{}
-		if err := json.Unmarshal([]byte(value), p); err != nil {
-			return nil, fmt.Errorf("annotation %s is not a placement: %w", AnnotationPlacement, err)
-		}
-		if p.ClusterID == "" || p.Namespace == "" || p.Name == "" {
-			return nil, fmt.Errorf("annotation %s lacks the clusterID, namespace or name", AnnotationPlacement)
-		}
-		return p, nil
+	if p, err := DecodePlacement(m.Annotations); p != nil || err != nil {
+		return p, err
 	}
 	if m.Status.Placement != nil {
 		p := *m.Status.Placement
 		return &p, nil
 	}
 	return nil, nil
+}
+
+// DecodePlacement reads AnnotationPlacement from an object's annotations (of any kind that records
+// its machine's place there); nil if it holds none. The error says why an annotation that is
+// there cannot be read.
+func DecodePlacement(annotations map[string]string) (*Placement, error) {
+	value, ok := annotations[AnnotationPlacement]
+	if !ok {
+		return nil, nil
+	}
+	p := &Placement{}
+	if err := json.Unmarshal([]byte(value), p); err != nil {
+		return nil, fmt.Errorf("annotation %s is not a placement: %w", AnnotationPlacement, err)
+	}
+	if p.ClusterID == "" || p.Namespace == "" || p.Name == "" {
+		return nil, fmt.Errorf("annotation %s lacks the clusterID, namespace or name", AnnotationPlacement)
+	}
+	return p, nil
 }
 
 // EncodePlacement is the value of AnnotationPlacement for p (its VMUID is left to status.providerID).

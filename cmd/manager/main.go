@@ -24,6 +24,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	platformv1alpha1 "github.com/butlerdotdev/butler-provider-harvester/api/platform/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
@@ -71,6 +72,9 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	if err := platformv1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := infrav1.AddToScheme(scheme); err != nil {
 		return err
 	}
 	restConfig, err := managementConfig(o.Kubeconfig)
@@ -132,6 +136,16 @@ func run(ctx context.Context, args []string) error {
 	}
 	if _, err := isr.SetupWithManager(ctx, mgr, logger); err != nil {
 		return fmt.Errorf("set up ImageSync controller: %w", err)
+	}
+	hmr := &controller.HarvesterMachineReconciler{
+		Client: mgr.GetClient(), Harvester: clusters, HarvesterEvents: harvesterEvents, Recorder: recorder, Preflight: pcr,
+		PollInterval: o.CreatingPoll, HealthCheckInterval: o.HealthInterval,
+		StartLimits:             harvester.StartLimits{IPReport: o.IPReportTimeout},
+		MaxConcurrentReconciles: o.Concurrency,
+	}
+	hcr := &controller.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr}
+	if _, err := controller.SetupClusterAPI(ctx, mgr, logger, hmr, hcr); err != nil {
+		return fmt.Errorf("set up Cluster API controllers: %w", err)
 	}
 	if err := metrics.RegisterPhaseCollector(ctrlmetrics.Registry, mgr.GetCache(), mgr.Elected()); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/events"
@@ -452,17 +454,23 @@ func requestsOf(list *v1alpha1.ImageSyncList) []ctrl.Request {
 // cluster does not know, or a permission the manager lacks (checked with SelfSubjectAccessReviews,
 // before any informer would retry refused lists forever).
 func imageSyncUnavailable(ctx context.Context, mgr ctrl.Manager) string {
-	for _, kind := range []string{"ImageSync", "ButlerConfig"} {
-		gk := v1alpha1.GroupVersion.WithKind(kind).GroupKind()
-		if _, err := mgr.GetRESTMapper().RESTMapping(gk, v1alpha1.GroupVersion.Version); err != nil {
+	return kindsUnavailable(ctx, mgr, v1alpha1.GroupVersion, map[string]string{"ImageSync": "imagesyncs", "ButlerConfig": "butlerconfigs"})
+}
+
+// kindsUnavailable says why the manager cannot serve the kinds of gv (kind: resource): a CRD
+// missing, or list or watch not granted; "" if it can.
+func kindsUnavailable(ctx context.Context, mgr ctrl.Manager, gv schema.GroupVersion, kinds map[string]string) string {
+	for _, kind := range slices.Sorted(maps.Keys(kinds)) {
+		gk := gv.WithKind(kind).GroupKind()
+		if _, err := mgr.GetRESTMapper().RESTMapping(gk, gv.Version); err != nil {
 			return fmt.Sprintf("the cluster has no %s CRD (%s)", kind, gk)
 		}
 	}
 	var missing []string
-	for _, resource := range []string{"imagesyncs", "butlerconfigs"} {
+	for _, resource := range kinds {
 		for _, verb := range []string{"list", "watch"} {
 			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
-				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: v1alpha1.GroupVersion.Group, Resource: resource},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: gv.Group, Resource: resource},
 			}}
 			if err := mgr.GetClient().Create(ctx, review); err != nil {
 				return "cannot check its permissions: " + err.Error()

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -123,19 +122,31 @@ func (r *MachineRequestReconciler) reachableHome(ctx context.Context, s *machine
 // server's answer: if the annotation did not persist as sent (a webhook or policy dropped or
 // changed it), nothing may be created, since nothing would find it again.
 func (r *MachineRequestReconciler) recordPlacement(ctx context.Context, s *machineScope, place harvester.Place) error {
+	return recordPlace(ctx, r.Client, s.Scope, s.mr, "MachineRequest", v1alpha1.MachineRequestFinalizer, place)
+}
+
+// recordPlace stores where the machine of obj (of any front door's kind) lives in
+// AnnotationPlacement, with finalizer, in one write locked on the resourceVersion, and checks the
+// API server's answer (see recordPlacement).
+func recordPlace[O client.Object, S any](ctx context.Context, c client.Client, s *objstatus.Scope[O, S], obj O, kind, finalizer string, place harvester.Place) error {
 	p := v1alpha1.Placement{ClusterID: place.ClusterID, Server: place.Server, Namespace: place.Namespace, Name: place.Name}
-	patch := client.MergeFromWithOptions(s.mr.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.AddFinalizer(s.mr, v1alpha1.MachineRequestFinalizer)
-	metav1.SetMetaDataAnnotation(&s.mr.ObjectMeta, v1alpha1.AnnotationPlacement, v1alpha1.EncodePlacement(p))
-	if err := s.PatchMeta(ctx, r.Client, patch); err != nil {
+	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(obj, finalizer)
+	annotations := obj.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[v1alpha1.AnnotationPlacement] = v1alpha1.EncodePlacement(p)
+	obj.SetAnnotations(annotations)
+	if err := s.PatchMeta(ctx, c, patch); err != nil {
 		return err
 	}
-	// s.mr is the server's answer now.
-	got, err := s.mr.RecordedPlacement()
-	if err != nil || got == nil || *got != p || !hasFinalizer(s.mr) {
+	// obj is the server's answer now.
+	got, err := v1alpha1.DecodePlacement(obj.GetAnnotations())
+	if err != nil || got == nil || *got != p || !controllerutil.ContainsFinalizer(obj, finalizer) {
 		return objstatus.Waiting(v1alpha1.ReasonPlacementNotRecorded, providerConfigRetry,
-			"the API server did not keep annotation %s or finalizer %s on the MachineRequest: nothing is created until they persist; check the admission webhooks and policies that change MachineRequests",
-			v1alpha1.AnnotationPlacement, v1alpha1.MachineRequestFinalizer)
+			"the API server did not keep annotation %s or finalizer %s on the %s: nothing is created until they persist; check the admission webhooks and policies that change %ss",
+			v1alpha1.AnnotationPlacement, finalizer, kind, kind)
 	}
 	log.FromContext(ctx).V(1).Info("Recorded the machine's place", "cluster", p.Server, "namespace", p.Namespace, "name", p.Name)
 	return nil

@@ -26,7 +26,9 @@ const ConflictRetry = 200 * time.Millisecond
 // TimerSlack is added to a requeue meant to find a timer run out, so that it has.
 const TimerSlack = 10 * time.Millisecond
 
-// Fields are the status fields every kind has, as pointers into one status.
+// Fields are the status fields of a kind, as pointers into one status. Conditions and
+// ObservedGeneration every kind has; Phase, LastUpdated, FailureReason and FailureMessage are nil
+// for a kind without them (Cluster API's v1beta2 kinds: a failure is their Ready condition).
 type Fields struct {
 	Phase              *string
 	LastUpdated        **metav1.Time
@@ -133,7 +135,7 @@ func (s *Scope[O, S]) fields() Fields { return s.kind.Fields(s.kind.Status(s.Obj
 // SetPhase changes the phase and stamps lastUpdated when it really changes.
 func (s *Scope[O, S]) SetPhase(p string) {
 	f := s.fields()
-	if *f.Phase == p {
+	if f.Phase == nil || *f.Phase == p {
 		return
 	}
 	*f.Phase = p
@@ -179,16 +181,35 @@ func (s *Scope[O, S]) Degraded(reason, message string) {
 // Fail makes the object Failed for this generation, with a Warning event the first time.
 func (s *Scope[O, S]) Fail(reason, message string) {
 	f := s.fields()
-	first := *f.Phase != s.kind.FailedPhase || *f.FailureReason != reason
+	first := s.failedFor() != reason
 	s.SetPhase(s.kind.FailedPhase)
-	*f.FailureReason = reason
-	*f.FailureMessage = message
+	if f.FailureReason != nil {
+		*f.FailureReason, *f.FailureMessage = reason, message
+	}
 	s.SetCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, message)
 	s.SetCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, reason, message)
 	s.Degraded(reason, message)
 	if first {
 		s.Event(corev1.EventTypeWarning, reason, s.policy.FailAction, message)
 	}
+}
+
+// failedFor is the reason the object failed for, "" if it has not.
+func (s *Scope[O, S]) failedFor() string {
+	f := s.fields()
+	if f.FailureReason != nil {
+		if *f.Phase != s.kind.FailedPhase {
+			return ""
+		}
+		return *f.FailureReason
+	}
+	// A kind without a phase fails in its conditions: Ready and Progressing False for the reason.
+	if c := s.Condition(v1alpha1.ConditionProgressing); c != nil && c.Status == metav1.ConditionFalse {
+		if r := s.Condition(v1alpha1.ConditionReady); r != nil && r.Status == metav1.ConditionFalse && r.Reason == c.Reason {
+			return r.Reason
+		}
+	}
+	return ""
 }
 
 // Event records an event on the object (see RecordEvent).

@@ -1,0 +1,384 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+)
+
+// HarvesterMachineReconciler is the Cluster API front door's machine reconciler: it gives each
+// HarvesterMachine (made by Cluster API from a HarvesterMachineTemplate for a Machine) a VM on
+// Harvester through the engine, as the MachineRequest reconciler does for MachineRequests, and
+// reports it the way the InfraMachine contract (v1beta2) asks: spec.providerID, status.addresses,
+// status.initialization.provisioned and the Ready condition.
+type HarvesterMachineReconciler struct {
+	client.Client
+	// Harvester hands out the engine of a ProviderConfig's Harvester cluster.
+	Harvester harvester.Connector
+	// HarvesterEvents, if set, brings the HarvesterMachines whose objects on Harvester changed.
+	HarvesterEvents *HarvesterEvents
+	Recorder        events.EventRecorder
+	// Preflight, if set, lends the ProviderConfigs' checks it may not write to their status.
+	Preflight *ProviderConfigReconciler
+
+	// PollInterval is how often a machine that is not running yet, or is being deleted, is looked
+	// at again (Harvester's events usually come first).
+	PollInterval time.Duration
+	// HealthCheckInterval is how often a running machine's VM is checked.
+	HealthCheckInterval time.Duration
+	// StartLimits say when a slow start is reported (see harvester.Assess).
+	StartLimits harvester.StartLimits
+	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
+	MaxConcurrentReconciles int
+
+	managementCluster string
+	statuses          objstatus.Memory[infrav1.HarvesterMachineStatus]
+}
+
+// harvesterMachineStatus is where a HarvesterMachine keeps its status: conditions only, as Cluster
+// API's v1beta2 contract has it (no phase, no terminal failure fields).
+var harvesterMachineStatus = objstatus.Kind[*infrav1.HarvesterMachine, infrav1.HarvesterMachineStatus]{
+	Name:     "HarvesterMachine",
+	Status:   func(hm *infrav1.HarvesterMachine) *infrav1.HarvesterMachineStatus { return &hm.Status },
+	DeepCopy: (*infrav1.HarvesterMachineStatus).DeepCopy,
+	Fields: func(st *infrav1.HarvesterMachineStatus) objstatus.Fields {
+		return objstatus.Fields{Conditions: &st.Conditions, ObservedGeneration: &st.ObservedGeneration}
+	},
+}
+
+// harvesterMachineScope is one reconcile of one HarvesterMachine.
+type harvesterMachineScope struct {
+	*objstatus.Scope[*infrav1.HarvesterMachine, infrav1.HarvesterMachineStatus]
+	hm *infrav1.HarvesterMachine
+}
+
+// +kubebuilder:rbac:groups=infrastructure.butlerlabs.dev,resources=harvestermachines,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=infrastructure.butlerlabs.dev,resources=harvestermachines/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=infrastructure.butlerlabs.dev,resources=harvesterclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines;clusters,verbs=get;list;watch
+
+// Reconcile moves one HarvesterMachine one step towards its desired state.
+func (r *HarvesterMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	hm := &infrav1.HarvesterMachine{}
+	if err := r.Get(ctx, req.NamespacedName, hm); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			r.statuses.ForgetKey(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	s := &harvesterMachineScope{hm: hm, Scope: objstatus.New(hm, harvesterMachineStatus, objstatus.Policy{
+		Action: "Provision", FailAction: "Fail", Degrading: degradingReasons.Has,
+		NewWaitCondition: v1alpha1.ConditionProgressing, TransientReason: v1alpha1.ReasonHarvesterUnavailable,
+	}, r.Recorder, &r.statuses)}
+	defer func() {
+		if err := s.WriteStatus(ctx, r.Client); err != nil {
+			retErr = kerrors.NewAggregate([]error{retErr, err})
+		}
+	}()
+	res, err := r.reconcile(ctx, s)
+	return asPoll(s.Outcome(ctx, res, fromEngineIn(err, machineRequestTerms)))
+}
+
+func (r *HarvesterMachineReconciler) reconcile(ctx context.Context, s *harvesterMachineScope) (reconcile.Result, error) {
+	hm := s.hm
+	var machine *capiMachine
+	if name := ownerOfKind(hm, capiMachineGVK); name != "" {
+		m, err := readCAPIMachine(ctx, r.Client, hm.Namespace, name)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		machine = m
+	}
+	cluster, err := readCAPICluster(ctx, r.Client, hm.Namespace, hm.Labels[capiClusterNameLabel])
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if capiPaused(cluster, hm) {
+		s.SetCondition(infrav1.ConditionPaused, metav1.ConditionTrue, infrav1.ReasonPaused, "the Cluster or the HarvesterMachine is paused: nothing is changed until it is resumed")
+		return reconcile.Result{}, nil
+	}
+	s.SetCondition(infrav1.ConditionPaused, metav1.ConditionFalse, infrav1.ReasonNotPaused, "")
+	if s.Deleting() {
+		return r.reconcileDelete(ctx, s, cluster)
+	}
+	if machine == nil || cluster == nil {
+		return reconcile.Result{}, waitingForOwner("Machine (and Cluster)")
+	}
+	return r.reconcileNormal(ctx, s, machine, cluster)
+}
+
+// targetOf resolves the ProviderConfig of the machine's cluster, through its HarvesterCluster.
+func (r *HarvesterMachineReconciler) targetOf(ctx context.Context, hm *infrav1.HarvesterMachine, cluster *capiCluster) (*target, error) {
+	if cluster == nil || cluster.InfrastructureName == "" {
+		return nil, objstatus.Waiting(infrav1.ReasonWaitingForClusterInfrastructure, capiWaitingRetry,
+			"the HarvesterMachine's Cluster %q does not exist or names no HarvesterCluster in spec.infrastructureRef", hm.Labels[capiClusterNameLabel])
+	}
+	hc := &infrav1.HarvesterCluster{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.InfrastructureName}, hc); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return nil, objstatus.Waiting(infrav1.ReasonWaitingForClusterInfrastructure, capiWaitingRetry,
+				"HarvesterCluster %s/%s of Cluster %s does not exist", cluster.Namespace, cluster.InfrastructureName, cluster.Name)
+		}
+		return nil, err
+	}
+	namespace := hc.Spec.ProviderConfigRef.Namespace
+	if namespace == "" {
+		namespace = hc.Namespace
+	}
+	pc := &v1alpha1.ProviderConfig{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: hc.Spec.ProviderConfigRef.Name}, pc); err != nil {
+		if client.IgnoreNotFound(err) != nil {
+			return nil, err
+		}
+		pc = nil
+	}
+	if pc != nil {
+		r.Preflight.withUnwrittenChecks(pc)
+	}
+	return resolveProviderConfig(pc, namespace+"/"+hc.Spec.ProviderConfigRef.Name,
+		fmt.Sprintf("spec.providerConfigRef of HarvesterCluster %s/%s", hc.Namespace, hc.Name))
+}
+
+func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *harvesterMachineScope, machine *capiMachine, cluster *capiCluster) (reconcile.Result, error) {
+	hm := s.hm
+	t, err := r.targetOf(ctx, hm, cluster)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	home, err := r.homeOf(ctx, hm, t)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if home == nil {
+		// Nothing created yet: Cluster API's order first (the contract's).
+		if !cluster.InfrastructureProvisioned {
+			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonWaitingForClusterInfrastructure, capiWaitingRetry,
+				"waiting for Cluster %s/%s's infrastructure to be provisioned", cluster.Namespace, cluster.Name)
+		}
+	}
+	if machine.DataSecretName == "" {
+		return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonWaitingForBootstrapData, capiWaitingRetry,
+			"waiting for the bootstrap provider to set spec.bootstrap.dataSecretName of Machine %s/%s", hm.Namespace, machine.Name)
+	}
+	secret := &corev1.Secret{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: hm.Namespace, Name: machine.DataSecretName}, secret); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonWaitingForBootstrapData, capiWaitingRetry,
+				"bootstrap data Secret %s/%s (spec.bootstrap.dataSecretName of Machine %s) does not exist yet", hm.Namespace, machine.DataSecretName, machine.Name)
+		}
+		return reconcile.Result{}, err
+	}
+	userData, err := bootstrapUserData(secret)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	spec, err := harvesterMachineSpec(hm, *machine, t, userData, r.managementCluster)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	spec.Gate = func() error {
+		if err := sharedWith(t.pc, hm.Namespace, "HarvesterMachines", "spec.providerConfigRef of their HarvesterCluster"); err != nil {
+			return err
+		}
+		return preflightGate(t.pc, hm.Spec.Image == "")
+	}
+	var engine harvester.Cluster
+	if home == nil {
+		if engine, err = r.Harvester.ClusterFor(ctx, t.creds); err != nil {
+			return reconcile.Result{}, err
+		}
+		spec.Record = func(ctx context.Context, id harvester.ClusterIdentity) error {
+			return recordPlace(ctx, r.Client, s.Scope, hm, "HarvesterMachine", infrav1.HarvesterMachineFinalizer, harvester.PlaceOf(spec, id))
+		}
+	} else {
+		if home.Elsewhere != nil {
+			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonProviderConfigMoved, capiWaitingRetry,
+				"ProviderConfig %s's credentials now reach another Harvester cluster (%s) than the one VM %s/%s lives on (%s)",
+				t.ref, home.Elsewhere.Server, home.Place.Namespace, home.Place.Name, home.Place.Server)
+		}
+		engine = home.Cluster
+		spec.Namespace, spec.Name = home.Place.Namespace, home.Place.Name
+	}
+	spec.VMUID = types.UID(uidOfProviderID(hm.Spec.ProviderID))
+	obs, err := engine.Ensure(ctx, spec)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if obs.ProviderID != "" && hm.Spec.ProviderID != obs.ProviderID {
+		if err := r.setProviderID(ctx, s, obs.ProviderID); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	vm := fmt.Sprintf("VirtualMachine %s/%s", spec.Namespace, spec.Name)
+	if obs.VMCreated {
+		s.Event(corev1.EventTypeNormal, "Created", "Create", "Created "+vm+" on Harvester")
+	}
+	if obs.Running && obs.Addresses.Primary != "" {
+		hm.Status.Addresses = machineAddresses(spec.Name, obs.Addresses)
+		hm.Status.Initialization.Provisioned = ptr.To(true)
+		msg := fmt.Sprintf("%s is running at %s", vm, obs.Addresses.Primary)
+		s.SetCondition(infrav1.ConditionReady, metav1.ConditionTrue, infrav1.ReasonVMRunning, msg)
+		s.SetCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, infrav1.ReasonVMRunning, msg)
+		s.Healthy()
+		return reconcile.Result{RequeueAfter: r.HealthCheckInterval}, nil
+	}
+	reason, message := infrav1.ReasonVMProvisioning, "Creating "+vm+" on Harvester; waiting for it to run and report an IPv4 address"
+	assessment := harvester.Assess(obs, r.StartLimits, time.Now())
+	if p := assessment.Problem; p != nil {
+		var advice string
+		reason, advice = machineRequestTerms(p.Reason)
+		message = p.Message + advice
+	}
+	s.Progressing(reason, message)
+	next := r.PollInterval
+	if d := time.Until(assessment.LookAgainAt); !assessment.LookAgainAt.IsZero() && d < next {
+		next = max(d, objstatus.TimerSlack)
+	}
+	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+// homeOf reaches the recorded place of the machine; nil when nothing is recorded (nothing was
+// created for it).
+func (r *HarvesterMachineReconciler) homeOf(ctx context.Context, hm *infrav1.HarvesterMachine, t *target) (*harvester.Home, error) {
+	p, err := v1alpha1.DecodePlacement(hm.Annotations)
+	if err != nil {
+		return nil, objstatus.Waiting(infrav1.ReasonPlacementNotRecorded, capiWaitingRetry,
+			"%v: the provider cannot tell where the machine lives; restore the annotation the provider wrote", err)
+	}
+	if p == nil {
+		return nil, nil
+	}
+	return harvester.Locate(ctx, r.Harvester, t.creds, &harvester.Place{ClusterID: p.ClusterID, Server: p.Server, Namespace: p.Namespace, Name: p.Name}, hm.Name)
+}
+
+// setProviderID writes spec.providerID (the contract's, immutable once set) as soon as the VM
+// exists: the tenant's Node is matched to its Machine by it.
+func (r *HarvesterMachineReconciler) setProviderID(ctx context.Context, s *harvesterMachineScope, id string) error {
+	patch := client.MergeFrom(s.hm.DeepCopy())
+	s.hm.Spec.ProviderID = id
+	return s.PatchMeta(ctx, r.Client, patch)
+}
+
+func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *harvesterMachineScope, cluster *capiCluster) (reconcile.Result, error) {
+	hm := s.hm
+	if !controllerutil.ContainsFinalizer(hm, infrav1.HarvesterMachineFinalizer) {
+		return reconcile.Result{}, nil
+	}
+	if _, recorded := hm.Annotations[v1alpha1.AnnotationPlacement]; recorded || hm.Spec.ProviderID != "" {
+		t, err := r.targetOf(ctx, hm, cluster)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		home, err := r.homeOf(ctx, hm, t)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if home != nil {
+			if home.Elsewhere != nil {
+				return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry,
+					"the credentials of ProviderConfig %s now reach another Harvester cluster than the one the VM lives on (%s): restore them to delete it", t.ref, home.Place.Server)
+			}
+			ref := harvester.MachineRef{Owner: harvester.Owner{Kind: OwnerKindHarvesterMachine, Namespace: hm.Namespace, Name: hm.Name, UID: hm.UID, Cluster: r.managementCluster},
+				Namespace: home.Place.Namespace, Name: home.Place.Name, VMUID: types.UID(uidOfProviderID(hm.Spec.ProviderID))}
+			done, remaining, err := home.Cluster.Delete(ctx, ref)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			if !done {
+				return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, r.PollInterval, "deleting the machine on Harvester: waiting for %s", remaining)
+			}
+		}
+	}
+	patch := client.MergeFromWithOptions(hm.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(hm, infrav1.HarvesterMachineFinalizer)
+	if err := s.PatchMeta(ctx, r.Client, patch); err != nil {
+		return reconcile.Result{}, err
+	}
+	s.Release()
+	r.statuses.Forget(hm)
+	return reconcile.Result{}, nil
+}
+
+// infrastructureMachineOf names the HarvesterMachine of a Machine (its spec.infrastructureRef).
+func infrastructureMachineOf(_ context.Context, o client.Object) []ctrl.Request {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	if kind, _, _ := unstructured.NestedString(u.Object, "spec", "infrastructureRef", "kind"); kind != "HarvesterMachine" {
+		return nil
+	}
+	name, _, _ := unstructured.NestedString(u.Object, "spec", "infrastructureRef", "name")
+	return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: u.GetNamespace(), Name: name}}}
+}
+
+// machinesOfCluster names the HarvesterMachines of a Cluster (by Cluster API's cluster-name label).
+func (r *HarvesterMachineReconciler) machinesOfCluster(ctx context.Context, o client.Object) []ctrl.Request {
+	list := &infrav1.HarvesterMachineList{}
+	if err := r.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingLabels{capiClusterNameLabel: o.GetName()}); err != nil {
+		return nil
+	}
+	reqs := make([]ctrl.Request, 0, len(list.Items))
+	for _, hm := range list.Items {
+		reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&hm)})
+	}
+	return reqs
+}
+
+// SetupWithManager registers the reconciler and its watches.
+func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.PollInterval <= 0 {
+		r.PollInterval = DefaultCreatingPollInterval
+	}
+	if r.HealthCheckInterval <= 0 {
+		r.HealthCheckInterval = DefaultHealthCheckInterval
+	}
+	if r.StartLimits.StartGrace <= 0 {
+		r.StartLimits.StartGrace = DefaultStartGracePeriod
+	}
+	if r.StartLimits.IPReport <= 0 {
+		r.StartLimits.IPReport = DefaultIPReportTimeout
+	}
+	r.managementCluster = identifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
+	machine, cluster := &unstructured.Unstructured{}, &unstructured.Unstructured{}
+	machine.SetGroupVersionKind(capiMachineGVK)
+	cluster.SetGroupVersionKind(capiClusterGVK)
+	b := ctrl.NewControllerManagedBy(mgr).Named("harvestermachine").For(&infrav1.HarvesterMachine{}).
+		// A Machine's bootstrap data arriving, and a Cluster's infrastructure or pause changing,
+		// move its HarvesterMachines on.
+		Watches(machine, handler.EnqueueRequestsFromMapFunc(infrastructureMachineOf)).
+		Watches(cluster, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster))
+	if r.HarvesterEvents != nil {
+		b = b.WatchesRawSource(r.HarvesterEvents.machineSource(OwnerKindHarvesterMachine))
+	}
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles, ReconciliationTimeout: reconcileTimeout}).
+		WithLogConstructor(func(req *ctrl.Request) logr.Logger {
+			l := mgr.GetLogger().WithValues("controller", "harvestermachine")
+			if req != nil {
+				l = l.WithValues("harvesterMachine", klog.KRef(req.Namespace, req.Name))
+			}
+			return l
+		}).
+		Complete(r)
+}
