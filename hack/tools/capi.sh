@@ -39,6 +39,7 @@ if [ ! -x "$dir/capi-manager" ] || [ ! -x "$dir/clusterctl" ] || [ ! -d "$dir/cr
   echo ">> building Cluster API $capi_version (core manager, clusterctl) from Go modules (first run only; cached in $dir)" >&2
   mkdir -p "$cache_root/capi"
   tmp=$(mktemp -d "$cache_root/capi/.build.XXXXXX")
+  chmod 755 "$tmp" # mktemp makes it private; the build is not
   trap 'rm -rf "$tmp"' EXIT
   start=$SECONDS
   # As Cluster API's release build does (Makefile, Dockerfile): the version from the linker (clusterctl
