@@ -34,7 +34,7 @@ const ClusterAPIAssetsEnv = "CAPI_ASSETS"
 // find it cached) and returns the directory it prints, for tools that do not run under make.
 func BuildClusterAPI(ctx context.Context, repoRoot string) (string, error) {
 	var out, errOut bytes.Buffer
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join("hack", "tools", "capi.sh"))
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join("hack", "tools", "capi.sh")) //nolint:gosec // G204: a fixed script of the repository
 	cmd.Dir, cmd.Stdout, cmd.Stderr = repoRoot, &out, &errOut
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("hack/tools/capi.sh: %w\n%s", err, errOut.String())
@@ -50,7 +50,7 @@ func ClusterAPIAssets() (string, error) {
 		return "", fmt.Errorf("%s is not set: run the tests with 'make test', which builds Cluster API (make capi prints the directory)", ClusterAPIAssetsEnv)
 	}
 	for _, name := range []string{"capi-manager", "clusterctl", "crds"} {
-		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil { //nolint:gosec // G703: the directory the test's caller (make test) names
 			return "", fmt.Errorf("%s=%s has no %s (%w): set it to what 'make capi' prints", ClusterAPIAssetsEnv, dir, name, err)
 		}
 	}
@@ -214,7 +214,8 @@ func (c *ClusterAPI) Stop() {
 		_ = exitErr // how an interrupted manager exits does not matter when stopping
 	case <-time.After(10 * time.Second):
 		_ = c.cmd.Process.Kill()
-		<-c.exited
+		exitErr := <-c.exited
+		_ = exitErr // "signal: killed"
 	}
 	c.exited = nil
 }
