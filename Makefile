@@ -79,14 +79,18 @@ tools: ## Build every pinned tool once (controller-gen, helm, kustomize, golangc
 controlplane: ## Build kube-apiserver and etcd from Go modules (once; cached) and print their directory.
 	@bash hack/tools/controlplane.sh
 
+.PHONY: capi
+capi: ## Build the Cluster API core manager and clusterctl from Go modules (once; cached) and print their directory.
+	@bash hack/tools/capi.sh
+
 .PHONY: kubectl
 kubectl: ## Build kubectl from Go modules (once; cached) and print its path.
 	@echo "$$(bash hack/tools/controlplane.sh kubectl)/kubectl"
 
 .PHONY: test
-test: ## Run all tests: unit, integration on real API servers (again on Butler's published CRDs), and the install (chart, kustomize, RBAC, metrics).
-	@assets=$$(bash hack/tools/controlplane.sh) && \
-		KUBEBUILDER_ASSETS=$$assets $(GO) test $(TEST_FLAGS) $(TEST_PKGS) && \
+test: ## Run all tests: unit, integration on real API servers (again on Butler's published CRDs), the install (chart, kustomize, RBAC, metrics), and the real Cluster API core manager.
+	@assets=$$(bash hack/tools/controlplane.sh) && capi=$$(bash hack/tools/capi.sh) && \
+		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) test $(TEST_FLAGS) $(TEST_PKGS) && \
 		echo "Integration tests on Butler's CRDs of butler-api v0.13.0" && \
 		KUBEBUILDER_ASSETS=$$assets BUTLER_TEST_SCHEMA=butler-api-v0.13.0 $(GO) test $(TEST_FLAGS) -run '$(BUTLER_SCHEMA_TESTS)' ./test/integration/ && \
 		echo "Integration tests on the Butler CLI's CRDs (no ImageSync CRD)" && \

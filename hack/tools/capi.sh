@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Builds Cluster API from Go modules (hack/tools/capi), once, and prints the directory that holds:
+#   capi-manager  the core manager, sigs.k8s.io/cluster-api/core: what the cluster-api-controller
+#                 image runs (the Cluster, Machine, MachineSet, MachineDeployment, ... controllers)
+#   clusterctl    sigs.k8s.io/cluster-api/cmd/clusterctl
+#   crds/         Cluster API core's CRDs (core/config/crd/bases of the cluster-api module), as
+#                 kustomize's bases: no conversion webhooks, so an API server serves them alone
+# Tests use the directory as CAPI_ASSETS (make test sets it). With an argument (capi-manager,
+# clusterctl or crds) it prints that path instead.
+#
+# As hack/tools/controlplane.sh does for the API server, the build is cached outside the work tree,
+# keyed by the pinned Cluster API version and the Go version, and made atomically (built in a
+# temporary directory, then renamed), so concurrent runs and fresh clones share one build. Nothing
+# is downloaded but Go modules. The first build takes a few minutes on 2 cores; progress goes to
+# stderr.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+moddir="$here/capi"
+capi_version=$(cd "$moddir" && go list -m -f '{{.Version}}' sigs.k8s.io/cluster-api)
+go_version=$(go env GOVERSION)
+cache_root=${BUTLER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/butler-provider-harvester}
+# Bump build_rev when the way the binaries are built changes, so caches are rebuilt.
+build_rev=1
+dir="$cache_root/capi/capi-${capi_version}_${go_version}_r${build_rev}"
+
+case "${1:-}" in
+  "" | capi-manager | clusterctl | crds) ;;
+  *) echo "usage: $0 [capi-manager|clusterctl|crds]" >&2; exit 2 ;;
+esac
+
+# rename_dir moves a finished build into place; it fails if the target exists (another run won).
+rename_dir() {
+  if mv -T "$1" "$2" 2>/dev/null; then return 0; fi
+  [ ! -e "$2" ] && mv "$1" "$2" # mv without -T (BSD): only when nothing is in the way
+}
+
+if [ ! -x "$dir/capi-manager" ] || [ ! -x "$dir/clusterctl" ] || [ ! -d "$dir/crds" ]; then
+  echo ">> building Cluster API $capi_version (core manager, clusterctl) from Go modules (first run only; cached in $dir)" >&2
+  mkdir -p "$cache_root/capi"
+  tmp=$(mktemp -d "$cache_root/capi/.build.XXXXXX")
+  chmod 755 "$tmp" # mktemp makes it private; the build is not
+  trap 'rm -rf "$tmp"' EXIT
+  start=$SECONDS
+  # As Cluster API's release build does (Makefile, Dockerfile): the version from the linker (clusterctl
+  # compares it with the providers' metadata), and the fieldsv1string tag of the images.
+  minor=$(echo "$capi_version" | cut -d. -f2)
+  v=sigs.k8s.io/cluster-api/version
+  ldflags="-s -w -X $v.gitVersion=$capi_version -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
+  (cd "$moddir" && CGO_ENABLED=0 go build -trimpath -tags=fieldsv1string -ldflags="$ldflags" -o "$tmp/" \
+    sigs.k8s.io/cluster-api/core sigs.k8s.io/cluster-api/cmd/clusterctl) >&2 &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 15
+    kill -0 "$pid" 2>/dev/null && echo "   ... still building Cluster API ($((SECONDS - start))s)" >&2
+  done
+  wait "$pid"
+  mv "$tmp/core" "$tmp/capi-manager"
+  src=$(cd "$moddir" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)
+  mkdir "$tmp/crds"
+  cp "$src"/core/config/crd/bases/*.yaml "$tmp/crds/"
+  chmod -R u+w "$tmp/crds" # the module cache is read-only; the copies need not be
+  # Builds are renamed into place whole; anything else there is an interrupted older layout.
+  { [ -x "$dir/capi-manager" ] && [ -d "$dir/crds" ]; } || rm -rf "$dir"
+  if ! rename_dir "$tmp" "$dir"; then
+    [ -x "$dir/capi-manager" ] || { echo "cannot move the build to $dir" >&2; exit 1; }
+  fi
+  echo ">> built Cluster API $capi_version in $((SECONDS - start))s" >&2
+fi
+
+if [ -n "${1:-}" ]; then
+  echo "$dir/$1"
+else
+  echo "$dir"
+fi

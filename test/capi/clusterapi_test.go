@@ -1,0 +1,179 @@
+// Package capi runs the real Cluster API core manager and clusterctl, built from Go modules
+// (hack/tools/capi.sh, CAPI_ASSETS), against a real API server (KUBEBUILDER_ASSETS): the ground
+// the provider's Cluster API infrastructure provider is tested on. Cluster API pins another
+// controller-runtime than the project's, so it runs as a separate process and its objects are
+// unstructured here.
+package capi
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
+)
+
+var clusterGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Cluster"}
+
+// clusterFinalizer is the finalizer Cluster API's Cluster controller puts on every Cluster.
+const clusterFinalizer = "cluster.cluster.x-k8s.io"
+
+// TestClusterAPICoreManagerReconcilesACluster starts an API server with Cluster API core's CRDs
+// and the real core manager, creates a Cluster without infrastructure or control plane, and sees
+// the Cluster controller take it (its finalizer, phase Pending, its conditions for the current
+// generation) and, once it is deleted, let it go. clusterctl reports the pinned version.
+func TestClusterAPICoreManagerReconcilesACluster(t *testing.T) {
+	assets, err := testbed.ClusterAPIAssets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run the tests with 'make test', which builds the control plane")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+
+	t.Run("clusterctl", func(t *testing.T) {
+		cmd := exec.CommandContext(ctx, filepath.Join(assets, "clusterctl"), "version", "-o", "short")
+		// No update check (it would ask GitHub) and no configuration but the test's own.
+		cmd.Env = append(os.Environ(), "CLUSTERCTL_DISABLE_VERSIONCHECK=true", "XDG_CONFIG_HOME="+t.TempDir())
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("clusterctl version: %v\n%s", err, out)
+		}
+		if got, want := strings.TrimSpace(string(out)), pinnedVersion(t); got != want {
+			t.Fatalf("clusterctl version -o short = %q, want %s (hack/tools/capi/go.mod)", got, want)
+		}
+	})
+
+	env := &envtest.Environment{CRDDirectoryPaths: []string{testbed.ClusterAPICRDs(assets)}, ErrorIfCRDPathMissing: true}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start the API server: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	start := time.Now()
+	capi, err := testbed.StartClusterAPI(ctx, testbed.ClusterAPIOptions{Assets: assets, Config: cfg, WorkDir: t.TempDir()})
+	t.Cleanup(func() {
+		capi.Stop()
+		if t.Failed() {
+			t.Logf("the Cluster API manager's log (%s):\n%s", capi.LogPath, capi.Log())
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("Cluster API core manager ready in %s", time.Since(start).Round(time.Millisecond))
+
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "capi-smoke"}}
+	if err := c.Create(ctx, ns); err != nil {
+		t.Fatal(err)
+	}
+	cluster := &unstructured.Unstructured{}
+	cluster.SetGroupVersionKind(clusterGVK)
+	cluster.SetNamespace(ns.Name)
+	cluster.SetName("smoke")
+	_ = unstructured.SetNestedField(cluster.Object, "cluster.local", "spec", "clusterNetwork", "serviceDomain")
+	if err := c.Create(ctx, cluster); err != nil {
+		t.Fatalf("create the Cluster: %v", err)
+	}
+
+	waitFor(ctx, t, capi, "the Cluster controller to take the Cluster", func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); err != nil {
+			return err
+		}
+		if !slices.Contains(cluster.GetFinalizers(), clusterFinalizer) {
+			return fmt.Errorf("finalizers %v, want %s", cluster.GetFinalizers(), clusterFinalizer)
+		}
+		if phase, _, _ := unstructured.NestedString(cluster.Object, "status", "phase"); phase != "Pending" {
+			return fmt.Errorf("status.phase %q, want Pending (no infrastructure)", phase)
+		}
+		if observed, _, _ := unstructured.NestedInt64(cluster.Object, "status", "observedGeneration"); observed != cluster.GetGeneration() {
+			return fmt.Errorf("status.observedGeneration %d, want %d", observed, cluster.GetGeneration())
+		}
+		conditions, _, _ := unstructured.NestedSlice(cluster.Object, "status", "conditions")
+		var types []string
+		for _, cond := range conditions {
+			if m, ok := cond.(map[string]any); ok {
+				types = append(types, fmt.Sprint(m["type"]))
+			}
+		}
+		for _, want := range []string{"InfrastructureReady", "ControlPlaneAvailable", "Available"} {
+			if !slices.Contains(types, want) {
+				return fmt.Errorf("status.conditions %v, want %s among them", types, want)
+			}
+		}
+		return nil
+	})
+
+	if err := c.Delete(ctx, cluster); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(ctx, t, capi, "the Cluster controller to let the deleted Cluster go", func() error {
+		err := c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("still there, finalizers %v", cluster.GetFinalizers())
+	})
+}
+
+// pinnedVersion is the version of sigs.k8s.io/cluster-api that hack/tools/capi/go.mod pins.
+func pinnedVersion(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "hack", "tools", "capi", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(data)) {
+		if fields := strings.Fields(line); len(fields) >= 2 && fields[0] == "sigs.k8s.io/cluster-api" {
+			return fields[1]
+		}
+	}
+	t.Fatal("hack/tools/capi/go.mod requires no sigs.k8s.io/cluster-api")
+	return ""
+}
+
+// waitFor retries check until it returns nil; it fails the test when the context ends or the
+// manager exits.
+func waitFor(ctx context.Context, t *testing.T, capi *testbed.ClusterAPI, what string, check func() error) {
+	t.Helper()
+	for {
+		err := check()
+		if err == nil {
+			return
+		}
+		if exitErr := capi.Exited(); exitErr != nil {
+			t.Fatalf("waiting for %s: %v", what, exitErr)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v (last: %v)", what, ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,255 @@
+package testbed
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
+)
+
+// ClusterAPIAssetsEnv names the variable that holds the directory hack/tools/capi.sh prints: the
+// Cluster API core manager (capi-manager), clusterctl and core's CRDs (crds/), built from the
+// Go modules of hack/tools/capi. make test sets it, as it sets KUBEBUILDER_ASSETS.
+const ClusterAPIAssetsEnv = "CAPI_ASSETS"
+
+// BuildClusterAPI runs hack/tools/capi.sh in repoRoot (building Cluster API once; later calls
+// find it cached) and returns the directory it prints, for tools that do not run under make.
+func BuildClusterAPI(ctx context.Context, repoRoot string) (string, error) {
+	var out, errOut bytes.Buffer
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join("hack", "tools", "capi.sh")) //nolint:gosec // G204: a fixed script of the repository
+	cmd.Dir, cmd.Stdout, cmd.Stderr = repoRoot, &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("hack/tools/capi.sh: %w\n%s", err, errOut.String())
+	}
+	return strings.TrimSpace(out.String()), nil
+}
+
+// ClusterAPIAssets returns the directory CAPI_ASSETS names, once it holds what hack/tools/capi.sh
+// builds; an error that says how to get it otherwise.
+func ClusterAPIAssets() (string, error) {
+	dir := os.Getenv(ClusterAPIAssetsEnv)
+	if dir == "" {
+		return "", fmt.Errorf("%s is not set: run the tests with 'make test', which builds Cluster API (make capi prints the directory)", ClusterAPIAssetsEnv)
+	}
+	for _, name := range []string{"capi-manager", "clusterctl", "crds"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil { //nolint:gosec // G703: the directory the test's caller (make test) names
+			return "", fmt.Errorf("%s=%s has no %s (%w): set it to what 'make capi' prints", ClusterAPIAssetsEnv, dir, name, err)
+		}
+	}
+	return dir, nil
+}
+
+// ClusterAPICRDs is the directory of Cluster API core's CRDs in assets. They have no conversion
+// webhooks (the bases, before kustomize adds them): an API server serves them on its own.
+func ClusterAPICRDs(assets string) string { return filepath.Join(assets, "crds") }
+
+// ClusterAPIOptions configure StartClusterAPI.
+type ClusterAPIOptions struct {
+	// Assets is the directory hack/tools/capi.sh prints (see ClusterAPIAssets).
+	Assets string
+	// Config reaches the management cluster; the manager uses it as it is (an admin's, in tests:
+	// no RBAC is installed).
+	Config *rest.Config
+	// WorkDir receives the manager's kubeconfig, its webhook serving certificate and its log
+	// (capi-manager.log).
+	WorkDir string
+	// Args are added to the manager's flags (e.g. --feature-gates=ClusterTopology=true).
+	Args []string
+}
+
+// ClusterAPI is a running Cluster API core manager process.
+type ClusterAPI struct {
+	cmd    *exec.Cmd
+	exited chan error
+	// LogPath is the file that receives the manager's output.
+	LogPath string
+}
+
+// StartClusterAPI starts the Cluster API core manager (the cluster-api-controller image's
+// program: the Cluster, Machine, MachineSet, MachineDeployment, MachineHealthCheck, ... controllers)
+// against the management cluster, and waits until it is ready. Stop it with Stop, also after an
+// error.
+//
+// The manager always serves its webhooks (conversion, defaulting, validation): it has no flag to
+// turn them off, and its readiness check is the webhook server's. It gets a self-signed
+// certificate and a free port, but the API server is not told about them, as in envtest-based
+// tests: the CRDs (ClusterAPICRDs) have no conversion webhook and no webhook configuration is
+// installed. So objects must be written in the storage version (v1beta2) and are neither
+// defaulted nor validated by Cluster API's webhooks. Metrics are off, leader election is off,
+// and the health probes listen on a free loopback port.
+func StartClusterAPI(ctx context.Context, opts ClusterAPIOptions) (*ClusterAPI, error) {
+	c := &ClusterAPI{LogPath: filepath.Join(opts.WorkDir, "capi-manager.log")}
+	if err := os.MkdirAll(opts.WorkDir, 0o750); err != nil {
+		return c, err
+	}
+	kubeconfig := filepath.Join(opts.WorkDir, "capi-manager.kubeconfig")
+	if err := os.WriteFile(kubeconfig, sim.KubeconfigFor(opts.Config), 0o600); err != nil {
+		return c, err
+	}
+	certDir := filepath.Join(opts.WorkDir, "capi-webhook-certs")
+	if err := writeSelfSignedCert(certDir); err != nil {
+		return c, fmt.Errorf("webhook serving certificate: %w", err)
+	}
+	healthAddr, err := FreeLocalAddr()
+	if err != nil {
+		return c, err
+	}
+	webhookAddr, err := FreeLocalAddr()
+	if err != nil {
+		return c, err
+	}
+	_, webhookPort, _ := net.SplitHostPort(webhookAddr)
+	logFile, err := os.OpenFile(c.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return c, err
+	}
+	defer func() { _ = logFile.Close() }() // the child has its own descriptor
+	args := append([]string{
+		"--leader-elect=false",
+		"--diagnostics-address=0", // metrics (and pprof) off
+		"--health-addr=" + healthAddr,
+		"--webhook-port=" + webhookPort,
+		"--webhook-cert-dir=" + certDir,
+	}, opts.Args...)
+	//nolint:gosec // G204: runs the manager hack/tools/capi.sh built, with the caller's (test) flags
+	c.cmd = exec.Command(filepath.Join(opts.Assets, "capi-manager"), args...)
+	c.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
+	if err := c.cmd.Start(); err != nil {
+		return c, err
+	}
+	c.exited = make(chan error, 1)
+	go func() { c.exited <- c.cmd.Wait() }()
+	return c, c.waitReady(ctx, "http://"+healthAddr+"/readyz", 2*time.Minute)
+}
+
+// waitReady polls the manager's readiness endpoint until it answers 200, the manager exits or
+// the timeout passes.
+func (c *ClusterAPI) waitReady(ctx context.Context, url string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		if err := c.Exited(); err != nil {
+			return err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the Cluster API manager was not ready (%s) within %s:\n%s", url, timeout, c.LogTail())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// Exited returns an error if the manager has exited.
+func (c *ClusterAPI) Exited() error {
+	if c.exited == nil {
+		return nil
+	}
+	select {
+	case err := <-c.exited:
+		c.exited = nil
+		if err == nil {
+			err = errors.New("exit status 0")
+		}
+		return fmt.Errorf("the Cluster API manager exited (%w):\n%s", err, c.LogTail())
+	default:
+		return nil
+	}
+}
+
+// Log returns everything the manager has logged.
+func (c *ClusterAPI) Log() string {
+	data, err := os.ReadFile(c.LogPath)
+	if err != nil {
+		return err.Error()
+	}
+	return string(data)
+}
+
+// LogTail returns the last lines of the manager's log.
+func (c *ClusterAPI) LogTail() string {
+	lines := strings.Split(strings.TrimSpace(c.Log()), "\n")
+	if len(lines) > 30 {
+		lines = lines[len(lines)-30:]
+	}
+	return "last lines of " + c.LogPath + ":\n  " + strings.Join(lines, "\n  ") + "\n"
+}
+
+// Stop stops the manager: SIGINT (it shuts down gracefully), SIGKILL after 10 seconds.
+func (c *ClusterAPI) Stop() {
+	if c.cmd == nil || c.cmd.Process == nil || c.exited == nil {
+		return
+	}
+	_ = c.cmd.Process.Signal(os.Interrupt)
+	select {
+	case exitErr := <-c.exited:
+		_ = exitErr // how an interrupted manager exits does not matter when stopping
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		exitErr := <-c.exited
+		_ = exitErr // "signal: killed"
+	}
+	c.exited = nil
+}
+
+// writeSelfSignedCert writes tls.crt and tls.key (a self-signed certificate for localhost) into
+// dir: the manager's webhook server does not start without them.
+func writeSelfSignedCert(dir string) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "localhost"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
+}
