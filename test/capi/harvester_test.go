@@ -1,0 +1,256 @@
+package capi
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
+	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
+)
+
+var machineGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Machine"}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// TestClusterAPIMachineOnHarvester runs the real Cluster API core manager, this provider's
+// HarvesterCluster and HarvesterMachine controllers, and the simulated Harvester: a Cluster with a
+// HarvesterCluster (endpoint given) and a Machine whose bootstrap data Secret is given. Cluster API
+// marks the infrastructure provisioned from the HarvesterCluster; the machine's VM runs on
+// Harvester, and Cluster API copies the HarvesterMachine's providerID (harvester://<VM UID>, what
+// Harvester's cloud provider sets on the Node) and addresses to the Machine. A paused Cluster
+// pauses the HarvesterMachine. Deleting the Cluster leaves Harvester empty.
+func TestClusterAPIMachineOnHarvester(t *testing.T) {
+	assets, err := testbed.ClusterAPIAssets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run the tests with 'make test', which builds the control plane")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	env := &envtest.Environment{ErrorIfCRDPathMissing: true, CRDDirectoryPaths: []string{
+		testbed.ClusterAPICRDs(assets), filepath.Join(repoRoot(), "config", "crd", "bases"), filepath.Join(repoRoot(), "config", "crd", "infrastructure"),
+	}}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start the management API server: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	hv, err := sim.StartHarvester(ctx, sim.Options{Sim: sim.Config{BootDelay: 200 * time.Millisecond, IPDelay: 100 * time.Millisecond, CloneDelay: 300 * time.Millisecond}})
+	if err != nil {
+		t.Fatalf("start the simulated Harvester: %v", err)
+	}
+	t.Cleanup(func() { _ = hv.Stop() })
+
+	scheme := k8sruntime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	_ = infrav1.AddToScheme(scheme)
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	capi, err := testbed.StartClusterAPI(ctx, testbed.ClusterAPIOptions{Assets: assets, Config: cfg, WorkDir: t.TempDir()})
+	t.Cleanup(func() {
+		capi.Stop()
+		if t.Failed() {
+			t.Logf("the Cluster API manager's log (%s):\n%s", capi.LogPath, capi.Log())
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startProvider(ctx, t, cfg, scheme)
+
+	// Harvester: a namespace with a VM network and an image.
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(hv.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vms"}}))
+	nad := &unstructured.Unstructured{}
+	nad.SetGroupVersionKind(sim.NetworkAttachmentDefinitionGVK)
+	nad.SetNamespace("vms")
+	nad.SetName("vlan40")
+	nad.SetAnnotations(map[string]string{sim.AnnotationRoute: `{"mode":"auto","cidr":"10.40.0.0/24"}`})
+	_ = unstructured.SetNestedField(nad.Object, `{"cniVersion":"0.3.1","type":"bridge","bridge":"mgmt-br","vlan":40}`, "spec", "config")
+	must(hv.Client.Create(ctx, nad))
+	image := &unstructured.Unstructured{}
+	image.SetGroupVersionKind(sim.VirtualMachineImageGVK)
+	image.SetNamespace("vms")
+	image.SetName("ubuntu")
+	_ = unstructured.SetNestedField(image.Object, "https://example.invalid/ubuntu.qcow2", "spec", "url")
+	must(hv.Client.Create(ctx, image))
+
+	// Management cluster: the credentials, a ProviderConfig, and the tenant cluster's objects.
+	const ns = "tenants"
+	must(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	must(c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "harvester-kubeconfig"}, Data: map[string][]byte{"kubeconfig": hv.Kubeconfig}}))
+	must(c.Create(ctx, &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "harvester"}, Spec: v1alpha1.ProviderConfigSpec{
+		Provider: v1alpha1.ProviderTypeHarvester, CredentialsRef: &v1alpha1.SecretReference{Name: "harvester-kubeconfig"},
+		Harvester: &v1alpha1.HarvesterProviderConfig{Namespace: "vms", NetworkName: "vms/vlan40", ImageName: "vms/ubuntu"},
+	}}))
+	must(c.Create(ctx, &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant"},
+		Spec: infrav1.HarvesterClusterSpec{ProviderConfigRef: infrav1.ProviderConfigReference{Name: "harvester"},
+			ControlPlaneEndpoint: infrav1.APIEndpoint{Host: "10.40.0.250", Port: 6443}}}))
+	cluster := capiObject(clusterGVK, ns, "tenant", map[string]any{
+		"clusterNetwork":    map[string]any{"serviceDomain": "cluster.local"},
+		"infrastructureRef": map[string]any{"apiGroup": infrav1.GroupVersion.Group, "kind": "HarvesterCluster", "name": "tenant"},
+	})
+	must(c.Create(ctx, cluster))
+	must(c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-md-0-bootstrap"},
+		Data: map[string][]byte{"value": []byte("#cloud-config\nhostname: tenant-md-0\n"), "format": []byte("cloud-config")}}))
+	must(c.Create(ctx, &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-md-0"},
+		Spec: infrav1.HarvesterMachineSpec{CPU: 2, Memory: resource.MustParse("2Gi"), RootDisk: infrav1.RootDisk{Size: resource.MustParse("10Gi")}}}))
+	machine := capiObject(machineGVK, ns, "tenant-md-0", map[string]any{
+		"clusterName":       "tenant",
+		"bootstrap":         map[string]any{"dataSecretName": "tenant-md-0-bootstrap"},
+		"infrastructureRef": map[string]any{"apiGroup": infrav1.GroupVersion.Group, "kind": "HarvesterMachine", "name": "tenant-md-0"},
+	})
+	machine.SetLabels(map[string]string{"cluster.x-k8s.io/cluster-name": "tenant"})
+	must(c.Create(ctx, machine))
+
+	waitFor(ctx, t, capi, "Cluster API to see the Harvester infrastructure provisioned", func() error {
+		must(c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster))
+		if ok, _, _ := unstructured.NestedBool(cluster.Object, "status", "initialization", "infrastructureProvisioned"); !ok {
+			return fmt.Errorf("Cluster status.initialization %v", cluster.Object["status"])
+		}
+		return nil
+	})
+	var vm kubevirtv1.VirtualMachine
+	waitFor(ctx, t, capi, "the Machine to carry the VM's providerID and addresses", func() error {
+		if err := hv.Client.Get(ctx, types.NamespacedName{Namespace: "vms", Name: "tenant-md-0"}, &vm); err != nil {
+			return err
+		}
+		must(c.Get(ctx, client.ObjectKeyFromObject(machine), machine))
+		providerID, _, _ := unstructured.NestedString(machine.Object, "spec", "providerID")
+		if want := harvester.ProviderIDPrefix + string(vm.UID); providerID != want {
+			return fmt.Errorf("Machine spec.providerID %q, want %q", providerID, want)
+		}
+		addresses, _, _ := unstructured.NestedSlice(machine.Object, "status", "addresses")
+		if len(addresses) < 2 || !strings.HasPrefix(fmt.Sprint(addresses[0].(map[string]any)["address"]), "10.40.0.") {
+			return fmt.Errorf("Machine status.addresses %v, want the VM's InternalIP first and its Hostname", addresses)
+		}
+		return nil
+	})
+	hm := &infrav1.HarvesterMachine{}
+	must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "tenant-md-0"}, hm))
+	if hm.Status.Initialization.Provisioned == nil || !*hm.Status.Initialization.Provisioned || vm.Labels[harvester.LabelOwnerKind] != controller.OwnerKindHarvesterMachine {
+		t.Fatalf("HarvesterMachine provisioned %v, VM labels %v", hm.Status.Initialization.Provisioned, vm.Labels)
+	}
+
+	// A paused Cluster pauses its HarvesterMachine.
+	must(c.Patch(ctx, cluster, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":true}}`))))
+	waitFor(ctx, t, capi, "the HarvesterMachine to say it is paused", func() error {
+		must(c.Get(ctx, client.ObjectKeyFromObject(hm), hm))
+		if cond := findCondition(hm.Status.Conditions, infrav1.ConditionPaused); cond == nil || cond.Status != metav1.ConditionTrue {
+			return fmt.Errorf("Paused condition %v", cond)
+		}
+		return nil
+	})
+	must(c.Patch(ctx, cluster, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":false}}`))))
+
+	// Deleting the Cluster deletes its Machine, the HarvesterMachine and its VM, disks and Secret.
+	must(c.Delete(ctx, cluster))
+	waitFor(ctx, t, capi, "the Cluster and everything on Harvester to go", func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("Cluster still there (%v), finalizers %v", err, cluster.GetFinalizers())
+		}
+		vms, pvcs, secrets := &kubevirtv1.VirtualMachineList{}, &corev1.PersistentVolumeClaimList{}, &corev1.SecretList{}
+		must(hv.Client.List(ctx, vms, client.InNamespace("vms")))
+		must(hv.Client.List(ctx, pvcs, client.InNamespace("vms")))
+		must(hv.Client.List(ctx, secrets, client.InNamespace("vms"), client.MatchingLabels{harvester.LabelOwnerKind: controller.OwnerKindHarvesterMachine}))
+		if n := len(vms.Items) + len(pvcs.Items) + len(secrets.Items); n > 0 {
+			return fmt.Errorf("%d VMs, %d disks and %d cloud-init Secrets left on Harvester", len(vms.Items), len(pvcs.Items), len(secrets.Items))
+		}
+		return nil
+	})
+}
+
+// startProvider starts this provider's controllers in the test's process, as cmd/manager wires
+// them (ProviderConfig checks, HarvesterCluster and HarvesterMachine).
+func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *k8sruntime.Scheme) {
+	t.Helper()
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := &controller.HarvesterEvents{}
+	clusters := harvester.NewClusters(&clustercache.Cache{SecretReader: mgr.GetAPIReader(), Context: ctx}, events)
+	recorder := mgr.GetEventRecorder("butler-provider-harvester")
+	pcr := &controller.ProviderConfigReconciler{Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, Recorder: recorder,
+		CredentialsPoll: 500 * time.Millisecond, NotReadyRetry: 500 * time.Millisecond}
+	if err := pcr.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	on, err := controller.SetupClusterAPI(ctx, mgr, mgr.GetLogger(),
+		&controller.HarvesterMachineReconciler{Client: mgr.GetClient(), Harvester: clusters, HarvesterEvents: events, Recorder: recorder, Preflight: pcr,
+			PollInterval: 2 * time.Second, StartLimits: harvester.StartLimits{IPReport: time.Minute}},
+		&controller.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr})
+	if err != nil || !on {
+		t.Fatalf("Cluster API controllers on: %v, error %v", on, err)
+	}
+	mgrCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(mgrCtx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	t.Cleanup(func() { stop(); <-done })
+}
+
+func capiObject(gvk schema.GroupVersionKind, namespace, name string, spec map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
+	u.SetGroupVersionKind(gvk)
+	u.SetNamespace(namespace)
+	u.SetName(name)
+	return u
+}
+
+func findCondition(conditions []metav1.Condition, t string) *metav1.Condition {
+	for i := range conditions {
+		if conditions[i].Type == t {
+			return &conditions[i]
+		}
+	}
+	return nil
+}
