@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -107,9 +106,4 @@ func capiPaused(cl *capiCluster, obj metav1.Object) bool {
 // waitingForOwner is the wait of an object Cluster API has not taken on yet.
 func waitingForOwner(ownerKind string) error {
 	return objstatus.Waiting(infrav1.ReasonWaitingForOwner, capiWaitingRetry, capiOwnerRetryReasonMsg, ownerKind)
-}
-
-// describeCAPI names a Cluster API object in messages.
-func describeCAPI(kind, namespace, name string) string {
-	return fmt.Sprintf("%s %s/%s", kind, namespace, name)
 }

@@ -140,7 +140,7 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 		Spec: infrav1.HarvesterMachineSpec{CPU: 2, Memory: resource.MustParse("2Gi"), RootDisk: infrav1.RootDisk{Size: resource.MustParse("10Gi")}}}))
 	machine := capiObject(machineGVK, ns, "tenant-md-0", map[string]any{
 		"clusterName":       "tenant",
-		"bootstrap":         map[string]any{"dataSecretName": "tenant-md-0-bootstrap"},
+		"bootstrap":         map[string]any{"dataSecretName": "tenant-md-0-bootstrap"}, //nolint:gosec // G101: a Secret's name, not a credential
 		"infrastructureRef": map[string]any{"apiGroup": infrav1.GroupVersion.Group, "kind": "HarvesterMachine", "name": "tenant-md-0"},
 	})
 	machine.SetLabels(map[string]string{"cluster.x-k8s.io/cluster-name": "tenant"})
@@ -189,8 +189,11 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 	// Deleting the Cluster deletes its Machine, the HarvesterMachine and its VM, disks and Secret.
 	must(c.Delete(ctx, cluster))
 	waitFor(ctx, t, capi, "the Cluster and everything on Harvester to go", func() error {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("Cluster still there (%v), finalizers %v", err, cluster.GetFinalizers())
+		switch err := c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); {
+		case err == nil:
+			return fmt.Errorf("Cluster still there, finalizers %v", cluster.GetFinalizers())
+		case !apierrors.IsNotFound(err):
+			return err
 		}
 		vms, pvcs, secrets := &kubevirtv1.VirtualMachineList{}, &corev1.PersistentVolumeClaimList{}, &corev1.SecretList{}
 		must(hv.Client.List(ctx, vms, client.InNamespace("vms")))
