@@ -98,11 +98,11 @@ test: ## Run all tests: unit, integration on real API servers (again on Butler's
 
 # The packages whose tests exercise concurrent code (informers, caches, the simulator, the
 # reconcilers on real API servers); test/deploy only drives tools and binaries it builds.
-RACE_PKGS ?= ./internal/... ./test/sim/... ./test/testbed/... ./test/integration/
+RACE_PKGS ?= ./internal/... ./test/sim/... ./test/testbed/... ./test/integration/ ./test/capi/
 .PHONY: test-race
-test-race: ## Unit, simulator and integration tests under the race detector (needs cgo: a C compiler).
-	@assets=$$(bash hack/tools/controlplane.sh) && \
-		KUBEBUILDER_ASSETS=$$assets $(GO) test -race $(TEST_FLAGS) $(RACE_PKGS)
+test-race: ## Unit, simulator, integration and Cluster API tests under the race detector (needs cgo: a C compiler).
+	@assets=$$(bash hack/tools/controlplane.sh) && capi=$$(bash hack/tools/capi.sh) && \
+		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) test -race $(TEST_FLAGS) $(RACE_PKGS)
 
 .PHONY: demo
 demo: ## Run the provider end to end on a simulated Harvester (no cluster needed). DEMO_FLAGS=--keep to explore.
