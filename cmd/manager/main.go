@@ -144,7 +144,9 @@ func run(ctx context.Context, args []string) error {
 		MaxConcurrentReconciles: o.Concurrency,
 	}
 	hcr := &controller.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr}
-	if _, err := controller.SetupClusterAPI(ctx, mgr, logger, hmr, hcr); err != nil {
+	if !o.ClusterAPI {
+		logger.Info("Cluster API controllers are off (--cluster-api=false)")
+	} else if _, err := controller.SetupClusterAPI(ctx, mgr, logger, hmr, hcr); err != nil {
 		return fmt.Errorf("set up Cluster API controllers: %w", err)
 	}
 	if err := metrics.RegisterPhaseCollector(ctrlmetrics.Registry, mgr.GetCache(), mgr.Elected()); err != nil {

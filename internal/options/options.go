@@ -50,6 +50,7 @@ type Options struct {
 	WatchNamespaces         []string
 	SyncPeriod              time.Duration
 	Concurrency             int
+	ClusterAPI              bool
 	CreatingPoll            time.Duration
 	HealthInterval          time.Duration
 	RecheckInterval         time.Duration
@@ -100,6 +101,7 @@ func NewFlagSet(output io.Writer) (*flag.FlagSet, *Options) {
 	})
 	fs.DurationVar(&o.SyncPeriod, "sync-period", DefaultSyncPeriod, "How often every watched object is reconciled again even if nothing changed (a safety net; the provider's own rechecks are shorter).")
 	fs.IntVar(&o.Concurrency, "max-concurrent-reconciles", DefaultConcurrency, "How many MachineRequests are reconciled in parallel.")
+	fs.BoolVar(&o.ClusterAPI, "cluster-api", true, "Run the Cluster API infrastructure controllers (HarvesterCluster, HarvesterMachine) when the management cluster serves their CRDs and Cluster API's Cluster and Machine; false: never.")
 	fs.DurationVar(&o.CreatingPoll, "creating-poll-interval", controller.DefaultCreatingPollInterval, "How often a Creating machine is looked at again while waiting for its IP address (Harvester's events usually come first).")
 	fs.DurationVar(&o.HealthInterval, "health-check-interval", controller.DefaultHealthCheckInterval, "How often a Running machine's VM is checked on Harvester.")
 	fs.DurationVar(&o.ProvisioningTimeout, "provisioning-timeout", controller.DefaultProvisioningTimeout, "How long a machine may take to become Running (from its creation or last retry) before it is Failed with reason ProvisioningTimeout and the diagnosis as its message, so that a caller waiting for Running or Failed (the Butler bootstrap) can act; 0 waits for ever. Transient Harvester errors never make a machine Failed by themselves.")

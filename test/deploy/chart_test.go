@@ -35,6 +35,7 @@ logging: {level: debug, format: text}
 watchNamespaces: [butler-system, tenant-a]
 syncPeriod: 2h
 concurrency: 4
+clusterAPI: {enabled: false}
 managementAPI: {qps: 20, burst: 40}
 harvesterAPI: {qps: 30, burst: 60}
 intervals: {creatingPoll: 20s, healthCheck: 10m, providerConfigRecheck: 2m, provisioningTimeout: 30m, ipReportTimeout: 5m, configGracePeriod: 2m}

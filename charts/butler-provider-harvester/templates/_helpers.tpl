@@ -77,6 +77,7 @@ app.kubernetes.io/part-of: butler
 {{- end }}
 - --sync-period={{ .Values.syncPeriod }}
 - --max-concurrent-reconciles={{ .Values.concurrency }}
+- --cluster-api={{ .Values.clusterAPI.enabled }}
 - --kube-api-qps={{ .Values.managementAPI.qps }}
 - --kube-api-burst={{ .Values.managementAPI.burst }}
 - --harvester-qps={{ .Values.harvesterAPI.qps }}
