@@ -145,6 +145,13 @@ release-artifacts: ## dist/: the Helm chart package and install.yaml (kustomize)
 	$(HELM) package $(CHART) --version $(patsubst v%,%,$(VERSION)) --app-version $(VERSION) --destination dist
 	$(KUSTOMIZE) build config/default | sed 's|ghcr.io/butlerdotdev/butler-provider-harvester:v[0-9.]*|ghcr.io/butlerdotdev/butler-provider-harvester:$(VERSION)|' > dist/install.yaml
 
+.PHONY: infrastructure-components
+infrastructure-components: ## dist/clusterctl/: infrastructure-components.yaml (kustomize config/clusterctl), metadata.yaml and the cluster templates, for a clusterctl repository of VERSION.
+	@echo "$(VERSION)" | grep -Eq '^v[0-9]+\.[0-9]+\.[0-9]+$$' || { echo "VERSION=$(VERSION) is not vX.Y.Z"; exit 1; }
+	rm -rf dist/clusterctl && mkdir -p dist/clusterctl
+	$(KUSTOMIZE) build config/clusterctl | sed 's|ghcr.io/butlerdotdev/butler-provider-harvester:v[0-9.]*|ghcr.io/butlerdotdev/butler-provider-harvester:$(VERSION)|' > dist/clusterctl/infrastructure-components.yaml
+	cp metadata.yaml templates/cluster-template*.yaml dist/clusterctl/
+
 .PHONY: docker-build
 docker-build: ## Build the container image (needs a Docker engine).
 	docker build -t $(IMG) .

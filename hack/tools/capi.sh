@@ -5,6 +5,8 @@
 #   clusterctl    sigs.k8s.io/cluster-api/cmd/clusterctl
 #   crds/         Cluster API core's CRDs (core/config/crd/bases of the cluster-api module), as
 #                 kustomize's bases: no conversion webhooks, so an API server serves them alone
+#   kubeadm-crds/ the kubeadm bootstrap and control plane providers' CRDs, the same way (the
+#                 cluster templates are checked against them)
 # Tests use the directory as CAPI_ASSETS (make test sets it). With an argument (capi-manager,
 # clusterctl or crds) it prints that path instead.
 #
@@ -21,12 +23,12 @@ capi_version=$(cd "$moddir" && go list -m -f '{{.Version}}' sigs.k8s.io/cluster-
 go_version=$(go env GOVERSION)
 cache_root=${BUTLER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/butler-provider-harvester}
 # Bump build_rev when the way the binaries are built changes, so caches are rebuilt.
-build_rev=1
+build_rev=2
 dir="$cache_root/capi/capi-${capi_version}_${go_version}_r${build_rev}"
 
 case "${1:-}" in
-  "" | capi-manager | clusterctl | crds) ;;
-  *) echo "usage: $0 [capi-manager|clusterctl|crds]" >&2; exit 2 ;;
+  "" | capi-manager | clusterctl | crds | kubeadm-crds) ;;
+  *) echo "usage: $0 [capi-manager|clusterctl|crds|kubeadm-crds]" >&2; exit 2 ;;
 esac
 
 # rename_dir moves a finished build into place; it fails if the target exists (another run won).
@@ -35,7 +37,7 @@ rename_dir() {
   [ ! -e "$2" ] && mv "$1" "$2" # mv without -T (BSD): only when nothing is in the way
 }
 
-if [ ! -x "$dir/capi-manager" ] || [ ! -x "$dir/clusterctl" ] || [ ! -d "$dir/crds" ]; then
+if [ ! -x "$dir/capi-manager" ] || [ ! -x "$dir/clusterctl" ] || [ ! -d "$dir/crds" ] || [ ! -d "$dir/kubeadm-crds" ]; then
   echo ">> building Cluster API $capi_version (core manager, clusterctl) from Go modules (first run only; cached in $dir)" >&2
   mkdir -p "$cache_root/capi"
   tmp=$(mktemp -d "$cache_root/capi/.build.XXXXXX")
@@ -59,9 +61,11 @@ if [ ! -x "$dir/capi-manager" ] || [ ! -x "$dir/clusterctl" ] || [ ! -d "$dir/cr
   src=$(cd "$moddir" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)
   mkdir "$tmp/crds"
   cp "$src"/core/config/crd/bases/*.yaml "$tmp/crds/"
-  chmod -R u+w "$tmp/crds" # the module cache is read-only; the copies need not be
+  mkdir "$tmp/kubeadm-crds"
+  cp "$src"/bootstrap/kubeadm/config/crd/bases/*.yaml "$src"/controlplane/kubeadm/config/crd/bases/*.yaml "$tmp/kubeadm-crds/"
+  chmod -R u+w "$tmp/crds" "$tmp/kubeadm-crds" # the module cache is read-only; the copies need not be
   # Builds are renamed into place whole; anything else there is an interrupted older layout.
-  { [ -x "$dir/capi-manager" ] && [ -d "$dir/crds" ]; } || rm -rf "$dir"
+  { [ -x "$dir/capi-manager" ] && [ -d "$dir/crds" ] && [ -d "$dir/kubeadm-crds" ]; } || rm -rf "$dir"
   if ! rename_dir "$tmp" "$dir"; then
     [ -x "$dir/capi-manager" ] || { echo "cannot move the build to $dir" >&2; exit 1; }
   fi
