@@ -15,10 +15,10 @@ import (
 // Cluster API's Cluster and Machine, with list and watch granted. Otherwise it says why once and
 // registers nothing: MachineRequests are served as usual. It reports whether it registered them.
 func SetupClusterAPI(ctx context.Context, mgr ctrl.Manager, logger logr.Logger, machines *HarvesterMachineReconciler, clusters *HarvesterClusterReconciler) (bool, error) {
-	why := kindsUnavailable(ctx, mgr, infrav1.GroupVersion, map[string]string{"HarvesterCluster": "harvesterclusters", "HarvesterMachine": "harvestermachines"})
+	why := kindsUnavailable(ctx, mgr, infrav1.GroupVersion, []servedKind{{"HarvesterCluster", "harvesterclusters"}, {"HarvesterMachine", "harvestermachines"}})
 	if why == "" {
 		why = kindsUnavailable(ctx, mgr, schema.GroupVersion{Group: capiClusterGVK.Group, Version: capiClusterGVK.Version},
-			map[string]string{"Cluster": "clusters", "Machine": "machines"})
+			[]servedKind{{"Cluster", "clusters"}, {"Machine", "machines"}})
 	}
 	if why != "" {
 		logger.Info("Cluster API controllers are off: "+why+"; MachineRequests are served as usual. Restart the manager once this is fixed", "controller", "harvestermachine")

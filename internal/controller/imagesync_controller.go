@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -454,20 +453,24 @@ func requestsOf(list *v1alpha1.ImageSyncList) []ctrl.Request {
 // cluster does not know, or a permission the manager lacks (checked with SelfSubjectAccessReviews,
 // before any informer would retry refused lists forever).
 func imageSyncUnavailable(ctx context.Context, mgr ctrl.Manager) string {
-	return kindsUnavailable(ctx, mgr, v1alpha1.GroupVersion, map[string]string{"ImageSync": "imagesyncs", "ButlerConfig": "butlerconfigs"})
+	return kindsUnavailable(ctx, mgr, v1alpha1.GroupVersion, []servedKind{{"ImageSync", "imagesyncs"}, {"ButlerConfig", "butlerconfigs"}})
 }
 
-// kindsUnavailable says why the manager cannot serve the kinds of gv (kind: resource): a CRD
-// missing, or list or watch not granted; "" if it can.
-func kindsUnavailable(ctx context.Context, mgr ctrl.Manager, gv schema.GroupVersion, kinds map[string]string) string {
-	for _, kind := range slices.Sorted(maps.Keys(kinds)) {
-		gk := gv.WithKind(kind).GroupKind()
+// servedKind is a kind and its resource.
+type servedKind struct{ kind, resource string }
+
+// kindsUnavailable says why the manager cannot serve the kinds of gv: a CRD missing (the first, in
+// the order given), or list or watch not granted; "" if it can.
+func kindsUnavailable(ctx context.Context, mgr ctrl.Manager, gv schema.GroupVersion, kinds []servedKind) string {
+	for _, k := range kinds {
+		gk := gv.WithKind(k.kind).GroupKind()
 		if _, err := mgr.GetRESTMapper().RESTMapping(gk, gv.Version); err != nil {
-			return fmt.Sprintf("the cluster has no %s CRD (%s)", kind, gk)
+			return fmt.Sprintf("the cluster has no %s CRD (%s)", k.kind, gk)
 		}
 	}
 	var missing []string
-	for _, resource := range kinds {
+	for _, k := range kinds {
+		resource := k.resource
 		for _, verb := range []string{"list", "watch"} {
 			review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
 				ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: gv.Group, Resource: resource},

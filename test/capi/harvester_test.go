@@ -3,6 +3,7 @@ package capi
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -51,7 +53,21 @@ func repoRoot() string {
 // Harvester, and Cluster API copies the HarvesterMachine's providerID (harvester://<VM UID>, what
 // Harvester's cloud provider sets on the Node) and addresses to the Machine. A paused Cluster
 // pauses the HarvesterMachine. Deleting the Cluster leaves Harvester empty.
-func TestClusterAPIMachineOnHarvester(t *testing.T) {
+// capiWorld is a management API server with this provider's CRDs and Cluster API's, the real
+// Cluster API core manager, this provider's controllers, and a simulated Harvester with a VM
+// network and an image; namespace ns holds the credentials and a ProviderConfig "harvester".
+type capiWorld struct {
+	t    *testing.T
+	ctx  context.Context
+	c    client.Client
+	hv   *sim.Harvester
+	capi *testbed.ClusterAPI
+}
+
+const ns = "tenants"
+
+func startCAPIWorld(t *testing.T) *capiWorld {
+	t.Helper()
 	assets, err := testbed.ClusterAPIAssets()
 	if err != nil {
 		t.Fatal(err)
@@ -60,8 +76,7 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 		t.Fatal("KUBEBUILDER_ASSETS is not set: run the tests with 'make test', which builds the control plane")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-
+	t.Cleanup(cancel)
 	env := &envtest.Environment{ErrorIfCRDPathMissing: true, CRDDirectoryPaths: []string{
 		testbed.ClusterAPICRDs(assets), filepath.Join(repoRoot(), "config", "crd", "bases"), filepath.Join(repoRoot(), "config", "crd", "infrastructure"),
 	}}
@@ -88,59 +103,82 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 	t.Cleanup(func() {
 		capi.Stop()
 		if t.Failed() {
-			t.Logf("the Cluster API manager's log (%s):\n%s", capi.LogPath, capi.Log())
+			t.Logf("the Cluster API manager's log (%s):\n%s", capi.LogPath, capi.LogTail())
 		}
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	startProvider(ctx, t, cfg, scheme)
+	w := &capiWorld{t: t, ctx: ctx, c: c, hv: hv, capi: capi}
 
 	// Harvester: a namespace with a VM network and an image.
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(hv.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vms"}}))
+	w.must(hv.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vms"}}))
 	nad := &unstructured.Unstructured{}
 	nad.SetGroupVersionKind(sim.NetworkAttachmentDefinitionGVK)
 	nad.SetNamespace("vms")
 	nad.SetName("vlan40")
 	nad.SetAnnotations(map[string]string{sim.AnnotationRoute: `{"mode":"auto","cidr":"10.40.0.0/24"}`})
 	_ = unstructured.SetNestedField(nad.Object, `{"cniVersion":"0.3.1","type":"bridge","bridge":"mgmt-br","vlan":40}`, "spec", "config")
-	must(hv.Client.Create(ctx, nad))
+	w.must(hv.Client.Create(ctx, nad))
 	image := &unstructured.Unstructured{}
 	image.SetGroupVersionKind(sim.VirtualMachineImageGVK)
 	image.SetNamespace("vms")
 	image.SetName("ubuntu")
 	_ = unstructured.SetNestedField(image.Object, "https://example.invalid/ubuntu.qcow2", "spec", "url")
-	must(hv.Client.Create(ctx, image))
+	w.must(hv.Client.Create(ctx, image))
 
 	// Management cluster: the credentials, a ProviderConfig, and the tenant cluster's objects.
-	const ns = "tenants"
-	must(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
-	must(c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "harvester-kubeconfig"}, Data: map[string][]byte{"kubeconfig": hv.Kubeconfig}}))
-	must(c.Create(ctx, &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "harvester"}, Spec: v1alpha1.ProviderConfigSpec{
+	w.must(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	w.must(c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "harvester-kubeconfig"}, Data: map[string][]byte{"kubeconfig": hv.Kubeconfig}}))
+	w.must(c.Create(ctx, &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "harvester"}, Spec: v1alpha1.ProviderConfigSpec{
 		Provider: v1alpha1.ProviderTypeHarvester, CredentialsRef: &v1alpha1.SecretReference{Name: "harvester-kubeconfig"},
 		Harvester: &v1alpha1.HarvesterProviderConfig{Namespace: "vms", NetworkName: "vms/vlan40", ImageName: "vms/ubuntu"},
 	}}))
-	must(c.Create(ctx, &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant"},
+	return w
+}
+
+func (w *capiWorld) must(err error) {
+	w.t.Helper()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// tenantCluster creates Cluster "tenant" with its HarvesterCluster (endpoint given) and the
+// bootstrap data Secret of its machines.
+func (w *capiWorld) tenantCluster() *unstructured.Unstructured {
+	w.must(w.c.Create(w.ctx, &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant"},
 		Spec: infrav1.HarvesterClusterSpec{ProviderConfigRef: infrav1.ProviderConfigReference{Name: "harvester"},
 			ControlPlaneEndpoint: infrav1.APIEndpoint{Host: "10.40.0.250", Port: 6443}}}))
 	cluster := capiObject(clusterGVK, ns, "tenant", map[string]any{
 		"clusterNetwork":    map[string]any{"serviceDomain": "cluster.local"},
 		"infrastructureRef": map[string]any{"apiGroup": infrav1.GroupVersion.Group, "kind": "HarvesterCluster", "name": "tenant"},
 	})
-	must(c.Create(ctx, cluster))
-	must(c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-md-0-bootstrap"},
-		Data: map[string][]byte{"value": []byte("#cloud-config\nhostname: tenant-md-0\n"), "format": []byte("cloud-config")}}))
+	w.must(w.c.Create(w.ctx, cluster))
+	w.must(w.c.Create(w.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-bootstrap"},
+		Data: map[string][]byte{"value": []byte("#cloud-config\n"), "format": []byte("cloud-config")}}))
+	return cluster
+}
+
+// harvesterLeft counts what is left on Harvester: VMs, disks, and cloud-init Secrets of machines.
+func (w *capiWorld) harvesterLeft() (vms, disks, secrets int) {
+	vmList, pvcs, secretList := &kubevirtv1.VirtualMachineList{}, &corev1.PersistentVolumeClaimList{}, &corev1.SecretList{}
+	w.must(w.hv.Client.List(w.ctx, vmList, client.InNamespace("vms")))
+	w.must(w.hv.Client.List(w.ctx, pvcs, client.InNamespace("vms")))
+	w.must(w.hv.Client.List(w.ctx, secretList, client.InNamespace("vms"), client.MatchingLabels{harvester.LabelOwnerKind: controller.OwnerKindHarvesterMachine}))
+	return len(vmList.Items), len(pvcs.Items), len(secretList.Items)
+}
+
+func TestClusterAPIMachineOnHarvester(t *testing.T) {
+	w := startCAPIWorld(t)
+	ctx, c, hv, capi, must := w.ctx, w.c, w.hv, w.capi, w.must
+	cluster := w.tenantCluster()
 	must(c.Create(ctx, &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-md-0"},
 		Spec: infrav1.HarvesterMachineSpec{CPU: 2, Memory: resource.MustParse("2Gi"), RootDisk: infrav1.RootDisk{Size: resource.MustParse("10Gi")}}}))
 	machine := capiObject(machineGVK, ns, "tenant-md-0", map[string]any{
 		"clusterName":       "tenant",
-		"bootstrap":         map[string]any{"dataSecretName": "tenant-md-0-bootstrap"}, //nolint:gosec // G101: a Secret's name, not a credential
+		"bootstrap":         map[string]any{"dataSecretName": "tenant-bootstrap"},
 		"infrastructureRef": map[string]any{"apiGroup": infrav1.GroupVersion.Group, "kind": "HarvesterMachine", "name": "tenant-md-0"},
 	})
 	machine.SetLabels(map[string]string{"cluster.x-k8s.io/cluster-name": "tenant"})
@@ -195,12 +233,8 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 		case !apierrors.IsNotFound(err):
 			return err
 		}
-		vms, pvcs, secrets := &kubevirtv1.VirtualMachineList{}, &corev1.PersistentVolumeClaimList{}, &corev1.SecretList{}
-		must(hv.Client.List(ctx, vms, client.InNamespace("vms")))
-		must(hv.Client.List(ctx, pvcs, client.InNamespace("vms")))
-		must(hv.Client.List(ctx, secrets, client.InNamespace("vms"), client.MatchingLabels{harvester.LabelOwnerKind: controller.OwnerKindHarvesterMachine}))
-		if n := len(vms.Items) + len(pvcs.Items) + len(secrets.Items); n > 0 {
-			return fmt.Errorf("%d VMs, %d disks and %d cloud-init Secrets left on Harvester", len(vms.Items), len(pvcs.Items), len(secrets.Items))
+		if vms, disks, secrets := w.harvesterLeft(); vms+disks+secrets > 0 {
+			return fmt.Errorf("%d VMs, %d disks and %d cloud-init Secrets left on Harvester", vms, disks, secrets)
 		}
 		return nil
 	})
@@ -210,6 +244,8 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 // them (ProviderConfig checks, HarvesterCluster and HarvesterMachine).
 func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *k8sruntime.Scheme) {
 	t.Helper()
+	// Warnings and errors only, so the test output stays readable.
+	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
 	if err != nil {
