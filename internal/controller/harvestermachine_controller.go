@@ -162,11 +162,7 @@ func (r *HarvesterMachineReconciler) targetOf(ctx context.Context, hm *infrav1.H
 
 func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *harvesterMachineScope, machine *capiMachine, cluster *capiCluster) (reconcile.Result, error) {
 	hm := s.hm
-	t, err := r.targetOf(ctx, hm, cluster)
-	if err != nil {
-		return reconcile.Result{}, err
-	}
-	home, err := r.homeOf(ctx, hm, t)
+	t, home, err := r.reach(ctx, hm, cluster)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -258,6 +254,17 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 	return reconcile.Result{RequeueAfter: next}, nil
 }
 
+// reach resolves the machine's ProviderConfig and reaches its recorded place (home is nil when
+// nothing is recorded).
+func (r *HarvesterMachineReconciler) reach(ctx context.Context, hm *infrav1.HarvesterMachine, cluster *capiCluster) (*target, *harvester.Home, error) {
+	t, err := r.targetOf(ctx, hm, cluster)
+	if err != nil {
+		return nil, nil, err
+	}
+	home, err := r.homeOf(ctx, hm, t)
+	return t, home, err
+}
+
 // homeOf reaches the recorded place of the machine; nil when nothing is recorded (nothing was
 // created for it).
 func (r *HarvesterMachineReconciler) homeOf(ctx context.Context, hm *infrav1.HarvesterMachine, t *target) (*harvester.Home, error) {
@@ -286,11 +293,7 @@ func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *har
 		return reconcile.Result{}, nil
 	}
 	if _, recorded := hm.Annotations[v1alpha1.AnnotationPlacement]; recorded || hm.Spec.ProviderID != "" {
-		t, err := r.targetOf(ctx, hm, cluster)
-		if err != nil {
-			return reconcile.Result{}, err
-		}
-		home, err := r.homeOf(ctx, hm, t)
+		t, home, err := r.reach(ctx, hm, cluster)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
