@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -51,6 +52,11 @@ func TestCAPIManagerMayManageEveryKind(t *testing.T) {
 			t.Fatal(err)
 		}
 		return sar.Status.Allowed
+	}
+	// The API server's authorizer learns of a new binding asynchronously: wait until it has
+	// (the first grant answers), then check every grant.
+	for deadline := time.Now().Add(10 * time.Second); !allowed(strings.ToLower(kinds[0])+"s", "", "get") && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
 	}
 	for _, kind := range kinds {
 		resource := strings.ToLower(kind) + "s"
