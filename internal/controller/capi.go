@@ -52,8 +52,12 @@ func ownerOfKind(obj metav1.Object, gvk schema.GroupVersionKind) string {
 	return ""
 }
 
-// getCAPI reads a Cluster API object; found is false when it does not exist.
+// getCAPI reads a Cluster API object; found is false when it does not exist, or is not named yet
+// (an infrastructure machine gets its cluster-name label from Cluster API after it is created).
 func getCAPI(ctx context.Context, c client.Reader, gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, bool, error) {
+	if name == "" {
+		return nil, false, nil
+	}
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(gvk)
 	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, u)

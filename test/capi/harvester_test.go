@@ -46,13 +46,6 @@ func repoRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// TestClusterAPIMachineOnHarvester runs the real Cluster API core manager, this provider's
-// HarvesterCluster and HarvesterMachine controllers, and the simulated Harvester: a Cluster with a
-// HarvesterCluster (endpoint given) and a Machine whose bootstrap data Secret is given. Cluster API
-// marks the infrastructure provisioned from the HarvesterCluster; the machine's VM runs on
-// Harvester, and Cluster API copies the HarvesterMachine's providerID (harvester://<VM UID>, what
-// Harvester's cloud provider sets on the Node) and addresses to the Machine. A paused Cluster
-// pauses the HarvesterMachine. Deleting the Cluster leaves Harvester empty.
 // capiWorld is a management API server with this provider's CRDs and Cluster API's, the real
 // Cluster API core manager, this provider's controllers, and a simulated Harvester with a VM
 // network and an image; namespace ns holds the credentials and a ProviderConfig "harvester".
@@ -62,6 +55,11 @@ type capiWorld struct {
 	c    client.Client
 	hv   *sim.Harvester
 	capi *testbed.ClusterAPI
+	// cfg and scheme reach the management API server, to start the provider again.
+	cfg    *rest.Config
+	scheme *k8sruntime.Scheme
+	// stopProvider stops this provider's manager and waits until it has stopped.
+	stopProvider func()
 }
 
 const ns = "tenants"
@@ -109,8 +107,8 @@ func startCAPIWorld(t *testing.T) *capiWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	startProvider(ctx, t, cfg, scheme)
-	w := &capiWorld{t: t, ctx: ctx, c: c, hv: hv, capi: capi}
+	w := &capiWorld{t: t, ctx: ctx, c: c, hv: hv, capi: capi, cfg: cfg, scheme: scheme}
+	w.stopProvider = startProvider(ctx, t, cfg, scheme)
 
 	// Harvester: a namespace with a VM network and an image.
 	w.must(hv.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vms"}}))
@@ -170,6 +168,14 @@ func (w *capiWorld) harvesterLeft() (vms, disks, secrets int) {
 	return len(vmList.Items), len(pvcs.Items), len(secretList.Items)
 }
 
+// TestClusterAPIMachineOnHarvester runs the real Cluster API core manager, this provider's
+// HarvesterCluster and HarvesterMachine controllers, and the simulated Harvester: a Cluster with a
+// HarvesterCluster (endpoint given) and a Machine whose bootstrap data Secret is given. Cluster API
+// marks the infrastructure provisioned from the HarvesterCluster; the machine's VM runs on
+// Harvester, and Cluster API copies the HarvesterMachine's providerID (harvester://<VM UID>, what
+// Harvester's cloud provider sets on the Node) and addresses to the Machine. A paused Cluster
+// pauses the HarvesterMachine: deleting it then leaves its VM alone until the Cluster resumes.
+// Deleting the Cluster leaves Harvester empty.
 func TestClusterAPIMachineOnHarvester(t *testing.T) {
 	w := startCAPIWorld(t)
 	ctx, c, hv, capi, must := w.ctx, w.c, w.hv, w.capi, w.must
@@ -222,6 +228,14 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 		}
 		return nil
 	})
+	// Paused means left alone, even when deleted: the VM stays until the Cluster is resumed.
+	must(c.Delete(ctx, hm))
+	time.Sleep(3 * time.Second)
+	must(hv.Client.Get(ctx, client.ObjectKeyFromObject(&vm), &vm))
+	must(c.Get(ctx, client.ObjectKeyFromObject(hm), hm))
+	if vm.DeletionTimestamp != nil || len(hm.Finalizers) == 0 {
+		t.Fatalf("while paused, VM deletion timestamp %v and HarvesterMachine finalizers %v: want the VM kept and the finalizer held", vm.DeletionTimestamp, hm.Finalizers)
+	}
 	must(c.Patch(ctx, cluster, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":false}}`))))
 
 	// Deleting the Cluster deletes its Machine, the HarvesterMachine and its VM, disks and Secret.
@@ -241,8 +255,9 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 }
 
 // startProvider starts this provider's controllers in the test's process, as cmd/manager wires
-// them (ProviderConfig checks, HarvesterCluster and HarvesterMachine).
-func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *k8sruntime.Scheme) {
+// them (ProviderConfig checks, HarvesterCluster and HarvesterMachine), each start with nothing in
+// memory. It returns a function that stops them and waits until they have stopped.
+func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *k8sruntime.Scheme) (stop func()) {
 	t.Helper()
 	// Warnings and errors only, so the test output stays readable.
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
@@ -266,7 +281,7 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 	if err != nil || !on {
 		t.Fatalf("Cluster API controllers on: %v, error %v", on, err)
 	}
-	mgrCtx, stop := context.WithCancel(ctx)
+	mgrCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -274,7 +289,9 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 			t.Errorf("manager: %v", err)
 		}
 	}()
-	t.Cleanup(func() { stop(); <-done })
+	stop = func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return stop
 }
 
 func capiObject(gvk schema.GroupVersionKind, namespace, name string, spec map[string]any) *unstructured.Unstructured {
