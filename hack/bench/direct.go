@@ -27,6 +27,8 @@ import (
 type directResult struct {
 	toRunning, toDeleted time.Duration
 	left                 int
+	// deletion is what was left every second while everything was deleted.
+	deletion string
 }
 
 func runDirect(ctx context.Context, o options, sc scenario, work string) (directResult, error) {
@@ -57,6 +59,7 @@ func runDirect(ctx context.Context, o options, sc scenario, work string) (direct
 	res.toRunning = time.Since(start)
 
 	start = time.Now()
+	progress := sampleDeletion(ctx, tb, false)
 	if err := tb.Harvester.Client.DeleteAllOf(ctx, &kubevirtv1.VirtualMachine{}, client.InNamespace(testbed.HarvesterNamespace)); err != nil {
 		return res, err
 	}
@@ -68,6 +71,7 @@ func runDirect(ctx context.Context, o options, sc scenario, work string) (direct
 		return res, fmt.Errorf("waiting for deletion (%d objects left): %w", res.left, err)
 	}
 	res.toDeleted = time.Since(start)
+	res.deletion = progress.finish(false)
 	return res, nil
 }
 

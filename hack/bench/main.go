@@ -97,7 +97,7 @@ func run(ctx context.Context, o options) error {
 			if err != nil {
 				return fmt.Errorf("%s, direct: %w", sc.name, err)
 			}
-			fmt.Printf("   direct: all Running in %s, deleted in %s, %d objects left\n", d.toRunning.Round(10*time.Millisecond), d.toDeleted.Round(10*time.Millisecond), d.left)
+			fmt.Printf("   direct: all Running in %s, deleted in %s, %d objects left\n   direct deletion: %s\n", d.toRunning.Round(10*time.Millisecond), d.toDeleted.Round(10*time.Millisecond), d.left, d.deletion)
 			line := vsDirect(r, d)
 			fmt.Println("   " + line)
 			comparisons = append(comparisons, fmt.Sprintf("- %s: %s (direct: all Running in %s, deleted in %s)", sc.name, line,

@@ -75,7 +75,8 @@ func (r result) summary() string {
 		r.obs.describe()) + "\n   management API server writes per machine: " + r.mgmtWrites +
 		"\n   the manager's Harvester requests per machine: " + r.hvRequests +
 		"\n   Harvester API server writes per machine (manager and simulator): " + r.hvWrites +
-		"\n   manager RSS (MB) every 5 s from the first create, | at all Running: " + r.rss
+		"\n   manager RSS (MB) every 5 s from the first create, | at all Running: " + r.rss +
+		"\n   deletion: " + r.deletion
 }
 
 func renderTable(o options, results []result) string {

@@ -51,6 +51,8 @@ type result struct {
 	hvWrites string
 	// rss is the manager's resident memory over the run, every 5 s.
 	rss string
+	// deletion is what was left every second while everything was deleted.
+	deletion string
 }
 
 func runScenario(ctx context.Context, o options, sc scenario, work string) (result, error) {
@@ -140,6 +142,7 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 	}
 
 	start = time.Now()
+	progress := sampleDeletion(ctx, tb, true)
 	if err := tb.Mgmt.DeleteAllOf(ctx, &v1alpha1.MachineRequest{}, client.InNamespace(testbed.Namespace)); err != nil {
 		return res, err
 	}
@@ -152,6 +155,7 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 		return res, fmt.Errorf("waiting for deletion: %w", err)
 	}
 	res.toDeleted = time.Since(start)
+	res.deletion = progress.finish(true)
 	res.rss = rss.finish()
 	if prof != nil {
 		prof.heap(ctx, "deleted")

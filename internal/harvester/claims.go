@@ -209,7 +209,7 @@ func dataVolumeSource(dv *cdiv1.DataVolume) string {
 // the spec, so that it is created anew, unless a VM uses it: then the machine waits and the
 // message says which VM.
 func (m *machines) replaceDisk(ctx context.Context, disk client.Object, why string) error {
-	users, err := m.volumeUsers(ctx, disk.GetNamespace())
+	users, err := m.claimUsers(ctx, disk.GetNamespace(), []string{disk.GetName()})
 	if err != nil {
 		return err
 	}
@@ -254,9 +254,31 @@ func inUseRefusal(err error) string {
 	return ""
 }
 
+// claimUsers maps each of the given PVCs of namespace that a VM mounts to the VMs that mount it.
+// It asks the volumes cache (every VM of the namespace, indexed by the disks it mounts) once it
+// has synced. That view lags the API server by a watch event, as a live list lags it by the
+// time between the list and the delete that follows it; the live list, which a VM of someone
+// else's needs when there is no cache, is shared (see volumeUsers).
+func (m *machines) claimUsers(ctx context.Context, namespace string, claims []string) (map[string][]string, error) {
+	cached := m.cluster.CacheFor(volumesCache, namespace)
+	if cached == nil {
+		return m.volumeUsers(ctx, namespace)
+	}
+	users := map[string][]string{}
+	for _, claim := range claims {
+		list := &kubevirtv1.VirtualMachineList{}
+		if err := cached.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{vmsByClaim: claim}); err != nil {
+			return nil, classify(err, "list VirtualMachines in namespace "+namespace)
+		}
+		for i := range list.Items {
+			users[claim] = append(users[claim], describe("VirtualMachine", list.Items[i].Namespace, list.Items[i].Name))
+		}
+	}
+	return users, nil
+}
+
 // volumeUsers maps each PVC of the namespace that a VM mounts to the VMs that mount it (the map is
-// shared: read it, never change it). It lists live, since a VM of someone else's is not in the
-// provider's cache; deletions that ask at the same time share one list (singleflight), so that
+// shared: read it, never change it), from a live list of the namespace's VMs; deletions that ask at the same time share one list (singleflight), so that
 // deleting 1000 machines does not list the namespace's 1000 VMs 1000 times. The list is read in
 // pages: a whole page of VMs is held in memory while it is decoded, and 1000 VMs at once were
 // most of the manager's peak memory during a mass deletion.
@@ -321,7 +343,7 @@ func (m *machines) ownedClaims(ctx context.Context, ref MachineRef, live bool) (
 // refuse to delete it, and the VM would wait for ever for Harvester to finish deleting it. Such a
 // disk is left for the machine's deletion to wait on (see deleteDisks).
 func (m *machines) claimsRemovedWith(ctx context.Context, vm *kubevirtv1.VirtualMachine, o Owner) ([]string, error) {
-	users, err := m.volumeUsers(ctx, vm.Namespace)
+	users, err := m.claimUsers(ctx, vm.Namespace, mountedClaims(vm))
 	if err != nil {
 		return nil, err
 	}
@@ -368,4 +390,13 @@ func ptrValue(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// namesOf names the objects.
+func namesOf(objs []client.Object) []string {
+	names := make([]string, 0, len(objs))
+	for _, o := range objs {
+		names = append(names, o.GetName())
+	}
+	return names
 }

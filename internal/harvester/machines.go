@@ -662,8 +662,8 @@ func (m *machines) deleteDisks(ctx context.Context, ref MachineRef, live, withDa
 				continue
 			}
 		}
-		if users == nil { // listed once, and only when a disk is to be deleted
-			if users, err = m.volumeUsers(ctx, ref.Namespace); err != nil {
+		if users == nil { // read once, and only when a disk is to be deleted
+			if users, err = m.claimUsers(ctx, ref.Namespace, namesOf(disks)); err != nil {
 				return nil, nil, err
 			}
 		}

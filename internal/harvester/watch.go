@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -53,6 +54,9 @@ const (
 	// own: credentials without watch on events (which earlier versions did not need) leave the
 	// owned objects cached, and the diagnosis lists events live instead.
 	warningsCache = "warnings"
+	// volumesCache holds every VM of the namespace, ours or not, trimmed to what says which
+	// disks it mounts: deleting or replacing a disk first asks which VMs use it.
+	volumesCache = "volumes"
 )
 
 // NewWatches says what the caches of each Harvester cluster hold, in the machines' namespace: the
@@ -61,7 +65,7 @@ const (
 // namespace's Warning events (one field-selected watch per cluster, instead of an event list per
 // disk or pod diagnosed).
 func NewWatches(notify Notifier) []clustercache.Watches {
-	return []clustercache.Watches{watches{notify: notify}, warningWatches{}}
+	return []clustercache.Watches{watches{notify: notify}, warningWatches{}, volumeWatches{}}
 }
 
 type watches struct{ notify Notifier }
@@ -117,6 +121,45 @@ func (warningWatches) Kinds() []clustercache.Watch {
 	return []clustercache.Watch{{Object: &corev1.Event{}, Indexes: []clustercache.Index{{Field: eventsByObjectUID, Extract: func(o client.Object) []string {
 		return []string{string(o.(*corev1.Event).InvolvedObject.UID)}
 	}}}}}
+}
+
+// vmsByClaim indexes the VMs of the volumes cache by the PVCs they mount (no API server field
+// selector has this name: without the cache, the VMs are listed live, see claimUsers).
+const vmsByClaim = "spec.template.spec.volumes.persistentVolumeClaim.claimName"
+
+// volumeWatches caches every VM of the namespace with only its name and mounted disks: an index
+// answers "which VMs use this disk" for each deletion, where a live list of all the namespace's
+// VMs per deletion made deleting N machines cost N lists of N VMs.
+type volumeWatches struct{}
+
+func (volumeWatches) Name() string { return volumesCache }
+
+func (volumeWatches) CacheOptions() cache.Options {
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&kubevirtv1.VirtualMachine{}: {Label: labels.Everything(), Transform: trimToVolumes},
+	}}
+}
+
+func (volumeWatches) Kinds() []clustercache.Watch {
+	return []clustercache.Watch{{Object: &kubevirtv1.VirtualMachine{}, Indexes: []clustercache.Index{{Field: vmsByClaim, Extract: func(o client.Object) []string {
+		return mountedClaims(o.(*kubevirtv1.VirtualMachine))
+	}}}}}
+}
+
+// trimToVolumes keeps of a VM its identity and the volumes of its template: a cache of every VM
+// of a namespace (someone else's too) then holds little.
+func trimToVolumes(obj any) (any, error) {
+	vm, ok := obj.(*kubevirtv1.VirtualMachine)
+	if !ok {
+		return obj, nil
+	}
+	trimmed := &kubevirtv1.VirtualMachine{TypeMeta: vm.TypeMeta, ObjectMeta: metav1.ObjectMeta{
+		Namespace: vm.Namespace, Name: vm.Name, UID: vm.UID, ResourceVersion: vm.ResourceVersion, DeletionTimestamp: vm.DeletionTimestamp,
+	}}
+	if vm.Spec.Template != nil {
+		trimmed.Spec.Template = &kubevirtv1.VirtualMachineInstanceTemplateSpec{Spec: kubevirtv1.VirtualMachineInstanceSpec{Volumes: vm.Spec.Template.Spec.Volumes}}
+	}
+	return trimmed, nil
 }
 
 // notifier turns informer events into MachineRequest notifications, dropping the updates that
