@@ -32,11 +32,17 @@ import (
 // events returns the events about the object named name in the fixture's namespace.
 func (f *fixture) events(name string) []corev1.Event {
 	f.t.Helper()
+	return f.eventsAbout(func(o corev1.ObjectReference) bool { return o.Name == name })
+}
+
+// eventsAbout returns the events in the fixture's namespace about the objects about selects.
+func (f *fixture) eventsAbout(about func(corev1.ObjectReference) bool) []corev1.Event {
+	f.t.Helper()
 	list := &corev1.EventList{}
 	f.must(h.Client.List(f.ctx, list, client.InNamespace(f.ns)))
 	var out []corev1.Event
 	for _, e := range list.Items {
-		if e.InvolvedObject.Name == name {
+		if about(e.InvolvedObject) {
 			out = append(out, e)
 		}
 	}
@@ -843,15 +849,9 @@ func TestVMIsPlacedOnANodeItsSelectionFits(t *testing.T) {
 // launcherEvents returns the events about the virt-launcher pod of the VMI named vmi.
 func (f *fixture) launcherEvents(vmi string) []corev1.Event {
 	f.t.Helper()
-	list := &corev1.EventList{}
-	f.must(h.Client.List(f.ctx, list, client.InNamespace(f.ns)))
-	var out []corev1.Event
-	for _, e := range list.Items {
-		if e.InvolvedObject.Kind == "Pod" && strings.HasPrefix(e.InvolvedObject.Name, "virt-launcher-"+vmi+"-") {
-			out = append(out, e)
-		}
-	}
-	return out
+	return f.eventsAbout(func(o corev1.ObjectReference) bool {
+		return o.Kind == "Pod" && strings.HasPrefix(o.Name, "virt-launcher-"+vmi+"-")
+	})
 }
 
 // kube-scheduler's FailedScheduling messages as the simulator writes them: reasons counted per
