@@ -97,6 +97,7 @@ func readCAPIMachine(ctx context.Context, c client.Reader, namespace, name strin
 	m := &capiMachine{Name: name}
 	m.DataSecretName, _, _ = unstructured.NestedString(u.Object, "spec", "bootstrap", "dataSecretName")
 	_, m.ControlPlane = u.GetLabels()[capiControlPlaneLabel]
+	m.FailureDomain, _, _ = unstructured.NestedString(u.Object, "spec", "failureDomain")
 	return m, nil
 }
 

@@ -15,10 +15,12 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
@@ -128,8 +130,15 @@ func (r *HarvesterMachineReconciler) reconcile(ctx context.Context, s *harvester
 	return r.reconcileNormal(ctx, s, machine, cluster)
 }
 
+// clusterTarget is where the machines of a Cluster are made: its HarvesterCluster, and the target
+// of the ProviderConfig that names.
+type clusterTarget struct {
+	*target
+	hc *infrav1.HarvesterCluster
+}
+
 // targetOf resolves the ProviderConfig of the machine's cluster, through its HarvesterCluster.
-func (r *HarvesterMachineReconciler) targetOf(ctx context.Context, hm *infrav1.HarvesterMachine, cluster *capiCluster) (*target, error) {
+func (r *HarvesterMachineReconciler) targetOf(ctx context.Context, hm *infrav1.HarvesterMachine, cluster *capiCluster) (*clusterTarget, error) {
 	if cluster == nil || cluster.InfrastructureName == "" {
 		return nil, objstatus.Waiting(infrav1.ReasonWaitingForClusterInfrastructure, capiWaitingRetry,
 			"the HarvesterMachine's Cluster %q does not exist or names no HarvesterCluster in spec.infrastructureRef", hm.Labels[capiClusterNameLabel])
@@ -156,8 +165,12 @@ func (r *HarvesterMachineReconciler) targetOf(ctx context.Context, hm *infrav1.H
 	if pc != nil {
 		r.Preflight.withUnwrittenChecks(pc)
 	}
-	return resolveProviderConfig(pc, namespace+"/"+hc.Spec.ProviderConfigRef.Name,
+	t, err := resolveProviderConfig(pc, namespace+"/"+hc.Spec.ProviderConfigRef.Name,
 		fmt.Sprintf("spec.providerConfigRef of HarvesterCluster %s/%s", hc.Namespace, hc.Name))
+	if err != nil {
+		return nil, err
+	}
+	return &clusterTarget{target: t, hc: hc}, nil
 }
 
 func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *harvesterMachineScope, machine *capiMachine, cluster *capiCluster) (reconcile.Result, error) {
@@ -189,15 +202,31 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	spec, err := harvesterMachineSpec(hm, *machine, t, userData, r.managementCluster)
+	spec, err := harvesterMachineSpec(hm, *machine, t.target, userData, r.managementCluster)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	// The failure domain places the VM when it is created, and only then: a machine whose VM
+	// exists stays where it runs, and keeps the status.failureDomain it was created with, whatever
+	// its Machine or the HarvesterCluster's failure domains say since (the engine never moves or
+	// rewrites a VM, and the gate judges only a machine without one). Cluster API copies
+	// status.failureDomain to the Machine. Nothing recomputes it later: a status lost (clusterctl
+	// move does not carry status) leaves it empty rather than guessed from fields that may have
+	// changed since the VM was placed.
+	var placement error
+	spec.NodeSelector, placement = failureDomainNodes(hm.Namespace, *machine, t.hc)
 	spec.Gate = func() error {
+		if placement != nil {
+			return placement
+		}
 		if err := sharedWith(t.pc, hm.Namespace, "HarvesterMachines", "spec.providerConfigRef of their HarvesterCluster"); err != nil {
 			return err
 		}
-		return preflightGate(t.pc, hm.Spec.Image == "")
+		if err := preflightGate(t.pc, hm.Spec.Image == ""); err != nil {
+			return err
+		}
+		hm.Status.FailureDomain = machine.FailureDomain
+		return nil
 	}
 	var engine harvester.Cluster
 	if home == nil {
@@ -256,12 +285,12 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 
 // reach resolves the machine's ProviderConfig and reaches its recorded place (home is nil when
 // nothing is recorded).
-func (r *HarvesterMachineReconciler) reach(ctx context.Context, hm *infrav1.HarvesterMachine, cluster *capiCluster) (*target, *harvester.Home, error) {
+func (r *HarvesterMachineReconciler) reach(ctx context.Context, hm *infrav1.HarvesterMachine, cluster *capiCluster) (*clusterTarget, *harvester.Home, error) {
 	t, err := r.targetOf(ctx, hm, cluster)
 	if err != nil {
 		return nil, nil, err
 	}
-	home, err := r.homeOf(ctx, hm, t)
+	home, err := r.homeOf(ctx, hm, t.target)
 	return t, home, err
 }
 
@@ -336,10 +365,27 @@ func infrastructureMachineOf(_ context.Context, o client.Object) []ctrl.Request 
 	return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: u.GetNamespace(), Name: name}}}
 }
 
-// machinesOfCluster names the HarvesterMachines of a Cluster (by Cluster API's cluster-name label).
+// machinesOfCluster names the HarvesterMachines of a Cluster.
 func (r *HarvesterMachineReconciler) machinesOfCluster(ctx context.Context, o client.Object) []ctrl.Request {
+	return r.machinesOfClusterNamed(ctx, o.GetNamespace(), o.GetName())
+}
+
+// machinesOfHarvesterCluster names the HarvesterMachines of a HarvesterCluster's Cluster (Cluster
+// API labels the HarvesterCluster with its name): a failure domain added or changed there moves
+// on the machines that wait for it.
+func (r *HarvesterMachineReconciler) machinesOfHarvesterCluster(ctx context.Context, o client.Object) []ctrl.Request {
+	name := o.GetLabels()[capiClusterNameLabel]
+	if name == "" {
+		return nil
+	}
+	return r.machinesOfClusterNamed(ctx, o.GetNamespace(), name)
+}
+
+// machinesOfClusterNamed names the HarvesterMachines of the Cluster of that name (by Cluster API's
+// cluster-name label).
+func (r *HarvesterMachineReconciler) machinesOfClusterNamed(ctx context.Context, namespace, cluster string) []ctrl.Request {
 	list := &infrav1.HarvesterMachineList{}
-	if err := r.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingLabels{capiClusterNameLabel: o.GetName()}); err != nil {
+	if err := r.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{capiClusterNameLabel: cluster}); err != nil {
 		return nil
 	}
 	reqs := make([]ctrl.Request, 0, len(list.Items))
@@ -368,10 +414,13 @@ func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 	machine.SetGroupVersionKind(capiMachineGVK)
 	cluster.SetGroupVersionKind(capiClusterGVK)
 	b := ctrl.NewControllerManagedBy(mgr).Named("harvestermachine").For(&infrav1.HarvesterMachine{}).
-		// A Machine's bootstrap data arriving, and a Cluster's infrastructure or pause changing,
-		// move its HarvesterMachines on.
+		// A Machine's bootstrap data arriving or its failure domain changing, a Cluster's
+		// infrastructure or pause changing, and a HarvesterCluster's spec (its failure domains)
+		// changing move their HarvesterMachines on.
 		Watches(machine, handler.EnqueueRequestsFromMapFunc(infrastructureMachineOf)).
-		Watches(cluster, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster))
+		Watches(cluster, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster)).
+		Watches(&infrav1.HarvesterCluster{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfHarvesterCluster),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	if r.HarvesterEvents != nil {
 		b = b.WatchesRawSource(r.HarvesterEvents.machineSource(OwnerKindHarvesterMachine))
 	}

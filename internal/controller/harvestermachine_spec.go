@@ -2,6 +2,7 @@ package controller
 
 import (
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -24,6 +25,9 @@ type capiMachine struct {
 	DataSecretName string
 	// ControlPlane is set for control plane machines (label cluster.x-k8s.io/control-plane).
 	ControlPlane bool
+	// FailureDomain is spec.failureDomain: where Cluster API (or the user) places the machine,
+	// one of the HarvesterCluster's failure domains; empty for anywhere.
+	FailureDomain string
 }
 
 // Keys of a Cluster API bootstrap data Secret (Cluster API's bootstrap provider contract).
@@ -92,6 +96,31 @@ func harvesterMachineSpec(hm *infrav1.HarvesterMachine, m capiMachine, t *target
 		spec.ExtraDisks = append(spec.ExtraDisks, harvester.DiskSpec{SizeGB: ceilUnits(d.Size, 1<<30), StorageClass: d.StorageClassName})
 	}
 	return spec, nil
+}
+
+// failureDomainNodes returns the node labels of the failure domain the Machine places the
+// machine in (nil for a Machine that names none: any node), as the HarvesterCluster hc defines
+// it. A failure domain hc does not define is a wait that names the Machine, the field, the
+// failure domains there are and the fix: the Cluster API contract has a machine placed in its
+// Machine's failure domain, never elsewhere.
+func failureDomainNodes(namespace string, m capiMachine, hc *infrav1.HarvesterCluster) (map[string]string, error) {
+	if m.FailureDomain == "" {
+		return nil, nil
+	}
+	if nodes, ok := hc.Spec.NodeSelectorFor(m.FailureDomain); ok {
+		return nodes, nil
+	}
+	known := "it defines none"
+	if len(hc.Spec.FailureDomains) > 0 {
+		names := make([]string, 0, len(hc.Spec.FailureDomains))
+		for _, fd := range hc.Spec.FailureDomains {
+			names = append(names, fd.Name)
+		}
+		known = "it defines " + strings.Join(names, ", ")
+	}
+	return nil, objstatus.Waiting(infrav1.ReasonFailureDomainNotFound, capiWaitingRetry,
+		"spec.failureDomain %q of Machine %s/%s is not one of spec.failureDomains of HarvesterCluster %s/%s (%s): add a failure domain named %q to the HarvesterCluster, with the labels of the Harvester nodes it stands for in its nodeSelector, or set the Machine's spec.failureDomain to one it defines; nothing is created until then",
+		m.FailureDomain, namespace, m.Name, hc.Namespace, hc.Name, known, m.FailureDomain)
 }
 
 // ceilUnits is q in units of unit bytes, rounded up: a machine never gets less than it asked for.

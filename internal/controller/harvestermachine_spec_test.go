@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -162,5 +163,50 @@ func TestMachineAddresses(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("addresses %v, want %v", got, want)
 		}
+	}
+}
+
+func TestFailureDomainNodes(t *testing.T) {
+	zoned := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "tenant"},
+		Spec: infrav1.HarvesterClusterSpec{FailureDomains: []infrav1.HarvesterFailureDomain{
+			{Name: "zone-a", NodeSelector: map[string]string{"topology.kubernetes.io/zone": "a"}},
+			{Name: "zone-b", NodeSelector: map[string]string{"topology.kubernetes.io/zone": "b", "rack": "r2"}},
+		}}}
+	plain := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "tenant"}}
+	for name, tc := range map[string]struct {
+		hc       *infrav1.HarvesterCluster
+		domain   string
+		want     map[string]string
+		mentions []string // of the FailureDomainNotFound message; nil when the domain is found
+	}{
+		"no failure domain: any node":             {zoned, "", nil, nil},
+		"no failure domain, none defined":         {plain, "", nil, nil},
+		"a failure domain: its nodes' labels":     {zoned, "zone-b", map[string]string{"topology.kubernetes.io/zone": "b", "rack": "r2"}, nil},
+		"a failure domain the cluster lacks":      {zoned, "zone-c", nil, []string{`spec.failureDomain "zone-c" of Machine tenants/tenant-md-0`, "HarvesterCluster tenants/tenant", "it defines zone-a, zone-b", `add a failure domain named "zone-c"`, "nothing is created"}},
+		"a failure domain where none are defined": {plain, "zone-a", nil, []string{`spec.failureDomain "zone-a"`, "it defines none"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := failureDomainNodes("tenants", capiMachine{Name: "tenant-md-0", FailureDomain: tc.domain}, tc.hc)
+			if tc.mentions == nil {
+				if err != nil || !maps.Equal(got, tc.want) {
+					t.Fatalf("nodes %v, error %v; want %v", got, err, tc.want)
+				}
+				if got != nil {
+					got["rack"] = "changed"
+					if tc.hc.Spec.FailureDomains[1].NodeSelector["rack"] != "r2" {
+						t.Fatal("the node labels share the HarvesterCluster's map")
+					}
+				}
+				return
+			}
+			if reasonOf(err) != infrav1.ReasonFailureDomainNotFound || got != nil {
+				t.Fatalf("nodes %v, error %v; want a %s wait", got, err, infrav1.ReasonFailureDomainNotFound)
+			}
+			for _, m := range tc.mentions {
+				if !strings.Contains(err.Error(), m) {
+					t.Errorf("message %q does not say %q", err.Error(), m)
+				}
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
@@ -147,8 +148,10 @@ var configReasons = objstatus.Reasons{
 	v1alpha1.ReasonProviderConfigNotReady:  true,
 }
 
-// degradingReasons are waits that need the user to act, so they also set Degraded.
+// degradingReasons are waits that need the user to act, so they also set Degraded (and give a
+// Warning event when they begin). FailureDomainNotFound is a HarvesterMachine's alone.
 var degradingReasons = objstatus.Reasons{
+	infrav1.ReasonFailureDomainNotFound:    true,
 	v1alpha1.ReasonProviderConfigNotFound:  true,
 	v1alpha1.ReasonInvalidProviderConfig:   true,
 	v1alpha1.ReasonCredentialsUnavailable:  true,

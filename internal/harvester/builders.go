@@ -2,6 +2,8 @@ package harvester
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -202,8 +204,11 @@ func BuildVirtualMachine(s *MachineSpec) *kubevirtv1.VirtualMachine {
 						Name:          NICName,
 						NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: s.Network.String()}},
 					}},
-					Volumes:  volumes,
-					Affinity: spreadByRole(s),
+					Volumes: volumes,
+					Affinity: &corev1.Affinity{
+						NodeAffinity:    requireNodeLabels(s.NodeSelector),
+						PodAntiAffinity: spreadByRole(s),
+					},
 				},
 			},
 		},
@@ -226,8 +231,8 @@ func cloudInitSource(s *MachineSpec) *kubevirtv1.CloudInitNoCloudSource {
 // spreadByRole prefers putting machines of the same MachineRequest namespace and role on different
 // hosts, so that three control planes do not share one node. Soft, so that a small cluster still
 // schedules them.
-func spreadByRole(s *MachineSpec) *corev1.Affinity {
-	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+func spreadByRole(s *MachineSpec) *corev1.PodAntiAffinity {
+	return &corev1.PodAntiAffinity{
 		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
 			Weight: 100,
 			PodAffinityTerm: corev1.PodAffinityTerm{
@@ -238,6 +243,36 @@ func spreadByRole(s *MachineSpec) *corev1.Affinity {
 				}},
 			},
 		}},
+	}
+}
+
+// requireNodeLabels restricts the VM to the Harvester nodes that carry all the labels (nil: any
+// node). KubeVirt copies both the VMI's nodeSelector and its affinity to the virt-launcher pod,
+// so either would place the VM; required node affinity is what Harvester itself uses for node
+// labels, and the one that keeps the VM live-migratable:
+//   - Harvester's UI (the VM's Node Scheduling tab, rancher/dashboard NodeScheduling.vue) writes
+//     spec.nodeSelector only to pin a VM to one host (kubernetes.io/hostname, "Run VM on specific
+//     node", which cannot live-migrate), and rules on node labels as node affinity; CAPHV places
+//     its failure domains with required node affinity too.
+//   - Harvester's upgrade and maintenance checks (GetAllNonLiveMigratableVMINames,
+//     harvester pkg/util/virtualmachineinstance) count every VMI with a nodeSelector as not
+//     live-migratable, but match required node affinity against the other nodes: a VM in a
+//     failure domain of two or more nodes can still be moved off a node being upgraded.
+//
+// One term with one requirement per label: the requirements of a term must all hold (the terms
+// of a NodeSelector are alternatives). Keys are sorted so that the same labels build the same VM.
+func requireNodeLabels(nodeLabels map[string]string) *corev1.NodeAffinity {
+	if len(nodeLabels) == 0 {
+		return nil
+	}
+	term := corev1.NodeSelectorTerm{}
+	for _, key := range slices.Sorted(maps.Keys(nodeLabels)) {
+		term.MatchExpressions = append(term.MatchExpressions, corev1.NodeSelectorRequirement{
+			Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{nodeLabels[key]},
+		})
+	}
+	return &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{term},
 	}}
 }
 

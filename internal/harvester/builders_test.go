@@ -5,7 +5,10 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -111,6 +114,31 @@ func TestBuildVirtualMachine(t *testing.T) {
 				t.Fatalf("disks %+v", d)
 			}
 		}},
+		"any node without a node selector": {nil, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			if spec := vm.Spec.Template.Spec; spec.Affinity.NodeAffinity != nil || spec.NodeSelector != nil {
+				t.Fatalf("node affinity %+v, nodeSelector %v without a node selector", spec.Affinity.NodeAffinity, spec.NodeSelector)
+			}
+		}},
+		"node selector as one required term, keys sorted, spread kept": {func(s *MachineSpec) {
+			s.NodeSelector = map[string]string{"topology.kubernetes.io/zone": "zone-a", "harvesterhci.io/rack": "r1"}
+		}, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			spec := vm.Spec.Template.Spec
+			if spec.NodeSelector != nil {
+				t.Fatalf("spec.nodeSelector %v: Harvester counts such VMs as not live-migratable", spec.NodeSelector)
+			}
+			want := &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+				MatchExpressions: []corev1.NodeSelectorRequirement{
+					{Key: "harvesterhci.io/rack", Operator: corev1.NodeSelectorOpIn, Values: []string{"r1"}},
+					{Key: "topology.kubernetes.io/zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-a"}},
+				},
+			}}}}
+			if !equality.Semantic.DeepEqual(spec.Affinity.NodeAffinity, want) {
+				t.Fatalf("node affinity %+v, want %+v", spec.Affinity.NodeAffinity, want)
+			}
+			if spec.Affinity.PodAntiAffinity == nil {
+				t.Fatal("the soft spread between machines of a role is gone")
+			}
+		}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := testSpec()
@@ -120,6 +148,46 @@ func TestBuildVirtualMachine(t *testing.T) {
 			tc.check(t, BuildVirtualMachine(s))
 		})
 	}
+}
+
+// TestNodeSelectorPlacesAsTheScheduler checks the built VM's node selection with the scheduler's
+// own matching (kube-scheduler's NodeAffinity filter, on the virt-launcher pod KubeVirt makes of
+// the VMI's nodeSelector and affinity): only nodes with all the labels fit.
+func TestNodeSelectorPlacesAsTheScheduler(t *testing.T) {
+	s := testSpec()
+	s.NodeSelector = map[string]string{"topology.kubernetes.io/zone": "zone-a", "harvesterhci.io/rack": "r1"}
+	vmSpec := BuildVirtualMachine(s).Spec.Template.Spec
+	launcher := &corev1.Pod{Spec: corev1.PodSpec{NodeSelector: vmSpec.NodeSelector, Affinity: vmSpec.Affinity}}
+	required := nodeaffinity.GetRequiredNodeAffinity(launcher)
+	for nodeLabels, fits := range map[string]bool{
+		"topology.kubernetes.io/zone=zone-a,harvesterhci.io/rack=r1,kubernetes.io/hostname=n1": true,
+		"topology.kubernetes.io/zone=zone-a":                                                   false,
+		"topology.kubernetes.io/zone=zone-b,harvesterhci.io/rack=r1":                           false,
+		"": false,
+	} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: parseLabels(t, nodeLabels)}}
+		if got, err := required.Match(node); err != nil || got != fits {
+			t.Errorf("node with labels %q fits: %v (error %v), want %v", nodeLabels, got, err, fits)
+		}
+	}
+	s.NodeSelector = nil
+	vmSpec = BuildVirtualMachine(s).Spec.Template.Spec
+	launcher = &corev1.Pod{Spec: corev1.PodSpec{NodeSelector: vmSpec.NodeSelector, Affinity: vmSpec.Affinity}}
+	if fits, err := nodeaffinity.GetRequiredNodeAffinity(launcher).Match(&corev1.Node{}); err != nil || !fits {
+		t.Errorf("without a node selector a node without labels fits: %v (error %v)", fits, err)
+	}
+}
+
+func parseLabels(t *testing.T, s string) map[string]string {
+	t.Helper()
+	if s == "" {
+		return nil
+	}
+	set, err := labels.ConvertSelectorToLabelsMap(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
 }
 
 func cloudInit(t *testing.T, vm *kubevirtv1.VirtualMachine) *kubevirtv1.CloudInitNoCloudSource {

@@ -3,6 +3,8 @@ package harvester
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -85,11 +87,62 @@ func (m *machines) diagnose(ctx context.Context, vm *kubevirtv1.VirtualMachine, 
 					continue
 				}
 			}
-			return &Diagnosis{ReasonVMUnschedulable, fmt.Sprintf(
-				"%s cannot be scheduled: %s Free CPU or memory on Harvester, or lower spec.cpu / spec.memoryMB", what, strings.TrimSpace(why))}
+			return &Diagnosis{ReasonVMUnschedulable, fmt.Sprintf("%s cannot be scheduled: %s %s", what, strings.TrimSpace(why), schedulingAdvice(vm, why))}
 		}
 	}
 	return nil
+}
+
+// nodeSelectionMismatch is how the scheduler counts the nodes that lack the labels a pod requires
+// (kube-scheduler's NodeAffinity filter, ErrReasonPod), whether by nodeSelector or node affinity.
+const nodeSelectionMismatch = "didn't match Pod's node affinity/selector"
+
+// schedulingAdvice says what to do about the scheduler's reason why: label nodes when nodes lack
+// the labels the VM requires, free resources when they lack room (or for any other reason).
+func schedulingAdvice(vm *kubevirtv1.VirtualMachine, why string) string {
+	var advice []string
+	mismatch := strings.Contains(why, nodeSelectionMismatch)
+	if mismatch {
+		advice = append(advice, fmt.Sprintf(
+			"No Harvester node that runs VMs carries the labels the VM requires (%s): label the nodes that should run it (the VM keeps the node selection it was created with)",
+			describeNodeSelection(vm)))
+	}
+	if !mismatch || strings.Contains(why, "Insufficient") {
+		advice = append(advice, "Free CPU or memory on Harvester, or lower spec.cpu / spec.memoryMB")
+	}
+	return strings.Join(advice, ". ")
+}
+
+// describeNodeSelection names the node labels the VM's spec requires: its nodeSelector and its
+// required node affinity, as "key=value" where a requirement is one value, else "key Op [values]".
+func describeNodeSelection(vm *kubevirtv1.VirtualMachine) string {
+	if vm.Spec.Template == nil {
+		return "none"
+	}
+	spec := vm.Spec.Template.Spec
+	var parts []string
+	for _, key := range slices.Sorted(maps.Keys(spec.NodeSelector)) {
+		parts = append(parts, key+"="+spec.NodeSelector[key])
+	}
+	if a := spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+		var terms []string
+		for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			var reqs []string
+			for _, r := range term.MatchExpressions {
+				if r.Operator == corev1.NodeSelectorOpIn && len(r.Values) == 1 {
+					reqs = append(reqs, r.Key+"="+r.Values[0])
+				} else {
+					reqs = append(reqs, fmt.Sprintf("%s %s %v", r.Key, r.Operator, r.Values))
+				}
+			}
+			terms = append(terms, strings.Join(reqs, ", "))
+		}
+		parts = append(parts, strings.Join(terms, " or "))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "; ")
 }
 
 // schedulingGrace is how long a VMI may go on showing the scheduler's "unbound PVCs" reason once

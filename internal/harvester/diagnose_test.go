@@ -54,6 +54,9 @@ func TestDiagnoseOnlyFromRealFailureSignals(t *testing.T) {
 	halted := vm.DeepCopy()
 	halted.Spec.RunStrategy = ptr.To(kubevirtv1.RunStrategyHalted)
 	halted.Annotations[annotationInsufficientResourceQuota] = `pods "virt-launcher-x" is forbidden: exceeded quota: project-quota, requested: limits.memory=4Gi, used: limits.memory=30Gi, limited: limits.memory=32Gi`
+	zonedSpec := testSpec()
+	zonedSpec.NodeSelector = map[string]string{"zone": "zone-d"}
+	zoned := BuildVirtualMachine(zonedSpec)
 	failing := vm.DeepCopy()
 	failing.Status.Conditions = []kubevirtv1.VirtualMachineCondition{{Type: kubevirtv1.VirtualMachineFailure, Status: corev1.ConditionTrue, Reason: "FailedCreate", Message: "Error creating VMI"}}
 	// How long the VMI has already been seen with its disks bound and the scheduler's stale
@@ -88,6 +91,9 @@ func TestDiagnoseOnlyFromRealFailureSignals(t *testing.T) {
 		"disk just bound: the scheduler has not had its chance yet": {vm, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable, unbound)),
 			[]client.Object{claim(corev1.ClaimBound), event("virt-launcher-x", "pod-uid", "FailedScheduling", "0/3 nodes are available: 3 Insufficient cpu.")},
 			"", ""},
+		"no node carries the VM's labels": {zoned, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable,
+			"0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")),
+			[]client.Object{claim(corev1.ClaimBound)}, ReasonVMUnschedulable, "labels the VM requires (zone=zone-d): label the nodes"},
 		"KubeVirt's Failure condition": {failing, nil, []client.Object{claim(corev1.ClaimBound)}, ReasonVMNotStarting, "FailedCreate: Error creating VMI"},
 		"launcher pod over quota": {vm, vmi(kubevirtv1.Pending, cond("Synchronized", "FailedCreate",
 			`failed to create virtual machine pod: pods "virt-launcher-x" is forbidden: exceeded quota: vm-quota, requested: limits.memory=4Gi, used: limits.memory=0, limited: limits.memory=1Gi`)),
@@ -268,6 +274,43 @@ func TestWarningsReadFromTheirCacheWhenItServes(t *testing.T) {
 			m := NewCluster(clustercache.NewCluster(live, tc.caches, nil, "https://harvester.example:6443", "vms")).(*cluster)
 			if got := m.latestWarning(context.Background(), pvc); got != tc.want {
 				t.Fatalf("warning %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSchedulingAdviceFitsTheScheduler(t *testing.T) {
+	spec := testSpec()
+	spec.NodeSelector = map[string]string{"topology.kubernetes.io/zone": "zone-a", "rack": "r1"}
+	zoned := BuildVirtualMachine(spec)
+	pinned := BuildVirtualMachine(testSpec())
+	pinned.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "node-3"}
+	const (
+		mismatch = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+		full     = "0/3 nodes are available: 3 Insufficient memory. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
+		both     = "0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't match Pod's node affinity/selector."
+	)
+	for name, tc := range map[string]struct {
+		vm            *kubevirtv1.VirtualMachine
+		why           string
+		want, notWant []string
+	}{
+		"no node with the labels":      {zoned, mismatch, []string{"(rack=r1, topology.kubernetes.io/zone=zone-a): label the nodes"}, []string{"Free CPU"}},
+		"no room":                      {zoned, full, []string{"Free CPU or memory"}, []string{"label the nodes"}},
+		"no room where the labels are": {zoned, both, []string{"label the nodes", "Free CPU or memory"}, nil},
+		"a VM pinned by nodeSelector":  {pinned, mismatch, []string{"(kubernetes.io/hostname=node-3)"}, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := schedulingAdvice(tc.vm, tc.why)
+			for _, w := range tc.want {
+				if !strings.Contains(got, w) {
+					t.Errorf("advice %q lacks %q", got, w)
+				}
+			}
+			for _, w := range tc.notWant {
+				if strings.Contains(got, w) {
+					t.Errorf("advice %q says %q", got, w)
+				}
 			}
 		})
 	}

@@ -34,6 +34,11 @@ type MachineSpec struct {
 	NetworkData         string
 	// Labels are the user's labels for the VM (spec.labels); ours take precedence.
 	Labels map[string]string
+	// NodeSelector, if set, are the labels a Harvester node must carry for the VM to run on it
+	// (the nodes of a failure domain). It is part of the VM as created: a VM that exists keeps
+	// the node selection it was created with, as it keeps the rest of its spec (Ensure never
+	// rewrites a VM).
+	NodeSelector map[string]string
 
 	// Gate, if set, holds creation up: Ensure asks it before it creates anything for a machine
 	// that has no VM, and returns its error as is. A front door's creation-only checks (who may

@@ -143,12 +143,12 @@ func (w *capiWorld) must(err error) {
 	}
 }
 
-// tenantCluster creates Cluster "tenant" with its HarvesterCluster (endpoint given) and the
-// bootstrap data Secret of its machines.
-func (w *capiWorld) tenantCluster() *unstructured.Unstructured {
+// tenantCluster creates Cluster "tenant" with its HarvesterCluster (endpoint given, and the
+// failure domains given) and the bootstrap data Secret of its machines.
+func (w *capiWorld) tenantCluster(failureDomains ...infrav1.HarvesterFailureDomain) *unstructured.Unstructured {
 	w.must(w.c.Create(w.ctx, &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant"},
 		Spec: infrav1.HarvesterClusterSpec{ProviderConfigRef: infrav1.ProviderConfigReference{Name: "harvester"},
-			ControlPlaneEndpoint: infrav1.APIEndpoint{Host: "10.40.0.250", Port: 6443}}}))
+			ControlPlaneEndpoint: infrav1.APIEndpoint{Host: "10.40.0.250", Port: 6443}, FailureDomains: failureDomains}}))
 	cluster := capiObject(clusterGVK, ns, "tenant", map[string]any{
 		"clusterNetwork":    map[string]any{"serviceDomain": "cluster.local"},
 		"infrastructureRef": map[string]any{"apiGroup": infrav1.GroupVersion.Group, "kind": "HarvesterCluster", "name": "tenant"},
@@ -168,27 +168,76 @@ func (w *capiWorld) harvesterLeft() (vms, disks, secrets int) {
 	return len(vmList.Items), len(pvcs.Items), len(secretList.Items)
 }
 
+// machine creates a HarvesterMachine and its Machine of Cluster "tenant", in failureDomain ("" for
+// none), whose bootstrap data is given.
+func (w *capiWorld) machine(name, failureDomain string) *unstructured.Unstructured {
+	w.must(w.c.Create(w.ctx, &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: infrav1.HarvesterMachineSpec{CPU: 2, Memory: resource.MustParse("2Gi"), RootDisk: infrav1.RootDisk{Size: resource.MustParse("10Gi")}}}))
+	spec := map[string]any{
+		"clusterName":       "tenant",
+		"bootstrap":         map[string]any{"dataSecretName": "tenant-bootstrap"},
+		"infrastructureRef": map[string]any{"apiGroup": infrav1.GroupVersion.Group, "kind": "HarvesterMachine", "name": name},
+	}
+	if failureDomain != "" {
+		spec["failureDomain"] = failureDomain
+	}
+	machine := capiObject(machineGVK, ns, name, spec)
+	machine.SetLabels(map[string]string{"cluster.x-k8s.io/cluster-name": "tenant"})
+	w.must(w.c.Create(w.ctx, machine))
+	return machine
+}
+
+// labelNode sets label key=value on a node of the simulated Harvester, as its administrator would.
+func (w *capiWorld) labelNode(node, key, value string) {
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, key, value)
+	w.must(w.hv.Client.Patch(w.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, client.RawPatch(types.MergePatchType, []byte(patch))))
+}
+
+// readyCondition waits until the HarvesterMachine's Ready condition has reason and its message
+// says all of mentions, and returns the HarvesterMachine.
+func (w *capiWorld) readyCondition(name, reason string, mentions ...string) *infrav1.HarvesterMachine {
+	w.t.Helper()
+	hm := &infrav1.HarvesterMachine{}
+	waitFor(w.ctx, w.t, w.capi, "HarvesterMachine "+name+" Ready "+reason, func() error {
+		w.must(w.c.Get(w.ctx, client.ObjectKey{Namespace: ns, Name: name}, hm))
+		cond := findCondition(hm.Status.Conditions, infrav1.ConditionReady)
+		if cond == nil || cond.Reason != reason {
+			return fmt.Errorf("Ready condition %+v", cond)
+		}
+		for _, m := range mentions {
+			if !strings.Contains(cond.Message, m) {
+				return fmt.Errorf("Ready message %q does not say %q", cond.Message, m)
+			}
+		}
+		return nil
+	})
+	return hm
+}
+
 // TestClusterAPIMachineOnHarvester runs the real Cluster API core manager, this provider's
 // HarvesterCluster and HarvesterMachine controllers, and the simulated Harvester: a Cluster with a
-// HarvesterCluster (endpoint given) and a Machine whose bootstrap data Secret is given. Cluster API
-// marks the infrastructure provisioned from the HarvesterCluster; the machine's VM runs on
-// Harvester, and Cluster API copies the HarvesterMachine's providerID (harvester://<VM UID>, what
-// Harvester's cloud provider sets on the Node) and addresses to the Machine. A paused Cluster
+// HarvesterCluster (endpoint given, failure domains of labelled Harvester nodes) and a Machine in
+// one of them whose bootstrap data Secret is given. Cluster API marks the infrastructure
+// provisioned from the HarvesterCluster; the machine's VM runs on Harvester, on the node of its
+// failure domain, and Cluster API copies the HarvesterMachine's providerID (harvester://<VM UID>,
+// what Harvester's cloud provider sets on the Node), addresses and failure domain to the Machine.
+// A Machine in a failure domain the HarvesterCluster lacks gets nothing and FailureDomainNotFound;
+// one in a failure domain no node is in gets a VM that waits, diagnosed VMUnschedulable; a running
+// machine whose Machine moves to another failure domain stays where it is. A paused Cluster
 // pauses the HarvesterMachine: deleting it then leaves its VM alone until the Cluster resumes.
 // Deleting the Cluster leaves Harvester empty.
 func TestClusterAPIMachineOnHarvester(t *testing.T) {
 	w := startCAPIWorld(t)
 	ctx, c, hv, capi, must := w.ctx, w.c, w.hv, w.capi, w.must
-	cluster := w.tenantCluster()
-	must(c.Create(ctx, &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-md-0"},
-		Spec: infrav1.HarvesterMachineSpec{CPU: 2, Memory: resource.MustParse("2Gi"), RootDisk: infrav1.RootDisk{Size: resource.MustParse("10Gi")}}}))
-	machine := capiObject(machineGVK, ns, "tenant-md-0", map[string]any{
-		"clusterName":       "tenant",
-		"bootstrap":         map[string]any{"dataSecretName": "tenant-bootstrap"},
-		"infrastructureRef": map[string]any{"apiGroup": infrav1.GroupVersion.Group, "kind": "HarvesterMachine", "name": "tenant-md-0"},
-	})
-	machine.SetLabels(map[string]string{"cluster.x-k8s.io/cluster-name": "tenant"})
-	must(c.Create(ctx, machine))
+	// Harvester's nodes in zones a and b; no node is in zone d.
+	const zone = "topology.kubernetes.io/zone"
+	w.labelNode("harvester-node-1", zone, "zone-a")
+	w.labelNode("harvester-node-2", zone, "zone-b")
+	inZone := func(z string) infrav1.HarvesterFailureDomain {
+		return infrav1.HarvesterFailureDomain{Name: z, NodeSelector: map[string]string{zone: z}}
+	}
+	cluster := w.tenantCluster(inZone("zone-a"), inZone("zone-b"), inZone("zone-d"))
+	machine := w.machine("tenant-md-0", "zone-b")
 
 	waitFor(ctx, t, capi, "Cluster API to see the Harvester infrastructure provisioned", func() error {
 		must(c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster))
@@ -217,6 +266,59 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 	must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "tenant-md-0"}, hm))
 	if hm.Status.Initialization.Provisioned == nil || !*hm.Status.Initialization.Provisioned || vm.Labels[harvester.LabelOwnerKind] != controller.OwnerKindHarvesterMachine {
 		t.Fatalf("HarvesterMachine provisioned %v, VM labels %v", hm.Status.Initialization.Provisioned, vm.Labels)
+	}
+
+	// The Machine's failure domain: the VM requires its nodes' label, runs on the node in zone-b,
+	// and the HarvesterMachine reports it, which Cluster API copies to the Machine.
+	if hm.Status.FailureDomain != "zone-b" {
+		t.Fatalf("HarvesterMachine status.failureDomain %q, want zone-b", hm.Status.FailureDomain)
+	}
+	if na := vm.Spec.Template.Spec.Affinity.NodeAffinity; na == nil || fmt.Sprint(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) != fmt.Sprint([]corev1.NodeSelectorTerm{{
+		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: zone, Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-b"}}}}}) {
+		t.Fatalf("VM node affinity %+v, want zone-b required", na)
+	}
+	vmi := &kubevirtv1.VirtualMachineInstance{}
+	must(hv.Client.Get(ctx, client.ObjectKeyFromObject(&vm), vmi))
+	if vmi.Status.NodeName != "harvester-node-2" {
+		t.Fatalf("VMI runs on %q, want harvester-node-2 (zone-b)", vmi.Status.NodeName)
+	}
+	waitFor(ctx, t, capi, "Cluster API to copy the failure domain to the Machine", func() error {
+		must(c.Get(ctx, client.ObjectKeyFromObject(machine), machine))
+		if fd, _, _ := unstructured.NestedString(machine.Object, "status", "failureDomain"); fd != "zone-b" {
+			return fmt.Errorf("Machine status.failureDomain %q", fd)
+		}
+		return nil
+	})
+
+	// A failure domain the HarvesterCluster does not define: nothing is created, and the
+	// HarvesterMachine says what to fix.
+	w.machine("tenant-md-1", "zone-x")
+	w.readyCondition("tenant-md-1", infrav1.ReasonFailureDomainNotFound,
+		`spec.failureDomain "zone-x" of Machine tenants/tenant-md-1`, "it defines zone-a, zone-b, zone-d", `add a failure domain named "zone-x"`)
+	if err := hv.Client.Get(ctx, types.NamespacedName{Namespace: "vms", Name: "tenant-md-1"}, &kubevirtv1.VirtualMachine{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("VM of a machine in an unknown failure domain: %v", err)
+	}
+	if pvcs := (&corev1.PersistentVolumeClaimList{}); hv.Client.List(ctx, pvcs, client.InNamespace("vms")) != nil || len(pvcs.Items) != 1 {
+		t.Fatalf("disks on Harvester: %d, want the one of tenant-md-0", len(pvcs.Items))
+	}
+
+	// A failure domain no Harvester node is in: the VM waits to be scheduled, and the engine's
+	// diagnosis names the labels to give a node.
+	w.machine("tenant-md-2", "zone-d")
+	w.readyCondition("tenant-md-2", infrav1.ReasonVMUnschedulable, "didn't match Pod's node affinity/selector", zone+"=zone-d", "label the nodes")
+
+	// A machine whose VM exists stays where it runs: its Machine moved to a failure domain the
+	// HarvesterCluster lacks neither stops it nor changes its VM or its status.failureDomain.
+	generation := vm.Generation
+	must(c.Patch(ctx, machine, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"failureDomain":"zone-x"}}`))))
+	deadline := time.Now().Add(3 * time.Second) // the Machine's watch reconciles the HarvesterMachine at once
+	for time.Now().Before(deadline) {
+		must(c.Get(ctx, client.ObjectKeyFromObject(hm), hm))
+		must(hv.Client.Get(ctx, client.ObjectKeyFromObject(&vm), &vm))
+		if cond := findCondition(hm.Status.Conditions, infrav1.ConditionReady); cond == nil || cond.Reason != infrav1.ReasonVMRunning || hm.Status.FailureDomain != "zone-b" || vm.Generation != generation {
+			t.Fatalf("after its Machine moved to zone-x: Ready %+v, status.failureDomain %q, VM generation %d (was %d)", cond, hm.Status.FailureDomain, vm.Generation, generation)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 
 	// A paused Cluster pauses its HarvesterMachine.

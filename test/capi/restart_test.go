@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -27,15 +26,7 @@ func TestClusterAPIMachineSurvivesRestartAndAMovedProviderConfig(t *testing.T) {
 	w := startCAPIWorld(t)
 	ctx, c, hv, capi, must := w.ctx, w.c, w.hv, w.capi, w.must
 	cluster := w.tenantCluster()
-	must(c.Create(ctx, &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-md-0"},
-		Spec: infrav1.HarvesterMachineSpec{CPU: 2, Memory: resource.MustParse("2Gi"), RootDisk: infrav1.RootDisk{Size: resource.MustParse("10Gi")}}}))
-	machine := capiObject(machineGVK, ns, "tenant-md-0", map[string]any{
-		"clusterName":       "tenant",
-		"bootstrap":         map[string]any{"dataSecretName": "tenant-bootstrap"},
-		"infrastructureRef": map[string]any{"apiGroup": infrav1.GroupVersion.Group, "kind": "HarvesterMachine", "name": "tenant-md-0"},
-	})
-	machine.SetLabels(map[string]string{"cluster.x-k8s.io/cluster-name": "tenant"})
-	must(c.Create(ctx, machine))
+	w.machine("tenant-md-0", "")
 
 	vmKey := types.NamespacedName{Namespace: "vms", Name: "tenant-md-0"}
 	var vm kubevirtv1.VirtualMachine

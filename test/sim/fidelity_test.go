@@ -32,11 +32,17 @@ import (
 // events returns the events about the object named name in the fixture's namespace.
 func (f *fixture) events(name string) []corev1.Event {
 	f.t.Helper()
+	return f.eventsAbout(func(o corev1.ObjectReference) bool { return o.Name == name })
+}
+
+// eventsAbout returns the events in the fixture's namespace about the objects about selects.
+func (f *fixture) eventsAbout(about func(corev1.ObjectReference) bool) []corev1.Event {
+	f.t.Helper()
 	list := &corev1.EventList{}
 	f.must(h.Client.List(f.ctx, list, client.InNamespace(f.ns)))
 	var out []corev1.Event
 	for _, e := range list.Items {
-		if e.InvolvedObject.Name == name {
+		if about(e.InvolvedObject) {
 			out = append(out, e)
 		}
 	}
@@ -153,7 +159,9 @@ func TestVMIStartupConditionsFollowVirtController(t *testing.T) {
 			t.Errorf("VMI never %q (saw %q)", want, readiness)
 		}
 	}
-	if want := []string{corev1.PodReasonUnschedulable + ": " + msgUnboundPVCs}; !slices.Equal(unschedulable, want) {
+	// kube-scheduler's words, with the simulator's three nodes.
+	const unbound = "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+	if want := []string{corev1.PodReasonUnschedulable + ": " + unbound}; !slices.Equal(unschedulable, want) {
 		t.Errorf("PodScheduled=False while the disk was cloned: %q, want %q", unschedulable, want)
 	}
 	// Starting comes after ErrorUnschedulable (the clone) and before Running; nothing after Running.
@@ -186,7 +194,7 @@ func TestVMIStartupConditionsFollowVirtController(t *testing.T) {
 	if !slices.Equal(phases, []kubevirtv1.VirtualMachineInstancePhase{kubevirtv1.Pending, kubevirtv1.Scheduling, kubevirtv1.Scheduled, kubevirtv1.Running}) {
 		t.Errorf("phase transitions %v", phases)
 	}
-	if len(vmi.Status.ActivePods) != 1 || vmi.Labels[kubevirtv1.NodeNameLabel] != nodeName {
+	if len(vmi.Status.ActivePods) != 1 || vmi.Labels[kubevirtv1.NodeNameLabel] != nodeName(1) {
 		t.Errorf("activePods %v, labels %v", vmi.Status.ActivePods, vmi.Labels)
 	}
 	for _, e := range f.events("cp-0") {
@@ -319,7 +327,7 @@ func TestMetadataChurnMakesStaleWritesConflict(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if vmi.Labels["tier"] != "gold" || vmi.Labels["app"] != "db" || vmi.Labels[kubevirtv1.NodeNameLabel] != nodeName {
+		if vmi.Labels["tier"] != "gold" || vmi.Labels["app"] != "db" || vmi.Labels[kubevirtv1.NodeNameLabel] != nodeName(1) {
 			return fmt.Errorf("VMI labels %v", vmi.Labels)
 		}
 		return nil
@@ -739,4 +747,129 @@ func TestVMIWaitsForItsPVCToAppear(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// (n) The scheduler places a virt-launcher pod only on a node its node selection fits: the VMI's
+// required node affinity and nodeSelector, and KubeVirt's kubevirt.io/schedulable=true, judged as
+// kube-scheduler's NodeAffinity filter judges them. A VMI no node fits stays Scheduling with the
+// scheduler's PodScheduled=False Unschedulable copied in, the VM shows ErrorUnschedulable, and the
+// pod gets FailedScheduling events; once a node is labelled to fit, the pod is placed there.
+func TestVMIsPlacedOnANodeItsSelectionFits(t *testing.T) {
+	f := newFixture(t)
+	f.network("vlan40", "10.40.0.0/24")
+	f.image("talos", nil)
+	sc := f.classOf("talos")
+	const zone = "topology.kubernetes.io/zone"
+	label := func(node, value string) {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, zone, value)
+		if value == "" {
+			patch = fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, zone)
+		}
+		f.must(h.Client.Patch(f.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, client.RawPatch(types.MergePatchType, []byte(patch))))
+	}
+	// Nodes are the cluster's, shared by every test: put them back as they were.
+	t.Cleanup(func() { label("harvester-node-2", ""); label("harvester-node-3", "") })
+	label("harvester-node-2", "zone-b")
+	inZone := func(name, value string, mutate func(*kubevirtv1.VirtualMachineInstanceSpec)) *kubevirtv1.VirtualMachine {
+		pvc := f.rootDisk(name+"-disk-0", "talos", sc)
+		f.must(h.Client.Create(f.ctx, pvc))
+		f.waitBound(pvc) // the scheduler's first word is then about the node selection
+		vm := f.vmObject(name, pvc.Name, "vlan40", nil)
+		vm.Spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: zone, Operator: corev1.NodeSelectorOpIn, Values: []string{value}}}}},
+		}}}
+		if mutate != nil {
+			mutate(&vm.Spec.Template.Spec)
+		}
+		f.must(h.Client.Create(f.ctx, vm))
+		return vm
+	}
+	runsOn := func(name, node string) {
+		f.eventually(name+" running on "+node, func() error {
+			vmi, err := f.getVMI(name)
+			if err != nil {
+				return err
+			}
+			if vmi.Status.Phase != kubevirtv1.Running || vmi.Status.NodeName != node || vmi.Labels[kubevirtv1.NodeNameLabel] != node {
+				return fmt.Errorf("VMI %s on node %q (label %q)", vmi.Status.Phase, vmi.Status.NodeName, vmi.Labels[kubevirtv1.NodeNameLabel])
+			}
+			for _, n := range vmi.Status.ActivePods {
+				if n != node {
+					return fmt.Errorf("activePods %v", vmi.Status.ActivePods)
+				}
+			}
+			return nil
+		})
+	}
+
+	inZone("in-zone-b", "zone-b", nil)
+	runsOn("in-zone-b", "harvester-node-2")
+
+	// A nodeSelector is honoured with the affinity: zone-b and the host node-3 fit no node.
+	inZone("pinned", "zone-b", func(s *kubevirtv1.VirtualMachineInstanceSpec) {
+		s.NodeSelector = map[string]string{corev1.LabelHostname: "harvester-node-3"}
+	})
+
+	inZone("in-zone-d", "zone-d", nil)
+	const noFit = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
+	for _, name := range []string{"in-zone-d", "pinned"} {
+		f.eventually(name+" unschedulable", func() error {
+			vmi, err := f.getVMI(name)
+			if err != nil {
+				return err
+			}
+			c := vmiCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled))
+			if vmi.Status.Phase != kubevirtv1.Scheduling || vmi.Status.NodeName != "" || c.Status != corev1.ConditionFalse || c.Reason != corev1.PodReasonUnschedulable || c.Message != noFit {
+				return fmt.Errorf("VMI %s on %q, PodScheduled %+v", vmi.Status.Phase, vmi.Status.NodeName, c)
+			}
+			if s := f.getVM(name).Status.PrintableStatus; s != kubevirtv1.VirtualMachineStatusUnschedulable {
+				return fmt.Errorf("VM printableStatus %s", s)
+			}
+			for _, e := range f.launcherEvents(name) {
+				if e.Type == corev1.EventTypeWarning && e.Reason == "FailedScheduling" && e.Message == noFit && e.Source.Component == "default-scheduler" {
+					return nil
+				}
+			}
+			return fmt.Errorf("no FailedScheduling event on the virt-launcher pod: %v", f.launcherEvents(name))
+		})
+	}
+
+	// A node labelled into zone-d takes the waiting pod, and KubeVirt drops PodScheduled.
+	label("harvester-node-3", "zone-d")
+	runsOn("in-zone-d", "harvester-node-3")
+	vmi, _ := f.getVMI("in-zone-d")
+	if c := vmiCondition(vmi, kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled)); c.Status != "" {
+		t.Errorf("PodScheduled %+v kept once the pod was placed", c)
+	}
+	if vmi, _ := f.getVMI("pinned"); vmi.Status.NodeName != "" {
+		t.Errorf("a VMI that requires zone-b and host node-3 runs on %s", vmi.Status.NodeName)
+	}
+}
+
+// launcherEvents returns the events about the virt-launcher pod of the VMI named vmi.
+func (f *fixture) launcherEvents(vmi string) []corev1.Event {
+	f.t.Helper()
+	return f.eventsAbout(func(o corev1.ObjectReference) bool {
+		return o.Kind == "Pod" && strings.HasPrefix(o.Name, "virt-launcher-"+vmi+"-")
+	})
+}
+
+// kube-scheduler's FailedScheduling messages as the simulator writes them: reasons counted per
+// node and sorted, then preemption's verdict per node.
+func TestFitErrorSaysWhatTheSchedulerSays(t *testing.T) {
+	for _, tc := range []struct {
+		reasons map[string]int
+		want    string
+	}{
+		{map[string]int{reasonNoMemory: 3},
+			"0/3 nodes are available: 3 Insufficient memory. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."},
+		{map[string]int{reasonNodeSelection: 3},
+			"0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."},
+		{map[string]int{reasonNodeSelection: 2, reasonNoMemory: 1},
+			"0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling."},
+	} {
+		if got := fitError(3, tc.reasons); got != tc.want {
+			t.Errorf("fitError(%v) =\n%q, want\n%q", tc.reasons, got, tc.want)
+		}
+	}
 }

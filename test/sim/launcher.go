@@ -19,13 +19,13 @@ import (
 
 // launcher is a VMI's virt-launcher pod, played rather than created: no kubelet runs next to the
 // simulated Harvester. virt-controller creates it once the VMI's volumes are ready to attach, the
-// scheduler places it once its PVCs are bound and a node has room, the kubelet starts it once it
+// scheduler places it once its PVCs are bound on a node that fits it, the kubelet starts it once it
 // can mount its cloud-init Secret and attach it to its network; the guest boots from then on.
 type launcher struct {
 	pod types.NamespacedName
 	uid types.UID
-	// scheduled is set once the scheduler has placed the pod.
-	scheduled bool
+	// node is where the scheduler has placed the pod ("" until it has).
+	node string
 	// started is when the kubelet started the pod's containers (zero until it could).
 	started time.Time
 	// reported is the last Warning given about the pod, so that each new one is one event.
@@ -94,8 +94,12 @@ func (r *vmReconciler) lifecycle(ctx context.Context, vm *kubevirtv1.VirtualMach
 		setPhase(st, kubevirtv1.Scheduling, now)
 		st.ActivePods = map[types.UID]string{l.uid: ""}
 	}
-	if !l.scheduled {
-		if why := r.unschedulable(ctx, vm, vmi); why != "" {
+	if l.node == "" {
+		node, why, err := r.placeLauncher(ctx, vm, vmi)
+		if err != nil {
+			return st, recheck // the scheduler tries again
+		}
+		if why != "" {
 			l.warn(r.sim, componentScheduler, "FailedScheduling", why)
 			// KubeVirt copies the pod's PodScheduled=False condition once and keeps it.
 			if vmiCondition(vmi, podScheduled).Status == "" {
@@ -104,11 +108,11 @@ func (r *vmReconciler) lifecycle(ctx context.Context, vm *kubevirtv1.VirtualMach
 			updateVMICondition(st, kubevirtv1.VirtualMachineInstanceReady, corev1.ConditionFalse, kubevirtv1.GuestNotRunningReason, msgGuestNotRunning)
 			return st, recheck
 		}
-		l.scheduled, l.reported = true, ""
-		r.sim.event(componentScheduler, l.object(), corev1.EventTypeNormal, "Scheduled", fmt.Sprintf("Successfully assigned %s to %s", l.pod, nodeName))
+		l.node, l.reported = node, ""
+		r.sim.event(componentScheduler, l.object(), corev1.EventTypeNormal, "Scheduled", fmt.Sprintf("Successfully assigned %s to %s", l.pod, node))
 	}
 	removeVMICondition(st, podScheduled)
-	st.ActivePods = map[types.UID]string{l.uid: nodeName}
+	st.ActivePods = map[types.UID]string{l.uid: l.node}
 	if l.started.IsZero() {
 		if component, reason, msg := r.cannotStart(ctx, vm, vmi); reason != "" {
 			l.warn(r.sim, component, reason, msg)
@@ -131,12 +135,12 @@ func (r *vmReconciler) lifecycle(ctx context.Context, vm *kubevirtv1.VirtualMach
 	case elapsed < boot:
 		// The pod is ready: virt-controller hands the VMI to virt-handler on the node.
 		setPhase(st, kubevirtv1.Scheduled, now)
-		st.NodeName = nodeName
+		st.NodeName = l.node
 		updateVMICondition(st, kubevirtv1.VirtualMachineInstanceReady, corev1.ConditionFalse, kubevirtv1.GuestNotRunningReason, msgGuestNotRunning)
 		return st, boot - elapsed
 	}
 	setPhase(st, kubevirtv1.Running, now)
-	st.NodeName = nodeName
+	st.NodeName = l.node
 	// Running: Ready mirrors the pod's Ready condition, which has no reason or message.
 	updateVMICondition(st, kubevirtv1.VirtualMachineInstanceReady, corev1.ConditionTrue, "", "")
 	updateVMICondition(st, kubevirtv1.VirtualMachineInstanceIsMigratable, corev1.ConditionTrue, "", "")
@@ -235,20 +239,15 @@ func (r *vmReconciler) volumesPopulated(ctx context.Context, vmi *kubevirtv1.Vir
 	return true
 }
 
-// unschedulable says why the scheduler cannot place the launcher pod ("" if it can): its
-// immediate-binding PVCs must be bound first (volume binding runs before the resource filters),
-// and the unschedulable fault leaves no node with room.
-func (r *vmReconciler) unschedulable(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) string {
+// claimsBound reports whether every PVC the VMI mounts is bound.
+func (r *vmReconciler) claimsBound(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) bool {
 	for _, name := range claimsOfSpec(&vmi.Spec) {
 		pvc := &corev1.PersistentVolumeClaim{}
 		if err := r.sim.c.Get(ctx, client.ObjectKey{Namespace: vmi.Namespace, Name: name}, pvc); err != nil || pvc.Status.Phase != corev1.ClaimBound {
-			return msgUnboundPVCs
+			return false
 		}
 	}
-	if r.sim.hasFault(vm, FaultUnschedulable) {
-		return msgInsufficientMemory
-	}
-	return ""
+	return true
 }
 
 // cannotStart says why the kubelet cannot start the scheduled pod, as it reports it: the

@@ -13,6 +13,13 @@
 //     status follows as KubeVirt's VM controller writes it: created, ready, runStrategy, the VMI's
 //     conditions, and printableStatus by KubeVirt's precedence (WaitingForVolumeBinding,
 //     ErrorUnschedulable, Starting, Running, Stopped, ...).
+//   - Harvester's nodes are Node objects (Config.Nodes of them, labelled as the kubelet and
+//     virt-handler label them; tests label them further). The scheduler places the virt-launcher
+//     pod on the first node, by name, that its node selection fits (the VMI's nodeSelector and
+//     required node affinity, with KubeVirt's kubevirt.io/schedulable=true), which the VMI reports
+//     in status.nodeName, status.activePods and its kubevirt.io/nodeName label; a VMI no node
+//     fits stays Scheduling, with the scheduler's "node(s) didn't match Pod's node
+//     affinity/selector" in PodScheduled=False and in FailedScheduling events on the pod.
 //   - After IPDelay, the guest agent's report in the VMI's status.interfaces: an IPv4 address from a
 //     pool per network (CIDR from the NetworkAttachmentDefinition's network.harvesterhci.io/route
 //     annotation, else its ipam.subnet, else Config.DefaultCIDR), with the noise real guests add
@@ -37,10 +44,10 @@
 //     by a DataVolume) GCDelay later.
 //   - Namespace deletion empties the namespace of these kinds and finalizes it (the namespace
 //     controller's part).
-//   - Faults: unschedulable VMs, no DHCP lease, failed image imports, slow boots (globally through
-//     SetFaults, or per object through AnnotationFault); API errors, latency and timeouts through
-//     FaultProxy, which also injects 409 Conflicts into writes and drops the responses of writes
-//     it has applied.
+//   - Faults: unschedulable VMs (no room on the nodes that fit), no DHCP lease, failed image
+//     imports, slow boots (globally through SetFaults, or per object through AnnotationFault); API
+//     errors, latency and timeouts through FaultProxy, which also injects 409 Conflicts into
+//     writes and drops the responses of writes it has applied.
 //
 // Admission: KubeVirt's rules that need only the object are ValidatingAdmissionPolicies in
 // manifests/policies (inline cloud-init size); Harvester's webhooks, which need other objects, are
@@ -110,6 +117,9 @@ type Config struct {
 	// Overcommit is Harvester's overcommit-config setting, in percent (default Harvester's own:
 	// cpu 1000, memory 150).
 	Overcommit Overcommit
+	// Nodes is how many Harvester nodes the simulator registers (harvester-node-1 to -N; default
+	// 3). Label them to make failure domains: VMs are placed by their node selection.
+	Nodes int
 	// LegacyImageStorageClassNames names the storage class of a backing-image image
 	// longhorn-<image name>, as Harvester up to v1.7.x did (util.GetImageStorageClassName), instead
 	// of lh-<image uid> (VMIOperator.GetStorageClassName, from v1.8.0, harvester/harvester#9392).
@@ -196,6 +206,9 @@ func New(cfg Config) (*Simulator, error) {
 	if cfg.ImageVirtualSize == 0 {
 		cfg.ImageVirtualSize = 2 << 30
 	}
+	if cfg.Nodes <= 0 {
+		cfg.Nodes = defaultNodes
+	}
 	if cfg.Overcommit == (Overcommit{}) {
 		cfg.Overcommit = Overcommit{CPU: 1000, Memory: 150} // Harvester's default overcommit-config
 	}
@@ -272,6 +285,9 @@ func (s *Simulator) Start(ctx context.Context, restConfig *rest.Config) error {
 		return err
 	}
 	if err := s.addIndexes(ctx, mgr); err != nil {
+		return err
+	}
+	if err := s.registerNodes(ctx); err != nil {
 		return err
 	}
 	if err := s.setup(mgr); err != nil {

@@ -28,18 +28,12 @@ const (
 	recheck = 500 * time.Millisecond
 	// conflictRetry is how soon a write that lost a race with another controller is retried.
 	conflictRetry = 50 * time.Millisecond
-	// nodeName is the one Harvester node VMs run on.
-	nodeName = "harvester-node-1"
 )
 
 // Messages KubeVirt (pkg/virt-controller/watch/vmi/lifecycle.go) and the scheduler write.
 const (
-	msgPodNotExists    = "virt-launcher pod has not yet been scheduled"
-	msgGuestNotRunning = "Guest VM is not reported as running"
-	// The scheduler's message while a pod's immediate-binding PVC is unbound (volume binding
-	// plugin, PreFilter), and when no node has room for it.
-	msgUnboundPVCs          = "0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
-	msgInsufficientMemory   = "0/3 nodes are available: 3 Insufficient memory. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
+	msgPodNotExists         = "virt-launcher pod has not yet been scheduled"
+	msgGuestNotRunning      = "Guest VM is not reported as running"
 	reasonFailedPVCNotFound = "FailedPvcNotFound"
 )
 

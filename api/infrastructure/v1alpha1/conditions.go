@@ -84,7 +84,9 @@ const (
 	ReasonQuotaExceeded = "QuotaExceeded"
 
 	// ReasonFailureDomainNotFound (HarvesterMachine, waiting): the Machine's spec.failureDomain is
-	// not one of the HarvesterCluster's spec.failureDomains.
+	// not one of the HarvesterCluster's spec.failureDomains; nothing is created until it is (add
+	// it to the HarvesterCluster, or correct the Machine). A machine whose VM exists is not judged:
+	// it stays in the failure domain it was created in.
 	ReasonFailureDomainNotFound = "FailureDomainNotFound"
 	// ReasonNetworkNotFound (HarvesterMachine, waiting): a NetworkAttachmentDefinition of
 	// spec.networks does not exist on Harvester. Same as the ProviderConfig check's reason.

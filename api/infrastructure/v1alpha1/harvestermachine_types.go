@@ -10,11 +10,11 @@ import (
 // its cluster's HarvesterCluster, and its user data from its Machine's bootstrap data Secret
 // (spec.bootstrap.dataSecretName), which reaches the VM through a cloud-init Secret on Harvester.
 //
-// Left out for now, as the engine cannot honour them yet: a storage class for the root disk
-// (Harvester clones it from the image, in the image's storage class), scheduling affinity (the
-// placement a machine gets is its failure domain's node selector), and spec.failureDomain (which
-// the Cluster API contract v1beta2 keeps only for v1beta1 compatibility: a machine is placed in
-// its Machine's spec.failureDomain, and status.failureDomain reports it).
+// Left out: a storage class for the root disk (Harvester clones it from the image, in the image's
+// storage class); scheduling affinity of its own (a machine is placed by its failure domain only:
+// its VM requires the node labels the HarvesterCluster gives its Machine's spec.failureDomain);
+// and spec.failureDomain, which the Cluster API contract v1beta2 keeps only for v1beta1
+// compatibility (status.failureDomain reports where the machine was placed).
 type HarvesterMachineSpec struct {
 	// ProviderID is "harvester://<VirtualMachine UID>" (Cluster API contract). The provider sets
 	// it once the VM exists; it cannot be changed or removed after that. The workload cluster's
@@ -130,7 +130,10 @@ type HarvesterMachineStatus struct {
 	// +kubebuilder:validation:MaxItems=128
 	Addresses []MachineAddress `json:"addresses,omitempty"`
 
-	// FailureDomain is the failure domain the machine was placed in (Cluster API contract).
+	// FailureDomain is the failure domain the machine was placed in (Cluster API contract): its
+	// Machine's spec.failureDomain when its VM was created. The VM stays where it was placed, so
+	// this does not follow later changes of the Machine or of the HarvesterCluster's failure
+	// domains.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
