@@ -138,7 +138,7 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("set up ImageSync controller: %w", err)
 	}
 	hmr := &controller.HarvesterMachineReconciler{
-		Client: mgr.GetClient(), Harvester: clusters, HarvesterEvents: harvesterEvents, Recorder: recorder, Preflight: pcr,
+		Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, HarvesterEvents: harvesterEvents, Recorder: recorder, Preflight: pcr,
 		PollInterval: o.CreatingPoll, HealthCheckInterval: o.HealthInterval,
 		StartLimits:             harvester.StartLimits{IPReport: o.IPReportTimeout},
 		MaxConcurrentReconciles: o.Concurrency,

@@ -7,8 +7,10 @@
 #                 kustomize's bases: no conversion webhooks, so an API server serves them alone
 #   kubeadm-crds/ the kubeadm bootstrap and control plane providers' CRDs, the same way (the
 #                 cluster templates are checked against them)
-# Tests use the directory as CAPI_ASSETS (make test sets it). With an argument (capi-manager,
-# clusterctl or crds) it prints that path instead.
+#   core-rbac/    core's RBAC (ServiceAccount, roles, bindings) as its release installs it, a
+#                 kustomization to build
+# Tests use the directory as CAPI_ASSETS (make test sets it). With an argument (one of the names
+# above) it prints that path instead.
 #
 # As hack/tools/controlplane.sh does for the API server, the build is cached outside the work tree,
 # keyed by the pinned Cluster API version and the Go version, and made atomically (built in a
@@ -27,8 +29,8 @@ build_rev=2
 dir="$cache_root/capi/capi-${capi_version}_${go_version}_r${build_rev}"
 
 case "${1:-}" in
-  "" | capi-manager | clusterctl | crds | kubeadm-crds) ;;
-  *) echo "usage: $0 [capi-manager|clusterctl|crds|kubeadm-crds]" >&2; exit 2 ;;
+  "" | capi-manager | clusterctl | crds | kubeadm-crds | core-rbac) ;;
+  *) echo "usage: $0 [capi-manager|clusterctl|crds|kubeadm-crds|core-rbac]" >&2; exit 2 ;;
 esac
 
 # rename_dir moves a finished build into place; it fails if the target exists (another run won).
@@ -70,6 +72,30 @@ if [ ! -x "$dir/capi-manager" ] || [ ! -x "$dir/clusterctl" ] || [ ! -d "$dir/cr
     [ -x "$dir/capi-manager" ] || { echo "cannot move the build to $dir" >&2; exit 1; }
   fi
   echo ">> built Cluster API $capi_version in $((SECONDS - start))s" >&2
+fi
+
+# core-rbac/: Cluster API core's RBAC as its release installs it: core/config/rbac with the
+# namespace, name prefix and role aggregation patch that core/config/default puts on it (its
+# ClusterRoleBinding binds the manager's ServiceAccount to the role that aggregates every
+# ClusterRole labelled cluster.x-k8s.io/aggregate-to-manager), for tests that run the core manager
+# as that ServiceAccount; `kustomize build` it. Only copied from the module, so it is added to a
+# cached build that lacks it, without rebuilding (and renamed into place whole, like the build).
+if [ ! -d "$dir/core-rbac" ]; then
+  src=$(cd "$moddir" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)
+  rbac_tmp=$(mktemp -d "$dir/.core-rbac.XXXXXX")
+  cp -r "$src/core/config/rbac" "$rbac_tmp/rbac"
+  cp "$src/core/config/default/manager_role_aggregation_patch.yaml" "$rbac_tmp/"
+  cat >"$rbac_tmp/kustomization.yaml" <<'KUSTOMIZATION'
+# The lines of Cluster API's core/config/default that shape its RBAC.
+namespace: capi-system
+namePrefix: capi-
+resources:
+- rbac
+patches:
+- path: manager_role_aggregation_patch.yaml
+KUSTOMIZATION
+  chmod -R u+w,go+rX "$rbac_tmp" # the module cache is read-only, and mktemp makes the directory private
+  rename_dir "$rbac_tmp" "$dir/core-rbac" || rm -rf "$rbac_tmp" # another run won
 fi
 
 if [ -n "${1:-}" ]; then

@@ -36,6 +36,10 @@ import (
 // status.initialization.provisioned and the Ready condition.
 type HarvesterMachineReconciler struct {
 	client.Client
+	// SecretReader reads bootstrap data Secrets uncached (get only): through the cached Client,
+	// the first read would start a watch of every Secret of the cluster, which the provider's RBAC
+	// does not grant.
+	SecretReader client.Reader
 	// Harvester hands out the engine of a ProviderConfig's Harvester cluster.
 	Harvester harvester.Connector
 	// HarvesterEvents, if set, brings the HarvesterMachines whose objects on Harvester changed.
@@ -79,6 +83,7 @@ type harvesterMachineScope struct {
 // +kubebuilder:rbac:groups=infrastructure.butlerlabs.dev,resources=harvestermachines/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=infrastructure.butlerlabs.dev,resources=harvesterclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines;clusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 
 // Reconcile moves one HarvesterMachine one step towards its desired state.
 func (r *HarvesterMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
@@ -191,7 +196,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 			"waiting for the bootstrap provider to set spec.bootstrap.dataSecretName of Machine %s/%s", hm.Namespace, machine.Name)
 	}
 	secret := &corev1.Secret{}
-	if err := r.Get(ctx, client.ObjectKey{Namespace: hm.Namespace, Name: machine.DataSecretName}, secret); err != nil {
+	if err := r.SecretReader.Get(ctx, client.ObjectKey{Namespace: hm.Namespace, Name: machine.DataSecretName}, secret); err != nil {
 		if client.IgnoreNotFound(err) == nil {
 			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonWaitingForBootstrapData, capiWaitingRetry,
 				"bootstrap data Secret %s/%s (spec.bootstrap.dataSecretName of Machine %s) does not exist yet", hm.Namespace, machine.DataSecretName, machine.Name)

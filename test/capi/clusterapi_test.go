@@ -8,6 +8,7 @@ package capi
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,11 +18,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -38,13 +41,7 @@ const clusterFinalizer = "cluster.cluster.x-k8s.io"
 // the Cluster controller take it (its finalizer, phase Pending, its conditions for the current
 // generation) and, once it is deleted, let it go. clusterctl reports the pinned version.
 func TestClusterAPICoreManagerReconcilesACluster(t *testing.T) {
-	assets, err := testbed.ClusterAPIAssets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run the tests with 'make test', which builds the control plane")
-	}
+	assets := requireAssets(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
@@ -139,6 +136,27 @@ func TestClusterAPICoreManagerReconcilesACluster(t *testing.T) {
 		}
 		return fmt.Errorf("still there, finalizers %v", cluster.GetFinalizers())
 	})
+}
+
+func TestMain(m *testing.M) {
+	// The provider's controllers and the simulated Harvester's run in this process: warnings and
+	// errors only, so the test output stays readable.
+	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	os.Exit(m.Run())
+}
+
+// requireAssets returns the directory of Cluster API's assets (CAPI_ASSETS), once it has checked
+// that the test control plane (KUBEBUILDER_ASSETS) is there too.
+func requireAssets(t *testing.T) string {
+	t.Helper()
+	assets, err := testbed.ClusterAPIAssets()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run the tests with 'make test', which builds the control plane")
+	}
+	return assets
 }
 
 // pinnedVersion is the version of sigs.k8s.io/cluster-api that hack/tools/capi/go.mod pins.

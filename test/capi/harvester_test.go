@@ -3,15 +3,12 @@ package capi
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -66,13 +63,7 @@ const ns = "tenants"
 
 func startCAPIWorld(t *testing.T) *capiWorld {
 	t.Helper()
-	assets, err := testbed.ClusterAPIAssets()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run the tests with 'make test', which builds the control plane")
-	}
+	assets := requireAssets(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
 	env := &envtest.Environment{ErrorIfCRDPathMissing: true, CRDDirectoryPaths: []string{
@@ -144,19 +135,38 @@ func (w *capiWorld) must(err error) {
 }
 
 // tenantCluster creates Cluster "tenant" with its HarvesterCluster (endpoint given, and the
-// failure domains given) and the bootstrap data Secret of its machines.
+// failure domains given) and the bootstrap data Secret of its machines, using ProviderConfig
+// "harvester" of the namespace.
 func (w *capiWorld) tenantCluster(failureDomains ...infrav1.HarvesterFailureDomain) *unstructured.Unstructured {
-	w.must(w.c.Create(w.ctx, &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant"},
-		Spec: infrav1.HarvesterClusterSpec{ProviderConfigRef: infrav1.ProviderConfigReference{Name: "harvester"},
-			ControlPlaneEndpoint: infrav1.APIEndpoint{Host: "10.40.0.250", Port: 6443}, FailureDomains: failureDomains}}))
+	cluster, err := createTenantCluster(w.ctx, w.c, infrav1.ProviderConfigReference{Name: "harvester"}, failureDomains...)
+	w.must(err)
+	return cluster
+}
+
+// createTenantCluster creates, in namespace ns, Cluster "tenant" with its HarvesterCluster
+// (endpoint given, ProviderConfig pc, the failure domains given) and the bootstrap data Secret of
+// its machines.
+func createTenantCluster(ctx context.Context, c client.Client, pc infrav1.ProviderConfigReference, failureDomains ...infrav1.HarvesterFailureDomain) (*unstructured.Unstructured, error) {
 	cluster := capiObject(clusterGVK, ns, "tenant", map[string]any{
 		"clusterNetwork":    map[string]any{"serviceDomain": "cluster.local"},
 		"infrastructureRef": map[string]any{"apiGroup": infrav1.GroupVersion.Group, "kind": "HarvesterCluster", "name": "tenant"},
 	})
-	w.must(w.c.Create(w.ctx, cluster))
-	w.must(w.c.Create(w.ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-bootstrap"},
-		Data: map[string][]byte{"value": []byte("#cloud-config\n"), "format": []byte("cloud-config")}}))
-	return cluster
+	return cluster, createAll(ctx, c,
+		&infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant"}, Spec: infrav1.HarvesterClusterSpec{ProviderConfigRef: pc,
+			ControlPlaneEndpoint: infrav1.APIEndpoint{Host: "10.40.0.250", Port: 6443}, FailureDomains: failureDomains}},
+		cluster,
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-bootstrap"},
+			Data: map[string][]byte{"value": []byte("#cloud-config\n"), "format": []byte("cloud-config")}})
+}
+
+// createAll creates objs in order.
+func createAll(ctx context.Context, c client.Client, objs ...client.Object) error {
+	for _, obj := range objs {
+		if err := c.Create(ctx, obj); err != nil {
+			return fmt.Errorf("create %T %s: %w", obj, obj.GetName(), err)
+		}
+	}
+	return nil
 }
 
 // harvesterLeft counts what is left on Harvester: VMs, disks, and cloud-init Secrets of machines.
@@ -168,11 +178,17 @@ func (w *capiWorld) harvesterLeft() (vms, disks, secrets int) {
 	return len(vmList.Items), len(pvcs.Items), len(secretList.Items)
 }
 
-// machine creates a HarvesterMachine and its Machine of Cluster "tenant", in failureDomain ("" for
-// none), whose bootstrap data is given.
+// machine creates a HarvesterMachine and its Machine of Cluster "tenant" (see createMachine).
 func (w *capiWorld) machine(name, failureDomain string) *unstructured.Unstructured {
-	w.must(w.c.Create(w.ctx, &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: infrav1.HarvesterMachineSpec{CPU: 2, Memory: resource.MustParse("2Gi"), RootDisk: infrav1.RootDisk{Size: resource.MustParse("10Gi")}}}))
+	machine, err := createMachine(w.ctx, w.c, name, failureDomain)
+	w.must(err)
+	return machine
+}
+
+// createMachine creates Machine name of Cluster "tenant" in failureDomain ("" for none), whose
+// bootstrap data is given, with its HarvesterMachine of the same name: 2 CPUs, 2Gi of memory, a
+// 10Gi disk.
+func createMachine(ctx context.Context, c client.Client, name, failureDomain string) (*unstructured.Unstructured, error) {
 	spec := map[string]any{
 		"clusterName":       "tenant",
 		"bootstrap":         map[string]any{"dataSecretName": "tenant-bootstrap"},
@@ -183,8 +199,73 @@ func (w *capiWorld) machine(name, failureDomain string) *unstructured.Unstructur
 	}
 	machine := capiObject(machineGVK, ns, name, spec)
 	machine.SetLabels(map[string]string{"cluster.x-k8s.io/cluster-name": "tenant"})
-	w.must(w.c.Create(w.ctx, machine))
-	return machine
+	return machine, createAll(ctx, c,
+		&infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: infrav1.HarvesterMachineSpec{CPU: 2, Memory: resource.MustParse("2Gi"), RootDisk: infrav1.RootDisk{Size: resource.MustParse("10Gi")}}},
+		machine)
+}
+
+// infrastructureProvisioned checks that Cluster API has marked the Cluster's infrastructure
+// provisioned (from its HarvesterCluster).
+func infrastructureProvisioned(ctx context.Context, c client.Client, cluster *unstructured.Unstructured) error {
+	if err := c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); err != nil {
+		return err
+	}
+	if ok, _, _ := unstructured.NestedBool(cluster.Object, "status", "initialization", "infrastructureProvisioned"); !ok {
+		return fmt.Errorf("Cluster status.initialization %v", cluster.Object["status"])
+	}
+	return nil
+}
+
+// machineOnHarvester checks that the machine's VM (of the Machine's name) is in Harvester
+// namespace hvNamespace, that Cluster API copied its providerID (harvester://<VM UID>) and
+// addresses (InternalIP on the VM network first, then Hostname) to the Machine, and that the
+// HarvesterMachine says it is provisioned. It fills vm and hm.
+func machineOnHarvester(ctx context.Context, c, hv client.Client, hvNamespace string, machine *unstructured.Unstructured, vm *kubevirtv1.VirtualMachine, hm *infrav1.HarvesterMachine) error {
+	if err := hv.Get(ctx, types.NamespacedName{Namespace: hvNamespace, Name: machine.GetName()}, vm); err != nil {
+		return err
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(machine), machine); err != nil {
+		return err
+	}
+	providerID, _, _ := unstructured.NestedString(machine.Object, "spec", "providerID")
+	if want := harvester.ProviderIDPrefix + string(vm.UID); providerID != want {
+		return fmt.Errorf("Machine spec.providerID %q, want %q", providerID, want)
+	}
+	addresses, _, _ := unstructured.NestedSlice(machine.Object, "status", "addresses")
+	if len(addresses) < 2 || !strings.HasPrefix(fmt.Sprint(addresses[0].(map[string]any)["address"]), "10.40.0.") {
+		return fmt.Errorf("Machine status.addresses %v, want the VM's InternalIP first and its Hostname", addresses)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(machine), hm); err != nil {
+		return err
+	}
+	if hm.Status.Initialization.Provisioned == nil || !*hm.Status.Initialization.Provisioned {
+		return fmt.Errorf("HarvesterMachine status.initialization.provisioned %v", hm.Status.Initialization.Provisioned)
+	}
+	return nil
+}
+
+// clusterGone checks that the Cluster is gone.
+func clusterGone(ctx context.Context, c client.Client, cluster *unstructured.Unstructured) error {
+	switch err := c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); {
+	case err == nil:
+		return fmt.Errorf("Cluster still there, finalizers %v", cluster.GetFinalizers())
+	case !apierrors.IsNotFound(err):
+		return err
+	}
+	return nil
+}
+
+// clusterAndMachinesGone checks that the Cluster is gone and its machines' VMs, disks and
+// cloud-init Secrets too.
+func (w *capiWorld) clusterAndMachinesGone(cluster *unstructured.Unstructured) error {
+	if err := clusterGone(w.ctx, w.c, cluster); err != nil {
+		return err
+	}
+	if vms, disks, secrets := w.harvesterLeft(); vms+disks+secrets > 0 {
+		return fmt.Errorf("%d VMs, %d disks and %d cloud-init Secrets left on Harvester", vms, disks, secrets)
+	}
+	return nil
 }
 
 // labelNode sets label key=value on a node of the simulated Harvester, as its administrator would.
@@ -240,32 +321,15 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 	machine := w.machine("tenant-md-0", "zone-b")
 
 	waitFor(ctx, t, capi, "Cluster API to see the Harvester infrastructure provisioned", func() error {
-		must(c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster))
-		if ok, _, _ := unstructured.NestedBool(cluster.Object, "status", "initialization", "infrastructureProvisioned"); !ok {
-			return fmt.Errorf("Cluster status.initialization %v", cluster.Object["status"])
-		}
-		return nil
+		return infrastructureProvisioned(ctx, c, cluster)
 	})
 	var vm kubevirtv1.VirtualMachine
-	waitFor(ctx, t, capi, "the Machine to carry the VM's providerID and addresses", func() error {
-		if err := hv.Client.Get(ctx, types.NamespacedName{Namespace: "vms", Name: "tenant-md-0"}, &vm); err != nil {
-			return err
-		}
-		must(c.Get(ctx, client.ObjectKeyFromObject(machine), machine))
-		providerID, _, _ := unstructured.NestedString(machine.Object, "spec", "providerID")
-		if want := harvester.ProviderIDPrefix + string(vm.UID); providerID != want {
-			return fmt.Errorf("Machine spec.providerID %q, want %q", providerID, want)
-		}
-		addresses, _, _ := unstructured.NestedSlice(machine.Object, "status", "addresses")
-		if len(addresses) < 2 || !strings.HasPrefix(fmt.Sprint(addresses[0].(map[string]any)["address"]), "10.40.0.") {
-			return fmt.Errorf("Machine status.addresses %v, want the VM's InternalIP first and its Hostname", addresses)
-		}
-		return nil
-	})
 	hm := &infrav1.HarvesterMachine{}
-	must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "tenant-md-0"}, hm))
-	if hm.Status.Initialization.Provisioned == nil || !*hm.Status.Initialization.Provisioned || vm.Labels[harvester.LabelOwnerKind] != controller.OwnerKindHarvesterMachine {
-		t.Fatalf("HarvesterMachine provisioned %v, VM labels %v", hm.Status.Initialization.Provisioned, vm.Labels)
+	waitFor(ctx, t, capi, "the Machine to carry the VM's providerID and addresses", func() error {
+		return machineOnHarvester(ctx, c, hv.Client, "vms", machine, &vm, hm)
+	})
+	if vm.Labels[harvester.LabelOwnerKind] != controller.OwnerKindHarvesterMachine {
+		t.Fatalf("VM labels %v, want %s=%s", vm.Labels, harvester.LabelOwnerKind, controller.OwnerKindHarvesterMachine)
 	}
 
 	// The Machine's failure domain: the VM requires its nodes' label, runs on the node in zone-b,
@@ -343,16 +407,7 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 	// Deleting the Cluster deletes its Machine, the HarvesterMachine and its VM, disks and Secret.
 	must(c.Delete(ctx, cluster))
 	waitFor(ctx, t, capi, "the Cluster and everything on Harvester to go", func() error {
-		switch err := c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); {
-		case err == nil:
-			return fmt.Errorf("Cluster still there, finalizers %v", cluster.GetFinalizers())
-		case !apierrors.IsNotFound(err):
-			return err
-		}
-		if vms, disks, secrets := w.harvesterLeft(); vms+disks+secrets > 0 {
-			return fmt.Errorf("%d VMs, %d disks and %d cloud-init Secrets left on Harvester", vms, disks, secrets)
-		}
-		return nil
+		return w.clusterAndMachinesGone(cluster)
 	})
 }
 
@@ -361,8 +416,6 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 // memory. It returns a function that stops them and waits until they have stopped.
 func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *k8sruntime.Scheme) (stop func()) {
 	t.Helper()
-	// Warnings and errors only, so the test output stays readable.
-	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
 	if err != nil {
@@ -377,7 +430,7 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 		t.Fatal(err)
 	}
 	on, err := controller.SetupClusterAPI(ctx, mgr, mgr.GetLogger(),
-		&controller.HarvesterMachineReconciler{Client: mgr.GetClient(), Harvester: clusters, HarvesterEvents: events, Recorder: recorder, Preflight: pcr,
+		&controller.HarvesterMachineReconciler{Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, HarvesterEvents: events, Recorder: recorder, Preflight: pcr,
 			PollInterval: 2 * time.Second, StartLimits: harvester.StartLimits{IPReport: time.Minute}},
 		&controller.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr})
 	if err != nil || !on {

@@ -182,16 +182,7 @@ func TestClusterAPIMachineDeployment(t *testing.T) {
 	// Deleting the Cluster leaves Harvester empty.
 	w.must(c.Delete(ctx, cluster))
 	waitFor(ctx, t, w.capi, "the Cluster and everything on Harvester to go", func() error {
-		switch err := c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); {
-		case err == nil:
-			return fmt.Errorf("Cluster still there, finalizers %v", cluster.GetFinalizers())
-		case !apierrors.IsNotFound(err):
-			return err
-		}
-		if vms, disks, secrets := w.harvesterLeft(); vms+disks+secrets > 0 {
-			return fmt.Errorf("%d VMs, %d disks and %d cloud-init Secrets left on Harvester", vms, disks, secrets)
-		}
-		return nil
+		return w.clusterAndMachinesGone(cluster)
 	})
 }
 

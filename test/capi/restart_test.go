@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -64,15 +63,6 @@ func TestClusterAPIMachineSurvivesRestartAndAMovedProviderConfig(t *testing.T) {
 
 	must(c.Delete(ctx, cluster))
 	waitFor(ctx, t, capi, "the Cluster and everything on Harvester to go", func() error {
-		switch err := c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster); {
-		case err == nil:
-			return fmt.Errorf("Cluster still there, finalizers %v", cluster.GetFinalizers())
-		case !apierrors.IsNotFound(err):
-			return err
-		}
-		if vms, disks, secrets := w.harvesterLeft(); vms+disks+secrets > 0 {
-			return fmt.Errorf("%d VMs, %d disks and %d cloud-init Secrets left in Harvester namespace vms", vms, disks, secrets)
-		}
-		return nil
+		return w.clusterAndMachinesGone(cluster)
 	})
 }

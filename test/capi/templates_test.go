@@ -32,32 +32,10 @@ const providerName = "butler-harvester"
 // of it against the real CRDs with strict field validation (an unknown field is refused, not
 // pruned). The talos flavor's providers are not Go modules served here: it is rendered only.
 func TestClusterAPITemplatesRenderWithClusterctl(t *testing.T) {
-	assets, err := testbed.ClusterAPIAssets()
-	if err != nil {
-		t.Fatal(err)
-	}
+	assets := requireAssets(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	root := repoRoot()
-	version := "v0.3.0"
-	repo := filepath.Join(t.TempDir(), "infrastructure-"+providerName, version)
-	if err := os.MkdirAll(repo, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	kustomize := exec.CommandContext(ctx, "go", "tool", "-modfile="+filepath.Join(root, "hack", "tools", "kustomize", "go.mod"), "kustomize", "build", "config/clusterctl")
-	kustomize.Dir = root
-	components, err := kustomize.Output()
-	if err != nil {
-		t.Fatalf("kustomize build config/clusterctl: %v", err)
-	}
-	writeFile(t, filepath.Join(repo, "infrastructure-components.yaml"), components)
-	for _, name := range []string{"metadata.yaml", "templates/cluster-template.yaml", "templates/cluster-template-talos.yaml"} {
-		data, err := os.ReadFile(filepath.Join(root, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		writeFile(t, filepath.Join(repo, filepath.Base(name)), data)
-	}
+	components, config := clusterctlRepository(ctx, t)
 	objs, err := testbed.DecodeManifests(components)
 	if err != nil {
 		t.Fatal(err)
@@ -69,26 +47,15 @@ func TestClusterAPITemplatesRenderWithClusterctl(t *testing.T) {
 		}
 	}
 
-	config := filepath.Join(t.TempDir(), "clusterctl.yaml")
-	writeFile(t, config, fmt.Appendf(nil, "providers:\n- name: %s\n  type: InfrastructureProvider\n  url: file://%s\n", providerName, filepath.Join(repo, "infrastructure-components.yaml")))
 	generate := func(flavor string) []*unstructured.Unstructured {
 		t.Helper()
-		args := []string{"generate", "cluster", "tenant", "--config", config, "--infrastructure", providerName + ":" + version,
+		args := []string{"generate", "cluster", "tenant", "--infrastructure", providerName + ":" + providerVersion,
 			"--kubernetes-version", "v1.33.1", "--control-plane-machine-count", "3", "--worker-machine-count", "2", "--target-namespace", "tenants"}
 		if flavor != "" {
 			args = append(args, "--flavor", flavor)
 		}
-		cmd := exec.CommandContext(ctx, filepath.Join(assets, "clusterctl"), args...)
-		cmd.Env = append(os.Environ(), "CLUSTERCTL_DISABLE_VERSIONCHECK=true", "XDG_CONFIG_HOME="+t.TempDir(),
-			"CONTROL_PLANE_ENDPOINT_IP=10.40.0.250", "HARVESTER_PROVIDER_CONFIG=harvester", "HARVESTER_IMAGE=vms/ubuntu", "TALOS_VERSION=v1.9")
-		out, err := cmd.Output()
-		if err != nil {
-			var stderr []byte
-			if e, ok := errors.AsType[*exec.ExitError](err); ok {
-				stderr = e.Stderr
-			}
-			t.Fatalf("clusterctl %s: %v\n%s", strings.Join(args, " "), err, stderr)
-		}
+		out := runClusterctl(ctx, t, assets, config, []string{"CONTROL_PLANE_ENDPOINT_IP=10.40.0.250", "HARVESTER_PROVIDER_CONFIG=harvester",
+			"HARVESTER_IMAGE=vms/ubuntu", "TALOS_VERSION=v1.9"}, args...)
 		if strings.Contains(string(out), "${") {
 			t.Fatalf("flavor %q left a variable unset:\n%s", flavor, out)
 		}
@@ -105,7 +72,7 @@ func TestClusterAPITemplatesRenderWithClusterctl(t *testing.T) {
 	requireKinds(t, "the talos flavor", talos, "Cluster", "HarvesterCluster", "HarvesterMachineTemplate", "TalosControlPlane", "TalosConfigTemplate", "MachineDeployment")
 
 	env := &envtest.Environment{ErrorIfCRDPathMissing: true, CRDDirectoryPaths: []string{
-		testbed.ClusterAPICRDs(assets), filepath.Join(assets, "kubeadm-crds"), filepath.Join(root, "config", "crd", "infrastructure"),
+		testbed.ClusterAPICRDs(assets), filepath.Join(assets, "kubeadm-crds"), filepath.Join(repoRoot(), "config", "crd", "infrastructure"),
 	}}
 	cfg, err := env.Start()
 	if err != nil {
@@ -137,6 +104,54 @@ func requireKinds(t *testing.T, what string, objs []*unstructured.Unstructured, 
 			t.Errorf("%s has no %s (has %v)", what, k, have)
 		}
 	}
+}
+
+// providerVersion is the version of this provider in the local clusterctl repository.
+const providerVersion = "v0.3.0"
+
+// clusterctlRepository builds a local clusterctl repository of this provider as `make
+// infrastructure-components` builds its files (the components with kustomize from
+// config/clusterctl, metadata.yaml, the cluster templates; the image tag that the make target sets
+// does not matter to the tests). It returns the components as built and a clusterctl
+// configuration that names the repository (provider providerName, version providerVersion).
+func clusterctlRepository(ctx context.Context, t *testing.T) (components []byte, config string) {
+	t.Helper()
+	root := repoRoot()
+	repo := filepath.Join(t.TempDir(), "infrastructure-"+providerName, providerVersion)
+	if err := os.MkdirAll(repo, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	components = kustomizeBuild(ctx, t, "config/clusterctl")
+	writeFile(t, filepath.Join(repo, "infrastructure-components.yaml"), components)
+	for _, name := range []string{"metadata.yaml", "templates/cluster-template.yaml", "templates/cluster-template-talos.yaml"} {
+		data, err := os.ReadFile(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(repo, filepath.Base(name)), data)
+	}
+	config = filepath.Join(t.TempDir(), "clusterctl.yaml")
+	writeFile(t, config, fmt.Appendf(nil, "providers:\n- name: %s\n  type: InfrastructureProvider\n  url: file://%s\n", providerName, filepath.Join(repo, "infrastructure-components.yaml")))
+	return components, config
+}
+
+// runClusterctl runs the real clusterctl of assets with configuration config and the variables
+// env, and returns what it prints.
+func runClusterctl(ctx context.Context, t *testing.T, assets, config string, env []string, args ...string) []byte {
+	t.Helper()
+	args = append(args, "--config", config)
+	cmd := exec.CommandContext(ctx, filepath.Join(assets, "clusterctl"), args...)
+	// No update check (it would ask GitHub) and no configuration but the test's own.
+	cmd.Env = append(append(os.Environ(), "CLUSTERCTL_DISABLE_VERSIONCHECK=true", "XDG_CONFIG_HOME="+t.TempDir()), env...)
+	out, err := cmd.Output()
+	if err != nil {
+		var stderr []byte
+		if e, ok := errors.AsType[*exec.ExitError](err); ok {
+			stderr = e.Stderr
+		}
+		t.Fatalf("clusterctl %s: %v\n%s", strings.Join(args, " "), err, stderr)
+	}
+	return out
 }
 
 func writeFile(t *testing.T, path string, data []byte) {

@@ -19,6 +19,7 @@ import (
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
+	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
 
 // nonDefaultValues sets every value of the chart to something other than its default.
@@ -381,13 +382,11 @@ func requireShutdownWithinGracePeriod(t *testing.T, d *appsv1.Deployment, o *opt
 // generatedRules are the manager's rules as controller-gen generates them.
 func generatedRules(t *testing.T) []rbacv1.PolicyRule {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(), "config", "rbac", "role.yaml"))
+	rules, err := testbed.GeneratedManagerRules(repoRoot())
 	if err != nil {
 		t.Fatal(err)
 	}
-	generated := &rbacv1.ClusterRole{}
-	convert(t, decodeAll(t, string(data))[0], generated)
-	return generated.Rules
+	return rules
 }
 
 // requireGeneratedRules checks that the manager's ClusterRole has exactly controller-gen's rules.
@@ -415,7 +414,7 @@ func requireSecretsPerNamespace(t *testing.T, objs []*unstructured.Unstructured,
 	generated := generatedRules(t)
 	var withoutSecrets, secretRules []rbacv1.PolicyRule
 	for _, r := range generated {
-		if !grantsSecrets(r) {
+		if !testbed.GrantsSecrets(r) {
 			withoutSecrets = append(withoutSecrets, r)
 			continue
 		}
@@ -434,7 +433,7 @@ func requireSecretsPerNamespace(t *testing.T, objs []*unstructured.Unstructured,
 		cr := &rbacv1.ClusterRole{}
 		convert(t, obj, cr)
 		for _, r := range cr.Rules {
-			if grantsSecrets(r) {
+			if testbed.GrantsSecrets(r) {
 				t.Errorf("ClusterRole %s grants Secrets cluster-wide although the manager watches %v: %+v", cr.Name, namespaces, r)
 			}
 		}
@@ -459,7 +458,7 @@ func requireSecretsPerNamespace(t *testing.T, objs []*unstructured.Unstructured,
 		for _, obj := range find(objs, "Role") {
 			role := &rbacv1.Role{}
 			convert(t, obj, role)
-			if role.Namespace == rb.Namespace && role.Name == rb.RoleRef.Name && slices.ContainsFunc(role.Rules, grantsSecrets) {
+			if role.Namespace == rb.Namespace && role.Name == rb.RoleRef.Name && slices.ContainsFunc(role.Rules, testbed.GrantsSecrets) {
 				if !reflect.DeepEqual(role.Rules, secretRules) {
 					t.Errorf("Role %s/%s rules %+v, want exactly the generated Secret rules %+v", role.Namespace, role.Name, role.Rules, secretRules)
 				}
@@ -476,12 +475,6 @@ func requireSecretsPerNamespace(t *testing.T, objs []*unstructured.Unstructured,
 	for ns := range granted {
 		t.Errorf("the manager may read Secrets in namespace %s, which it does not watch", ns)
 	}
-}
-
-// grantsSecrets reports whether a rule grants anything on core Secrets.
-func grantsSecrets(r rbacv1.PolicyRule) bool {
-	return (slices.Contains(r.APIGroups, "") || slices.Contains(r.APIGroups, "*")) &&
-		(slices.Contains(r.Resources, "secrets") || slices.Contains(r.Resources, "*"))
 }
 
 func convert(t *testing.T, obj *unstructured.Unstructured, into any) {

@@ -51,8 +51,8 @@ func TestInstalledAsTheButlerCLIDeploysIt(t *testing.T) {
 	args = withFlag(t, args, "health-probe-bind-address", probeAddr)
 	// As the CLI applies its manifest: the RBAC comes with the Deployment.
 	tb, harvesterToken := startInstalled(ctx, t, d.Spec.Template.Spec.ServiceAccountName, args,
-		func(ctx context.Context, tb *testbed.Testbed) error { return applyObjects(ctx, tb, fixture) })
-	waitFor(t, 90*time.Second, "/readyz", func() bool { return probe(probeAddr, "/readyz") == http.StatusOK })
+		func(ctx context.Context, tb *testbed.Testbed) error { return tb.Apply(ctx, fixture) })
+	waitFor(t, 90*time.Second, "/readyz", func() bool { return testbed.Probe(probeAddr, "/readyz") == http.StatusOK })
 
 	pc, sample := createSampleMachine(ctx, t, tb)
 	mr := waitRunning(ctx, t, tb, client.ObjectKeyFromObject(sample))

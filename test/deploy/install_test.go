@@ -4,10 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,9 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
@@ -31,8 +27,6 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
-
-const fieldOwner = client.FieldOwner("butler-provider-harvester-test")
 
 // The provider as installed: the chart, watching its own namespace only, applied to a real
 // management API server, the manager run with the Deployment's own args, acting as its
@@ -60,19 +54,19 @@ func TestInstalledWithLeastPrivilege(t *testing.T) {
 	tb, harvesterToken := startInstalled(ctx, t, d.Spec.Template.Spec.ServiceAccountName, args, nil)
 
 	// Without RBAC the caches cannot sync: alive, but not ready.
-	waitFor(t, 30*time.Second, "the manager to answer /healthz", func() bool { return probe(probeAddr, "/healthz") == http.StatusOK })
+	waitFor(t, 30*time.Second, "the manager to answer /healthz", func() bool { return testbed.Probe(probeAddr, "/healthz") == http.StatusOK })
 	for range 3 {
-		if code := probe(probeAddr, "/readyz"); code != http.StatusInternalServerError {
+		if code := testbed.Probe(probeAddr, "/readyz"); code != http.StatusInternalServerError {
 			fatalWithLog(t, tb, "/readyz answered %d before the manager could list anything, want 500", code)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
 
-	if err := applyObjects(ctx, tb, rendered); err != nil {
+	if err := tb.Apply(ctx, rendered); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	waitFor(t, 90*time.Second, "/readyz once the RBAC is installed", func() bool { return probe(probeAddr, "/readyz") == http.StatusOK })
+	waitFor(t, 90*time.Second, "/readyz once the RBAC is installed", func() bool { return testbed.Probe(probeAddr, "/readyz") == http.StatusOK })
 	t.Logf("ready %s after the RBAC was applied", time.Since(start).Round(time.Millisecond))
 	logBeforeRBAC := len(managerLog(t, tb))
 
@@ -142,35 +136,15 @@ func TestInstalledWithLeastPrivilege(t *testing.T) {
 	}
 }
 
-// startInstalled starts the testbed: the manager runs with args as ServiceAccount
-// butler-system/<serviceAccount> (impersonated: only that ServiceAccount's RBAC counts), with a
-// working directory, TMPDIR and HOME it cannot write to, as with a read-only root filesystem; the
-// credentials Secret holds a kubeconfig for a Harvester user bound only by
-// config/harvester/rbac.yaml. before, if set, runs once both clusters are seeded, before the
-// manager starts. It returns the testbed, stopped when the test ends, and that user's token.
+// startInstalled starts the testbed as testbed.StartInstalled does: the manager runs with args as
+// ServiceAccount butler-system/<serviceAccount>, before (if set) runs before it starts. It returns
+// the testbed, stopped when the test ends, and the Harvester user's token.
 func startInstalled(ctx context.Context, t *testing.T, serviceAccount string, args []string, before func(context.Context, *testbed.Testbed) error) (*testbed.Testbed, string) {
 	t.Helper()
-	var harvesterToken string
-	tb, err := testbed.Start(ctx, testbed.Options{
-		RepoRoot: repoRoot(), WorkDir: t.TempDir(), ManagerArgs: args,
-		// Not even root can write there: they are in /proc.
-		ManagerDir: "/proc", ManagerEnv: []string{"TMPDIR=/proc/butler-tmp", "HOME=/proc/butler-home"},
+	tb, harvesterToken, err := testbed.StartInstalled(ctx, testbed.Options{
+		RepoRoot: repoRoot(), WorkDir: t.TempDir(), ManagerArgs: args, BeforeManager: before,
 		Sim: sim.Config{BootDelay: 300 * time.Millisecond, IPDelay: 100 * time.Millisecond},
-		ManagerImpersonate: &rest.ImpersonationConfig{
-			UserName: "system:serviceaccount:" + testbed.Namespace + ":" + serviceAccount,
-			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + testbed.Namespace, "system:authenticated"},
-		},
-		BeforeManager: func(ctx context.Context, tb *testbed.Testbed) error {
-			if err := tb.Seed(ctx); err != nil {
-				return err
-			}
-			token, err := useHarvesterRole(ctx, tb)
-			if harvesterToken = token; err != nil || before == nil {
-				return err
-			}
-			return before(ctx, tb)
-		},
-	})
+	}, serviceAccount)
 	t.Cleanup(tb.Stop)
 	if err != nil {
 		t.Fatal(err)
@@ -182,26 +156,6 @@ func startInstalled(ctx context.Context, t *testing.T, serviceAccount string, ar
 func fatalWithLog(t *testing.T, tb *testbed.Testbed, format string, a ...any) {
 	t.Helper()
 	t.Fatalf(format+"\n%s", append(a, tb.ManagerLogTail())...)
-}
-
-// probe answers the HTTP status of a probe endpoint of the manager (0 if it does not answer).
-func probe(addr, path string) int {
-	resp, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + addr + path)
-	if err != nil {
-		return 0
-	}
-	_ = resp.Body.Close()
-	return resp.StatusCode
-}
-
-// applyObjects applies objects to the management cluster, server-side.
-func applyObjects(ctx context.Context, tb *testbed.Testbed, objs []*unstructured.Unstructured) error {
-	for _, obj := range objs {
-		if err := tb.Mgmt.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), fieldOwner, client.ForceOwnership); err != nil {
-			return fmt.Errorf("apply %s %s: %w", obj.GetKind(), obj.GetName(), err)
-		}
-	}
-	return nil
 }
 
 // createSampleMachine creates the sample ProviderConfig (config/samples/providerconfig.yaml) and
@@ -268,42 +222,6 @@ func machineRequestElsewhere(ctx context.Context, t *testing.T, tb *testbed.Test
 		}
 	}
 	return objs[2].(*v1alpha1.MachineRequest)
-}
-
-// useHarvesterRole applies config/harvester/rbac.yaml on Harvester and replaces the credentials
-// Secret with a kubeconfig for its ServiceAccount (a token from the TokenRequest API). It returns
-// the token.
-func useHarvesterRole(ctx context.Context, tb *testbed.Testbed) (string, error) {
-	data, err := os.ReadFile(filepath.Join(repoRoot(), "config", "harvester", "rbac.yaml"))
-	if err != nil {
-		return "", err
-	}
-	objs, err := testbed.DecodeManifests(data)
-	if err != nil {
-		return "", err
-	}
-	for _, obj := range objs {
-		if err := tb.Harvester.Client.Create(ctx, obj); err != nil {
-			return "", fmt.Errorf("create %s %s on Harvester: %w", obj.GetKind(), obj.GetName(), err)
-		}
-	}
-	cs, err := kubernetes.NewForConfig(tb.Harvester.Config)
-	if err != nil {
-		return "", err
-	}
-	tr, err := cs.CoreV1().ServiceAccounts(testbed.HarvesterNamespace).CreateToken(ctx, "butler-provider-harvester",
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})
-	if err != nil {
-		return "", err
-	}
-	restricted := &rest.Config{Host: tb.Harvester.Config.Host, BearerToken: tr.Status.Token,
-		TLSClientConfig: rest.TLSClientConfig{CAData: tb.Harvester.Config.CAData}}
-	secret := &corev1.Secret{}
-	if err := tb.Mgmt.Get(ctx, client.ObjectKey{Namespace: testbed.Namespace, Name: testbed.CredentialsSecret}, secret); err != nil {
-		return "", err
-	}
-	secret.Data = map[string][]byte{"kubeconfig": sim.KubeconfigFor(restricted)}
-	return tr.Status.Token, tb.Mgmt.Update(ctx, secret)
 }
 
 // requireJSONLogWithoutSecrets checks that every line the manager logged is a JSON object with

@@ -19,7 +19,6 @@ import (
 	"github.com/go-logr/logr"
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
@@ -93,34 +92,25 @@ func find(objs []*unstructured.Unstructured, kind string) []*unstructured.Unstru
 	return out
 }
 
-// deployment returns the one Deployment of the manifests.
+// deployment returns the manager's Deployment of the manifests (testbed.ManagerDeployment).
 func deployment(t *testing.T, objs []*unstructured.Unstructured) *appsv1.Deployment {
 	t.Helper()
-	deps := find(objs, "Deployment")
-	if len(deps) != 1 {
-		t.Fatalf("rendered %d Deployments, want 1", len(deps))
-	}
-	d := &appsv1.Deployment{}
-	if err := k8sruntime.DefaultUnstructuredConverter.FromUnstructured(deps[0].Object, d); err != nil {
+	d, err := testbed.ManagerDeployment(objs)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return d
 }
 
-// managerOptions parses the manager container's args with the binary's own flag set, so a value
-// wired to a flag the binary does not have (or to a bad value) fails here.
+// managerOptions parses the manager container's args with the binary's own flag set
+// (testbed.ManagerArgs).
 func managerOptions(t *testing.T, d *appsv1.Deployment) (*options.Options, []string) {
 	t.Helper()
-	c := d.Spec.Template.Spec.Containers[0]
-	if c.Name != "manager" {
-		t.Fatalf("first container is %q, want manager", c.Name)
-	}
-	var usage bytes.Buffer
-	o, err := options.Parse(c.Args, &usage)
+	o, args, err := testbed.ManagerArgs(d)
 	if err != nil {
-		t.Fatalf("the manager rejects the rendered args %q: %v", c.Args, err)
+		t.Fatal(err)
 	}
-	return o, c.Args
+	return o, args
 }
 
 func TestMain(m *testing.M) {

@@ -49,7 +49,7 @@ func ClusterAPIAssets() (string, error) {
 	if dir == "" {
 		return "", fmt.Errorf("%s is not set: run the tests with 'make test', which builds Cluster API (make capi prints the directory)", ClusterAPIAssetsEnv)
 	}
-	for _, name := range []string{"capi-manager", "clusterctl", "crds"} {
+	for _, name := range []string{"capi-manager", "clusterctl", "crds", "core-rbac"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil { //nolint:gosec // G703: the directory the test's caller (make test) names
 			return "", fmt.Errorf("%s=%s has no %s (%w): set it to what 'make capi' prints", ClusterAPIAssetsEnv, dir, name, err)
 		}
@@ -61,12 +61,18 @@ func ClusterAPIAssets() (string, error) {
 // webhooks (the bases, before kustomize adds them): an API server serves them on its own.
 func ClusterAPICRDs(assets string) string { return filepath.Join(assets, "crds") }
 
+// ClusterAPICoreRBAC is the kustomization, in assets, of Cluster API core's RBAC as its release
+// installs it: ServiceAccount capi-system/capi-manager bound to ClusterRole
+// capi-aggregated-manager-role, which aggregates core's own rules and every ClusterRole labelled
+// cluster.x-k8s.io/aggregate-to-manager: "true".
+func ClusterAPICoreRBAC(assets string) string { return filepath.Join(assets, "core-rbac") }
+
 // ClusterAPIOptions configure StartClusterAPI.
 type ClusterAPIOptions struct {
 	// Assets is the directory hack/tools/capi.sh prints (see ClusterAPIAssets).
 	Assets string
-	// Config reaches the management cluster; the manager uses it as it is (an admin's, in tests:
-	// no RBAC is installed).
+	// Config reaches the management cluster; the manager uses it as it is: an admin's, or one
+	// that impersonates core's ServiceAccount (ClusterAPICoreRBAC) to test the RBAC.
 	Config *rest.Config
 	// WorkDir receives the manager's kubeconfig, its webhook serving certificate and its log
 	// (capi-manager.log).

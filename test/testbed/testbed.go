@@ -17,6 +17,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	platformv1alpha1 "github.com/butlerdotdev/butler-provider-harvester/api/platform/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
@@ -52,6 +54,9 @@ type Options struct {
 	// Schema chooses the management cluster's CRDs: "" for the project's, else one of
 	// ButlerSchemas (see CRDDirectories).
 	Schema string
+	// CRDDirectories are directories of further CRDs the management cluster serves from the
+	// start (e.g. Cluster API core's, ClusterAPICRDs).
+	CRDDirectories []string
 	// WorkDir receives the kubeconfigs, the manager binary and its log.
 	WorkDir string
 	Sim     sim.Config
@@ -139,14 +144,16 @@ func (t *Testbed) startManagement(context.Context) error {
 	if err != nil {
 		return err
 	}
-	t.mgmtEnv = &envtest.Environment{CRDDirectoryPaths: crds, ErrorIfCRDPathMissing: true}
+	t.mgmtEnv = &envtest.Environment{CRDDirectoryPaths: append(crds, t.opts.CRDDirectories...), ErrorIfCRDPathMissing: true}
 	if t.MgmtConfig, err = t.mgmtEnv.Start(); err != nil {
 		return err
 	}
 	t.MgmtConfig.QPS, t.MgmtConfig.Burst = 200, 400 // the testbed's own client creates objects in bulk
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
+	_ = apiextensionsv1.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
+	_ = infrav1.AddToScheme(scheme)
 	_ = platformv1alpha1.AddToScheme(scheme)
 	if t.Mgmt, err = client.New(t.MgmtConfig, client.Options{Scheme: scheme}); err != nil {
 		return err
