@@ -39,7 +39,7 @@ func (f *fixture) events(name string) []corev1.Event {
 func (f *fixture) eventsAbout(about func(corev1.ObjectReference) bool) []corev1.Event {
 	f.t.Helper()
 	list := &corev1.EventList{}
-	f.must(h.Client.List(f.ctx, list, client.InNamespace(f.ns)))
+	f.must(f.hv.Client.List(f.ctx, list, client.InNamespace(f.ns)))
 	var out []corev1.Event
 	for _, e := range list.Items {
 		if about(e.InvolvedObject) {
@@ -62,7 +62,7 @@ func (f *fixture) findEvent(name, eventType, reason string) *corev1.Event {
 func (f *fixture) getVM(name string) *kubevirtv1.VirtualMachine {
 	f.t.Helper()
 	vm := &kubevirtv1.VirtualMachine{}
-	f.must(h.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: name}, vm))
+	f.must(f.hv.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: name}, vm))
 	return vm
 }
 
@@ -70,7 +70,7 @@ func (f *fixture) getVM(name string) *kubevirtv1.VirtualMachine {
 // namespace, in order, until the returned function is called (which waits for seen to return).
 func (f *fixture) watch(seen func(client.Object), lists ...client.ObjectList) (stop func()) {
 	f.t.Helper()
-	c, err := client.NewWithWatch(h.Config, client.Options{Scheme: Scheme()})
+	c, err := client.NewWithWatch(f.hv.Config, client.Options{Scheme: Scheme()})
 	f.must(err)
 	events := make(chan client.Object)
 	var watches []watch.Interface
@@ -259,7 +259,7 @@ func (f *fixture) waitImported(image string) {
 	f.eventually("image "+image+" imported", func() error {
 		img := &unstructured.Unstructured{}
 		img.SetGroupVersionKind(VirtualMachineImageGVK)
-		if err := h.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: image}, img); err != nil {
+		if err := f.hv.Client.Get(f.ctx, client.ObjectKey{Namespace: f.ns, Name: image}, img); err != nil {
 			return err
 		}
 		if !imageImported(img) {
@@ -536,20 +536,34 @@ func TestImageStorageClassIsNamedAfterItsUID(t *testing.T) {
 	}
 }
 
-// A Harvester up to v1.7.x named an image's storage class longhorn-<image name>: the simulator
-// does so when asked, for clients written against such a Harvester.
+// Harvester v0.3.0 to v1.7.x named an image's storage class longhorn-<image name> (and reported it
+// in status.storageClassName): a Harvester simulated with LegacyImageStorageClassNames does, so a
+// root disk of that class, as the published provider guesses it, binds; one of the lh-<uid>
+// class of later versions is refused.
 func TestLegacyImageStorageClassNames(t *testing.T) {
-	img := &unstructured.Unstructured{}
-	img.SetGroupVersionKind(VirtualMachineImageGVK)
-	img.SetNamespace("vms")
-	img.SetName("talos-1-9")
-	img.SetUID("0d2c1a7e-4a8e-4a4c-9d47-8c0f1b2a3c4d")
-	for legacy, want := range map[bool]string{true: "longhorn-talos-1-9", false: "lh-0d2c1a7e-4a8e-4a4c-9d47-8c0f1b2a3c4d"} {
-		r := &imageReconciler{sim: &Simulator{cfg: Config{LegacyImageStorageClassNames: legacy}}}
-		if got := r.storageClassOf(img); got != want {
-			t.Errorf("legacy names %v: storage class %q, want %q", legacy, got, want)
-		}
+	legacy, err := StartHarvester(t.Context(), Options{Sim: Config{CloneDelay: cloneDelay, LegacyImageStorageClassNames: true}})
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = legacy.Stop() })
+	f := newFixtureOn(t, legacy)
+	img := f.image("talos-1-9", nil)
+	if sc := f.classOf("talos-1-9"); sc != "longhorn-talos-1-9" {
+		t.Fatalf("status.storageClassName %q, want longhorn-talos-1-9", sc)
+	}
+	f.must(legacy.Client.Get(f.ctx, client.ObjectKeyFromObject(img), img))
+	class := &storagev1.StorageClass{}
+	f.must(legacy.Client.Get(f.ctx, client.ObjectKey{Name: "longhorn-talos-1-9"}, class))
+	if class.Provisioner != longhornProvisioner || class.Parameters["backingImage"] != "vmi-"+string(img.GetUID()) {
+		t.Fatalf("storage class longhorn-talos-1-9: provisioner %s, parameters %v", class.Provisioner, class.Parameters)
+	}
+	newer := longhornName("lh-" + string(img.GetUID()))
+	if err := legacy.Client.Create(f.ctx, f.rootDisk("newer", "talos-1-9", newer)); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "longhorn-talos-1-9") {
+		t.Fatalf("a volume of image talos-1-9 in class %s: %v", newer, err)
+	}
+	guessed := f.rootDisk("guessed", "talos-1-9", "longhorn-talos-1-9")
+	f.must(legacy.Client.Create(f.ctx, guessed))
+	f.waitBound(guessed)
 }
 
 // (7) Images of the CDI backend import into a DataVolume of their target storage class, and a

@@ -23,7 +23,7 @@
 //   - After IPDelay, the guest agent's report in the VMI's status.interfaces: an IPv4 address from a
 //     pool per network (CIDR from the NetworkAttachmentDefinition's network.harvesterhci.io/route
 //     annotation, else its ipam.subnet, else Config.DefaultCIDR), with the noise real guests add
-//     (loopback, link-local and global IPv6 addresses).
+//     (link-local and global IPv6 addresses; not the loopback, which KubeVirt leaves out).
 //   - Metadata churn: KubeVirt and Harvester rewrite VMs and VMIs on their own (API version and
 //     run strategy annotations, MAC addresses, labels synced to the VMI, finalizers, status), with
 //     updates that carry a resourceVersion, so that a writer holding a stale copy gets a 409.
@@ -120,11 +120,16 @@ type Config struct {
 	// Nodes is how many Harvester nodes the simulator registers (harvester-node-1 to -N; default
 	// 3). Label them to make failure domains: VMs are placed by their node selection.
 	Nodes int
-	// LegacyImageStorageClassNames names the storage class of a backing-image image
-	// longhorn-<image name>, as Harvester up to v1.7.x did (util.GetImageStorageClassName), instead
-	// of lh-<image uid> (VMIOperator.GetStorageClassName, from v1.8.0, harvester/harvester#9392).
-	// Clients that guess the class from the image's name, as the published provider does, work
-	// only on such a Harvester; clients that read status.storageClassName work on both.
+	// LegacyImageStorageClassNames plays a Harvester v0.3.0 to v1.7.x: the storage class of a
+	// backing-image image is longhorn-<image name> (util.GetImageStorageClassName; the backing image
+	// is vmi-<image uid> either way), in status.storageClassName as in every version since v0.3.0
+	// (harvester commit 35ac03eed). Without it the simulator plays v1.8.0 and later:
+	// lh-<image uid> (vmiOperator.GetStorageClassName, harvester/harvester#9392: commit f6fb2645f
+	// on master, backported as b69423881, #10187, first tagged v1.8.0-rc2). v1.8 keeps the old
+	// name for an image whose longhorn-<image name> class exists (imported before an upgrade); the
+	// simulator plays a fresh install. Clients that guess the class from the image's name (the
+	// published provider) work only on the older versions; clients that read
+	// status.storageClassName work on all. docs/simulator.md cites the sources.
 	LegacyImageStorageClassNames bool
 }
 
