@@ -117,6 +117,17 @@ bench: ## Benchmark N MachineRequests end to end (default 100; N=1000 documented
 	@echo "Go benchmarks of the object builders and IP selection:"
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/harvester/
 
+# The published provider's commit make bench-published builds (hack/tools/published-provider.sh):
+# the newest of its main branch, on butler-api v0.13.0. PUBLISHED_GIT, if set, is a clone of it to
+# build from (else the script clones it from GitHub).
+PUBLISHED_COMMIT ?= fabb05a3b7f4ddd2bfd1905d524acb40862241d5
+.PHONY: bench-published
+bench-published: ## Optional, not in make bench or CI: the published provider (built from its source at PUBLISHED_COMMIT) side by side with this one, N MachineRequests on a Harvester v1.7 simulator and Butler's CRDs; adds one table with both to docs/benchmarks.md.
+	@assets=$$(bash hack/tools/controlplane.sh) && \
+		published=$$(PUBLISHED_COMMIT=$(PUBLISHED_COMMIT) bash hack/tools/published-provider.sh) && \
+		KUBEBUILDER_ASSETS=$$assets $(GO) run ./hack/bench -n $(N) -schema=butler-api-v0.13.0 -legacy-image-storage-class-names \
+			-published-manager=$$published -published-commit=$(PUBLISHED_COMMIT) $(BENCH_FLAGS)
+
 .PHONY: test-chaos
 test-chaos: ## 200 machines, 11 SIGKILLs of the manager, Harvester API errors, hangs, conflicts and lost responses; nothing lost, duplicated, recreated, orphaned or leaked.
 	@assets=$$(bash hack/tools/controlplane.sh) && \

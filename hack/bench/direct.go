@@ -142,6 +142,15 @@ func watchVMIAddresses(ctx context.Context, tb *testbed.Testbed) (*ipSeen, func(
 	})
 }
 
+// compareWithDirect prints the vsDirect line of a run and returns it for the report, with the
+// direct run's times.
+func compareWithDirect(r result, d directResult) string {
+	line := vsDirect(r, d)
+	fmt.Println("   " + line)
+	return fmt.Sprintf("- %s: %s (direct: all Running in %s, deleted in %s)", r.runName(), line,
+		d.toRunning.Round(10*time.Millisecond), d.toDeleted.Round(10*time.Millisecond))
+}
+
 // vsDirect is the line that compares a scenario with its physical limit, in a form scripts read.
 func vsDirect(ours result, direct directResult) string {
 	return fmt.Sprintf("vs direct: create %.2fx, delete %.2fx; manager CPU %.1f ms per machine",

@@ -4,6 +4,7 @@
 // its IP to the MachineRequest showing it, API requests per machine to each cluster (from
 // client-go's request metrics, scraped from the manager), the manager's peak RSS and CPU time, and
 // the time to delete everything with nothing left. `make bench` runs it (N=100; N=1000 works too).
+// `make bench-published` runs the published provider side by side (published.go).
 package main
 
 import (
@@ -22,6 +23,8 @@ import (
 
 	"github.com/go-logr/logr"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
 
 type options struct {
@@ -37,6 +40,11 @@ type options struct {
 	profileDir        string
 	runs              int
 	direct            bool
+	// The world and the other provider of make bench-published (see published.go).
+	schema                       string
+	legacyImageStorageClassNames bool
+	publishedManager             string
+	publishedCommit              string
 }
 
 func main() {
@@ -54,6 +62,10 @@ func main() {
 	flag.StringVar(&o.profileDir, "profile-dir", "", "If set, the first run writes CPU profiles of both API servers, the manager and the simulator, taken 5s to 35s after the first create, and the manager's heap when all are Running and when all are deleted, to this directory.")
 	flag.IntVar(&o.runs, "runs", 3, "How many of the three runs (zero boot delay, realistic boot, no userData) to do, in that order.")
 	flag.BoolVar(&o.direct, "direct", true, "After each run, run its \"direct\" twin (the bench creates the Harvester objects itself, no provider: the machine's physical limit) and print the provider's time over it.")
+	flag.StringVar(&o.schema, "schema", "", "Butler's CRDs for the management cluster instead of this project's: one of "+strings.Join(testbed.ButlerSchemas, ", ")+" (test/testdata/butler-crds).")
+	flag.BoolVar(&o.legacyImageStorageClassNames, "legacy-image-storage-class-names", false, "Simulate a Harvester v0.3.0 to v1.7.x, which named image storage classes longhorn-<image name> (later versions: lh-<image uid>).")
+	flag.StringVar(&o.publishedManager, "published-manager", "", "The published provider's manager binary (make bench-published builds it): each run is then also done with it, after this provider's. Needs -legacy-image-storage-class-names.")
+	flag.StringVar(&o.publishedCommit, "published-commit", "", "The commit the published provider was built from, for the report.")
 	flag.Parse()
 	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(io.Discard, nil)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -83,25 +95,37 @@ func run(ctx context.Context, o options) error {
 	if o.runs < 1 || o.runs > len(scenarios) {
 		return fmt.Errorf("-runs must be 1 to %d", len(scenarios))
 	}
+	published, withPublished := o.publishedProvider()
+	if withPublished && !o.legacyImageStorageClassNames {
+		return errors.New("-published-manager needs -legacy-image-storage-class-names: the published provider asks for the storage class longhorn-<image name>, which a Harvester from v1.8.0 refuses (make bench-published sets both)")
+	}
 	for _, sc := range scenarios[:o.runs] {
 		fmt.Printf("== N=%d, %s\n", o.n, sc.name)
-		r, err := runScenario(ctx, o, sc, filepath.Join(work, fmt.Sprintf("boot-%s", sc.boot)))
+		dir := filepath.Join(work, fmt.Sprintf("boot-%s", sc.boot))
+		r, err := runScenario(ctx, o, sc, dir, thisProvider)
 		o.profileDir = "" // profiles of the first run only
 		if err != nil {
 			return fmt.Errorf("%s: %w", sc.name, err)
 		}
 		results = append(results, r)
 		fmt.Println(r.summary())
+		var d directResult
 		if o.direct {
-			d, err := runDirect(ctx, o, sc, filepath.Join(work, fmt.Sprintf("boot-%s", sc.boot)))
-			if err != nil {
+			if d, err = runDirect(ctx, o, sc, dir); err != nil {
 				return fmt.Errorf("%s, direct: %w", sc.name, err)
 			}
 			fmt.Printf("   direct: all Running in %s, deleted in %s, %d objects left\n   direct deletion: %s\n", d.toRunning.Round(10*time.Millisecond), d.toDeleted.Round(10*time.Millisecond), d.left, d.deletion)
-			line := vsDirect(r, d)
-			fmt.Println("   " + line)
-			comparisons = append(comparisons, fmt.Sprintf("- %s: %s (direct: all Running in %s, deleted in %s)", sc.name, line,
-				d.toRunning.Round(10*time.Millisecond), d.toDeleted.Round(10*time.Millisecond)))
+			comparisons = append(comparisons, compareWithDirect(r, d))
+		}
+		if withPublished {
+			p, err := runPublished(ctx, o, sc, dir, published)
+			if err != nil {
+				return err
+			}
+			results = append(results, p)
+			if o.direct {
+				comparisons = append(comparisons, compareWithDirect(p, d))
+			}
 		}
 	}
 	table := renderTable(o, results)

@@ -33,7 +33,8 @@ type observation struct {
 	// queueWait is the mean time an item waited in the work queue, and adds the number of items.
 	queueWait time.Duration
 	adds      float64
-	// limiterWait is the total time client-go's rate limiter held requests, by cluster.
+	// limiterWait is the total time client-go's rate limiter held requests, by cluster (none when
+	// the manager does not expose it).
 	limiterWait map[string]time.Duration
 	// latency is the API servers' request latency (p50, p99; watches excluded), by cluster.
 	latency map[string][2]time.Duration
@@ -116,8 +117,10 @@ func (o *observer) finish(ctx context.Context) (observation, error) {
 	if obs.adds = c2 - c1; obs.adds > 0 {
 		obs.queueWait = seconds((s2 - s1) / obs.adds)
 	}
-	for cluster, host := range map[string]string{"management": hostOf(o.tb.MgmtConfig.Host), "Harvester": hostOf(o.tb.Harvester.Config.Host)} {
-		obs.limiterWait[cluster] = seconds(histogramSum(mgr[metrics.RateLimiterWaitName], "host", host) - histogramSum(o.mgrStart[metrics.RateLimiterWaitName], "host", host))
+	if waits := mgr[metrics.RateLimiterWaitName]; waits != nil {
+		for cluster, host := range map[string]string{"management": hostOf(o.tb.MgmtConfig.Host), "Harvester": hostOf(o.tb.Harvester.Config.Host)} {
+			obs.limiterWait[cluster] = seconds(histogramSum(waits, "host", host) - histogramSum(o.mgrStart[metrics.RateLimiterWaitName], "host", host))
+		}
 	}
 	end, err := o.apiServerMetrics(ctx)
 	if err != nil {
@@ -197,10 +200,10 @@ func countRequests(f *dto.MetricFamily, keep func(labels map[string]string) bool
 
 // managerHarvesterRequests counts the manager's requests to Harvester by verb and resource ("get
 // virtualmachines.kubevirt.io", with the code if refused), from its
-// butler_harvester_api_requests_total.
+// butler_harvester_api_requests_total; nil if it has none (the published provider).
 func managerHarvesterRequests(ctx context.Context, managerURL string) (map[string]float64, error) {
 	fams, err := scrape(ctx, http.DefaultClient, managerURL)
-	if err != nil {
+	if err != nil || fams["butler_harvester_api_requests_total"] == nil {
 		return nil, err
 	}
 	return countRequests(fams["butler_harvester_api_requests_total"], func(map[string]string) bool { return true }), nil
@@ -208,7 +211,11 @@ func managerHarvesterRequests(ctx context.Context, managerURL string) (map[strin
 
 // describeWrites renders the requests between two counts (apiServerWrites,
 // managerHarvesterRequests), per machine, largest first; those under 0.05 per machine are left out.
+// No count at the end is "n/a" (a metric the manager does not expose).
 func describeWrites(start, end map[string]float64, n int) string {
+	if end == nil {
+		return "n/a"
+	}
 	keys := make([]string, 0, len(end))
 	for k := range end {
 		if end[k]-start[k] >= 0.05*float64(n) {
@@ -390,9 +397,11 @@ func (o observation) describe() string {
 	for _, d := range o.depth {
 		depth = append(depth, strconv.Itoa(int(d)))
 	}
+	mgmtWait, exposed := o.limiterWait["management"]
+	hvWait := o.limiterWait["Harvester"]
 	return fmt.Sprintf("CPU: %s. Work queue depth every second: %s; mean wait in the queue %s over %.0f adds. Rate limiter held requests for %s (management) and %s (Harvester) in all. API server latency p50/p99 (watches excluded): management %s/%s, Harvester %s/%s.",
 		strings.Join(cpu, ", "), strings.Join(depth, " "), o.queueWait.Round(time.Millisecond), o.adds,
-		o.limiterWait["management"].Round(time.Millisecond), o.limiterWait["Harvester"].Round(time.Millisecond),
+		orNA(mgmtWait, exposed), orNA(hvWait, exposed),
 		o.latency["management"][0].Round(time.Millisecond), o.latency["management"][1].Round(time.Millisecond),
 		o.latency["Harvester"][0].Round(time.Millisecond), o.latency["Harvester"][1].Round(time.Millisecond))
 }

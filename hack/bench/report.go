@@ -71,7 +71,7 @@ func (r result) summary() string {
 	n := float64(r.n)
 	return fmt.Sprintf("   all Running in %s; IP->Running p50 %s p99 %s; deleted in %s, %d objects left; per machine: management %.1f reads %.1f writes, Harvester %.1f reads %.1f writes; manager peak RSS %.0f MB, CPU %.1f s\n   until all Running: %s",
 		r.toRunning.Round(10*time.Millisecond), percentile(r.ipDelays, 0.5).Round(time.Millisecond), percentile(r.ipDelays, 0.99).Round(time.Millisecond),
-		r.toDeleted.Round(10*time.Millisecond), r.left, r.requests.mgmtReads/n, r.requests.mgmtWrites/n, r.requests.hvReads/n, r.requests.hvWrites/n, r.peakRSSMB, r.cpuSeconds,
+		r.deletedIn(), r.left, r.requests.mgmtReads/n, r.requests.mgmtWrites/n, r.requests.hvReads/n, r.requests.hvWrites/n, r.peakRSSMB, r.cpuSeconds,
 		r.obs.describe()) + "\n   management API server writes per machine: " + r.mgmtWrites +
 		"\n   the manager's Harvester requests per machine: " + r.hvRequests +
 		"\n   Harvester API server writes per machine (manager and simulator): " + r.hvWrites +
@@ -83,21 +83,22 @@ func renderTable(o options, results []result) string {
 	var b strings.Builder
 	host, _ := os.Hostname()
 	fmt.Fprintf(&b, "### N=%d on %s (%s, %d CPUs, %s), %s\n\n", o.n, host, cpuModel(), runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format("2006-01-02 15:04 MST"))
+	b.WriteString(o.world())
 	fmt.Fprintln(&b, "| run | all Running | IP to Running p50 / p99 | delete all | left on Harvester | mgmt reads / writes per machine | Harvester reads / writes per machine | writes per machine | manager peak RSS | manager CPU |")
 	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		n := float64(r.n)
 		fmt.Fprintf(&b, "| %s | %s | %s / %s | %s | %d | %.1f / %.1f | %.1f / %.1f | %.1f | %.0f MB | %.1f s |\n",
-			r.scenario.name, r.toRunning.Round(10*time.Millisecond),
+			r.runName(), r.toRunning.Round(10*time.Millisecond),
 			percentile(r.ipDelays, 0.5).Round(time.Millisecond), percentile(r.ipDelays, 0.99).Round(time.Millisecond),
-			r.toDeleted.Round(10*time.Millisecond), r.left,
+			r.deletedIn(), r.left,
 			r.requests.mgmtReads/n, r.requests.mgmtWrites/n, r.requests.hvReads/n, r.requests.hvWrites/n,
 			(r.requests.mgmtWrites+r.requests.hvWrites)/n, r.peakRSSMB, r.cpuSeconds)
 	}
 	fmt.Fprintln(&b, "\nWhere the time went, from the first create to all Running:")
 	for _, r := range results {
 		fmt.Fprintf(&b, "\n- %s: %s Management API server writes per machine over the lifecycle: %s. The manager's Harvester requests per machine: %s. Harvester API server writes per machine, the manager's and the simulated Harvester's: %s. The manager's RSS in MB every 5 s from the first create over the whole run (| where all are Running): %s.\n",
-			r.scenario.name, r.obs.describe(), r.mgmtWrites, r.hvRequests, r.hvWrites, r.rss)
+			r.runName(), r.obs.describe(), r.mgmtWrites, r.hvRequests, r.hvWrites, r.rss)
 	}
 	return b.String()
 }

@@ -29,11 +29,15 @@ type scenario struct {
 }
 
 type result struct {
-	scenario   scenario
-	n          int
-	toRunning  time.Duration
-	ipDelays   []time.Duration // VMI reported its IP -> MachineRequest shows it
-	toDeleted  time.Duration
+	scenario scenario
+	// provider labels the results of another provider than this one ("" for this one).
+	provider  string
+	n         int
+	toRunning time.Duration
+	ipDelays  []time.Duration // VMI reported its IP -> MachineRequest shows it
+	toDeleted time.Duration
+	// emptied is when the Harvester namespace was empty, from the delete (0: never).
+	emptied    time.Duration
 	left       int
 	requests   requestCounts
 	peakRSSMB  float64
@@ -55,30 +59,21 @@ type result struct {
 	deletion string
 }
 
-func runScenario(ctx context.Context, o options, sc scenario, work string) (result, error) {
-	res := result{scenario: sc, n: o.n}
+// runScenario measures a provider (this one, or the published one: see published.go) on a
+// scenario.
+func runScenario(ctx context.Context, o options, sc scenario, work string, p provider) (result, error) {
+	res := result{scenario: sc, n: o.n, provider: p.label}
 	metricsAddr, err := testbed.FreeLocalAddr()
 	if err != nil {
 		return res, err
 	}
-	args := []string{"--metrics-bind-address=" + metricsAddr, "--metrics-secure=false", "--log-level=warn"}
 	pprofAddr := ""
-	if o.profileDir != "" {
+	if o.profileDir != "" && p.ours() {
 		if pprofAddr, err = testbed.FreeLocalAddr(); err != nil {
 			return res, err
 		}
-		args = append(args, "--pprof-bind-address="+pprofAddr)
 	}
-	if o.concurrency > 0 {
-		args = append(args, fmt.Sprintf("--max-concurrent-reconciles=%d", o.concurrency))
-	}
-	if o.harvesterQPS > 0 {
-		args = append(args, fmt.Sprintf("--harvester-qps=%d", o.harvesterQPS), fmt.Sprintf("--harvester-burst=%d", 2*o.harvesterQPS))
-	}
-	if o.kubeQPS > 0 {
-		args = append(args, fmt.Sprintf("--kube-api-qps=%d", o.kubeQPS), fmt.Sprintf("--kube-api-burst=%d", 2*o.kubeQPS))
-	}
-	tb, err := startSeeded(ctx, o, sc, testbed.Options{WorkDir: work, ManagerArgs: args})
+	tb, err := startSeeded(ctx, o, sc, testbed.Options{WorkDir: work, ManagerBinary: p.binary, ManagerArgs: p.managerArgs(o, metricsAddr, pprofAddr)})
 	defer tb.Stop()
 	if err != nil {
 		return res, err
@@ -86,7 +81,7 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 	if _, err := tb.ApplyFile(ctx, o.repoRoot+"/config/samples/providerconfig.yaml"); err != nil {
 		return res, err
 	}
-	if err := waitProviderConfigReady(ctx, tb); err != nil {
+	if err := p.waitReady(ctx, tb, "http://"+metricsAddr+"/metrics"); err != nil {
 		return res, err
 	}
 
@@ -112,7 +107,7 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 		return res, err
 	}
 	var prof *profiler
-	if o.profileDir != "" {
+	if pprofAddr != "" {
 		if prof, err = newProfiler(o.profileDir, tb, pprofAddr); err != nil {
 			return res, err
 		}
@@ -163,11 +158,9 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 			return res, err
 		}
 	}
-	vms, vmis, pvcs, secrets, err := tb.HarvesterLeft(ctx)
-	if err != nil {
+	if res.left, res.emptied, err = leftOnHarvester(ctx, tb, start); err != nil {
 		return res, err
 	}
-	res.left = vms + vmis + pvcs + secrets
 	mgmtWritesAtEnd, err := apiServerWrites(ctx, tb.MgmtConfig)
 	if err != nil {
 		return res, err
@@ -199,7 +192,8 @@ func runScenario(ctx context.Context, o options, sc scenario, work string) (resu
 func startSeeded(ctx context.Context, o options, sc scenario, opts testbed.Options) (*testbed.Testbed, error) {
 	opts.RepoRoot = o.repoRoot
 	opts.NetworkCIDR = "10.40.0.0/20" // 4000 leases: a /24 runs out of addresses at N=245
-	opts.Sim = sim.Config{BootDelay: sc.boot, IPDelay: sc.ip}
+	opts.Sim = sim.Config{BootDelay: sc.boot, IPDelay: sc.ip, LegacyImageStorageClassNames: o.legacyImageStorageClassNames}
+	opts.Schema = o.schema
 	tb, err := testbed.Start(ctx, opts)
 	if err != nil {
 		return tb, err
