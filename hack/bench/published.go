@@ -127,38 +127,49 @@ func (r result) runName() string {
 // garbage collector deletes Secrets a while later. What is left after it is left for good.
 const settleTime = 30 * time.Second
 
-// leftOnHarvester counts the objects left in the Harvester namespace once it has settled, and
-// says when it was empty, from deleting (0 if it never was): a provider may let a MachineRequest
-// go before Harvester has removed what it had (the published provider does).
-func leftOnHarvester(ctx context.Context, tb *testbed.Testbed, deleting time.Time) (left int, emptyAfter time.Duration, err error) {
+// leftOnHarvester records in res the objects left in the Harvester namespace once it has
+// settled, and when it was empty, from deleting: a provider may let a MachineRequest go before
+// Harvester has removed what it had (the published provider does).
+func leftOnHarvester(ctx context.Context, tb *testbed.Testbed, deleting time.Time, res *result) error {
 	deadline := time.Now().Add(settleTime)
 	for {
 		vms, vmis, pvcs, secrets, err := tb.HarvesterLeft(ctx)
 		if err != nil {
-			return 0, 0, err
+			return err
 		}
-		if left = vms + vmis + pvcs + secrets; left == 0 {
-			return 0, time.Since(deleting), nil
+		if res.left = vms + vmis + pvcs + secrets; res.left == 0 {
+			res.emptied = time.Since(deleting)
+			return nil
 		}
 		if time.Now().After(deadline) {
-			return left, 0, nil
+			res.leftWhat = fmt.Sprintf("VMs %d, VMIs %d, PVCs %d, Secrets %d", vms, vmis, pvcs, secrets)
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return left, 0, ctx.Err()
+			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
 
+// leftIn renders what was left on Harvester.
+func (r result) leftIn() string {
+	if r.left == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%d (%s)", r.left, r.leftWhat)
+}
+
 // deletedIn is the time to delete all MachineRequests, and when the Harvester namespace was empty
-// if that was noticeably later (or never).
+// if that was over a second later (or never): the namespace is listed every 200 ms, and each list
+// takes a while on a busy machine.
 func (r result) deletedIn() string {
 	d := r.toDeleted.Round(10 * time.Millisecond).String()
 	switch {
 	case r.emptied == 0:
 		return fmt.Sprintf("%s (Harvester not empty %s later)", d, settleTime)
-	case r.emptied-r.toDeleted > 100*time.Millisecond:
+	case r.emptied-r.toDeleted > time.Second:
 		return fmt.Sprintf("%s (Harvester empty after %s)", d, r.emptied.Round(10*time.Millisecond))
 	}
 	return d

@@ -69,9 +69,9 @@ func hostOf(h string) string {
 
 func (r result) summary() string {
 	n := float64(r.n)
-	return fmt.Sprintf("   all Running in %s; IP->Running p50 %s p99 %s; deleted in %s, %d objects left; per machine: management %.1f reads %.1f writes, Harvester %.1f reads %.1f writes; manager peak RSS %.0f MB, CPU %.1f s\n   until all Running: %s",
+	return fmt.Sprintf("   all Running in %s; IP->Running p50 %s p99 %s; deleted in %s, %s objects left; per machine: management %.1f reads %.1f writes, Harvester %.1f reads %.1f writes; manager peak RSS %.0f MB, CPU %.1f s\n   until all Running: %s",
 		r.toRunning.Round(10*time.Millisecond), percentile(r.ipDelays, 0.5).Round(time.Millisecond), percentile(r.ipDelays, 0.99).Round(time.Millisecond),
-		r.deletedIn(), r.left, r.requests.mgmtReads/n, r.requests.mgmtWrites/n, r.requests.hvReads/n, r.requests.hvWrites/n, r.peakRSSMB, r.cpuSeconds,
+		r.deletedIn(), r.leftIn(), r.requests.mgmtReads/n, r.requests.mgmtWrites/n, r.requests.hvReads/n, r.requests.hvWrites/n, r.peakRSSMB, r.cpuSeconds,
 		r.obs.describe()) + "\n   management API server writes per machine: " + r.mgmtWrites +
 		"\n   the manager's Harvester requests per machine: " + r.hvRequests +
 		"\n   Harvester API server writes per machine (manager and simulator): " + r.hvWrites +
@@ -88,10 +88,10 @@ func renderTable(o options, results []result) string {
 	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		n := float64(r.n)
-		fmt.Fprintf(&b, "| %s | %s | %s / %s | %s | %d | %.1f / %.1f | %.1f / %.1f | %.1f | %.0f MB | %.1f s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s / %s | %s | %s | %.1f / %.1f | %.1f / %.1f | %.1f | %.0f MB | %.1f s |\n",
 			r.runName(), r.toRunning.Round(10*time.Millisecond),
 			percentile(r.ipDelays, 0.5).Round(time.Millisecond), percentile(r.ipDelays, 0.99).Round(time.Millisecond),
-			r.deletedIn(), r.left,
+			r.deletedIn(), r.leftIn(),
 			r.requests.mgmtReads/n, r.requests.mgmtWrites/n, r.requests.hvReads/n, r.requests.hvWrites/n,
 			(r.requests.mgmtWrites+r.requests.hvWrites)/n, r.peakRSSMB, r.cpuSeconds)
 	}

@@ -37,8 +37,10 @@ type result struct {
 	ipDelays  []time.Duration // VMI reported its IP -> MachineRequest shows it
 	toDeleted time.Duration
 	// emptied is when the Harvester namespace was empty, from the delete (0: never).
-	emptied    time.Duration
+	emptied time.Duration
+	// left is how many objects were left on Harvester, and leftWhat which.
 	left       int
+	leftWhat   string
 	requests   requestCounts
 	peakRSSMB  float64
 	cpuSeconds float64
@@ -158,7 +160,7 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 			return res, err
 		}
 	}
-	if res.left, res.emptied, err = leftOnHarvester(ctx, tb, start); err != nil {
+	if err := leftOnHarvester(ctx, tb, start, &res); err != nil {
 		return res, err
 	}
 	mgmtWritesAtEnd, err := apiServerWrites(ctx, tb.MgmtConfig)
