@@ -128,8 +128,8 @@ func appendReport(path, table string) error {
 			"created at once on the testbed (management API server, simulated Harvester, manager process), first with zero\n" +
 			"boot delay, then with a realistic one. Columns: wall time from the first create to all Running; delay from the\n" +
 			"simulated VMI reporting its IP to the MachineRequest showing it; wall time to delete all; objects left in the\n" +
-			"Harvester namespace; client-go requests per machine to each cluster over the whole lifecycle (create, run,\n" +
-			"delete; reads are GETs including lists and watches, writes are POST/PUT/PATCH/DELETE, events included); the\n" +
+			"Harvester namespace once it has settled; client-go requests per machine to each cluster over the whole\n" +
+			"lifecycle (create, run, delete; reads are GETs including lists and watches, writes are POST/PUT/PATCH/DELETE, events included); the\n" +
 			"manager's peak RSS and CPU time. Everything runs on the one machine named, so the API servers and the simulator\n" +
 			"compete with the manager for its CPUs.\n\n"
 		if err := os.WriteFile(path, []byte(intro), 0o644); err != nil {
