@@ -38,6 +38,22 @@ func machineRequestTerms(engineReason string) (reason, advice string) {
 	return reason, machineRequestAdvice[engineReason]
 }
 
+// harvesterMachineAdvice is what a HarvesterMachine's user can do about an engine reason: the
+// same remedies as a MachineRequest's, through Cluster API (a machine is replaced, not retried).
+var harvesterMachineAdvice = map[string]string{
+	harvester.ReasonVMDeleted: ": delete the Machine that owns this HarvesterMachine (a MachineHealthCheck does so by itself) and Cluster API replaces it with a new one",
+	harvester.ReasonNameTaken: "; the VM is named after the HarvesterMachine: delete that object on Harvester, or delete the Machine so that Cluster API makes one of another name",
+	harvester.ReasonNameTakenByAnotherManagementCluster: ". If that cluster is gone, hand the machine over with its VM, disks and cloud-init Secret: set annotation " +
+		v1alpha1.AnnotationHandOver + "=true on this HarvesterMachine",
+}
+
+// harvesterMachineTerms is an engine reason in the HarvesterMachine's words (spelled as the
+// MachineRequest's), and the advice for it.
+func harvesterMachineTerms(engineReason string) (reason, advice string) {
+	reason, _ = machineRequestTerms(engineReason)
+	return reason, harvesterMachineAdvice[engineReason]
+}
+
 // sameTerms keeps the engine's reasons (a front door that maps them afterwards, such as
 // asImageSyncError, or the ProviderConfig's checks, spelled as the engine's).
 func sameTerms(engineReason string) (reason, advice string) { return engineReason, "" }

@@ -80,3 +80,19 @@ func TestEngineErrorsGetTheMachineRequestsWordsAndAdvice(t *testing.T) {
 		t.Fatalf("the front door's own error was rewritten: %v", got)
 	}
 }
+
+// A HarvesterMachine's user is told what to do through Cluster API, never to edit a MachineRequest.
+func TestHarvesterMachineAdviceNamesNoMachineRequest(t *testing.T) {
+	for _, reason := range stringConstants(t, "../harvester/reasons.go", "Reason") {
+		got, advice := harvesterMachineTerms(reason)
+		if want, _ := machineRequestTerms(reason); got != want {
+			t.Errorf("%s becomes %q for a HarvesterMachine, %q for a MachineRequest: the conditions spell them alike", reason, got, want)
+		}
+		if strings.Contains(advice, "MachineRequest") || strings.Contains(advice, v1alpha1.AnnotationRetry) || strings.Contains(advice, "spec.machineName") {
+			t.Errorf("%s: HarvesterMachine advice %q names the MachineRequest's fields", reason, advice)
+		}
+	}
+	if _, advice := harvesterMachineTerms(harvester.ReasonVMDeleted); !strings.Contains(advice, "delete the Machine") {
+		t.Errorf("VMDeleted advice %q, want it to say the Machine is replaced", advice)
+	}
+}

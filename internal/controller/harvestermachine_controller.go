@@ -104,7 +104,7 @@ func (r *HarvesterMachineReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		}
 	}()
 	res, err := r.reconcile(ctx, s)
-	return asPoll(s.Outcome(ctx, res, fromEngineIn(err, machineRequestTerms)))
+	return asPoll(s.Outcome(ctx, res, fromEngineIn(err, harvesterMachineTerms)))
 }
 
 func (r *HarvesterMachineReconciler) reconcile(ctx context.Context, s *harvesterMachineScope) (reconcile.Result, error) {
@@ -277,7 +277,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 	assessment := harvester.Assess(obs, r.StartLimits, time.Now())
 	if p := assessment.Problem; p != nil {
 		var advice string
-		reason, advice = machineRequestTerms(p.Reason)
+		reason, advice = harvesterMachineTerms(p.Reason)
 		message = p.Message + advice
 	}
 	s.Progressing(reason, message)

@@ -108,7 +108,7 @@ func schedulingAdvice(vm *kubevirtv1.VirtualMachine, why string) string {
 			describeNodeSelection(vm)))
 	}
 	if !mismatch || strings.Contains(why, "Insufficient") {
-		advice = append(advice, "Free CPU or memory on Harvester, or lower spec.cpu / spec.memoryMB")
+		advice = append(advice, "Free CPU or memory on Harvester, or give the machine fewer CPUs or less memory (spec.cpu and spec.memoryMB of a MachineRequest, spec.cpu and spec.memory of a HarvesterMachine)")
 	}
 	return strings.Join(advice, ". ")
 }
