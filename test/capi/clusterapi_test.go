@@ -23,15 +23,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
-
-var clusterGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Cluster"}
 
 // clusterFinalizer is the finalizer Cluster API's Cluster controller puts on every Cluster.
 const clusterFinalizer = "cluster.cluster.x-k8s.io"
@@ -86,11 +83,7 @@ func TestClusterAPICoreManagerReconcilesACluster(t *testing.T) {
 	if err := c.Create(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	cluster := &unstructured.Unstructured{}
-	cluster.SetGroupVersionKind(clusterGVK)
-	cluster.SetNamespace(ns.Name)
-	cluster.SetName("smoke")
-	_ = unstructured.SetNestedField(cluster.Object, "cluster.local", "spec", "clusterNetwork", "serviceDomain")
+	cluster := testbed.ClusterAPIObject(testbed.ClusterGVK, ns.Name, "smoke", map[string]any{"clusterNetwork": map[string]any{"serviceDomain": "cluster.local"}})
 	if err := c.Create(ctx, cluster); err != nil {
 		t.Fatalf("create the Cluster: %v", err)
 	}

@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -35,8 +34,6 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
-
-var machineGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Machine"}
 
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
@@ -134,39 +131,28 @@ func (w *capiWorld) must(err error) {
 	}
 }
 
-// tenantCluster creates Cluster "tenant" with its HarvesterCluster (endpoint given, and the
-// failure domains given) and the bootstrap data Secret of its machines, using ProviderConfig
-// "harvester" of the namespace.
+// tenant is the tenant cluster of the tests: Cluster "tenant" with its HarvesterCluster (endpoint
+// given) on ProviderConfig "harvester" of the namespace, machines of 2 CPUs, 2Gi and a 10Gi root
+// disk.
+var tenant = testbed.TenantCluster{Namespace: ns, Name: "tenant", ProviderConfig: infrav1.ProviderConfigReference{Name: "harvester"},
+	Endpoint:    infrav1.APIEndpoint{Host: "10.40.0.250", Port: 6443},
+	MachineSpec: infrav1.HarvesterMachineSpec{CPU: 2, Memory: resource.MustParse("2Gi"), RootDisk: infrav1.RootDisk{Size: resource.MustParse("10Gi")}},
+}
+
+// tenantCluster creates the tenant Cluster with its HarvesterCluster (with the failure domains
+// given) and the bootstrap data Secret of its machines.
 func (w *capiWorld) tenantCluster(failureDomains ...infrav1.HarvesterFailureDomain) *unstructured.Unstructured {
-	cluster, err := createTenantCluster(w.ctx, w.c, infrav1.ProviderConfigReference{Name: "harvester"}, failureDomains...)
+	cluster, err := createTenantCluster(w.ctx, w.c, tenant.ProviderConfig, failureDomains...)
 	w.must(err)
 	return cluster
 }
 
-// createTenantCluster creates, in namespace ns, Cluster "tenant" with its HarvesterCluster
-// (endpoint given, ProviderConfig pc, the failure domains given) and the bootstrap data Secret of
-// its machines.
+// createTenantCluster creates the tenant Cluster with its HarvesterCluster (on ProviderConfig pc,
+// with the failure domains given) and the bootstrap data Secret of its machines.
 func createTenantCluster(ctx context.Context, c client.Client, pc infrav1.ProviderConfigReference, failureDomains ...infrav1.HarvesterFailureDomain) (*unstructured.Unstructured, error) {
-	cluster := capiObject(clusterGVK, ns, "tenant", map[string]any{
-		"clusterNetwork":    map[string]any{"serviceDomain": "cluster.local"},
-		"infrastructureRef": map[string]any{"apiGroup": infrav1.GroupVersion.Group, "kind": "HarvesterCluster", "name": "tenant"},
-	})
-	return cluster, createAll(ctx, c,
-		&infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant"}, Spec: infrav1.HarvesterClusterSpec{ProviderConfigRef: pc,
-			ControlPlaneEndpoint: infrav1.APIEndpoint{Host: "10.40.0.250", Port: 6443}, FailureDomains: failureDomains}},
-		cluster,
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-bootstrap"},
-			Data: map[string][]byte{"value": []byte("#cloud-config\n"), "format": []byte("cloud-config")}})
-}
-
-// createAll creates objs in order.
-func createAll(ctx context.Context, c client.Client, objs ...client.Object) error {
-	for _, obj := range objs {
-		if err := c.Create(ctx, obj); err != nil {
-			return fmt.Errorf("create %T %s: %w", obj, obj.GetName(), err)
-		}
-	}
-	return nil
+	tc := tenant
+	tc.ProviderConfig, tc.FailureDomains = pc, failureDomains
+	return tc.Cluster(), testbed.CreateAll(ctx, c, tc.ClusterObjects()...)
 }
 
 // harvesterLeft counts what is left on Harvester: VMs, disks, and cloud-init Secrets of machines.
@@ -178,31 +164,18 @@ func (w *capiWorld) harvesterLeft() (vms, disks, secrets int) {
 	return len(vmList.Items), len(pvcs.Items), len(secretList.Items)
 }
 
-// machine creates a HarvesterMachine and its Machine of Cluster "tenant" (see createMachine).
+// machine creates a HarvesterMachine and its Machine of the tenant cluster (see createMachine).
 func (w *capiWorld) machine(name, failureDomain string) *unstructured.Unstructured {
 	machine, err := createMachine(w.ctx, w.c, name, failureDomain)
 	w.must(err)
 	return machine
 }
 
-// createMachine creates Machine name of Cluster "tenant" in failureDomain ("" for none), whose
-// bootstrap data is given, with its HarvesterMachine of the same name: 2 CPUs, 2Gi of memory, a
-// 10Gi disk.
+// createMachine creates Machine name of the tenant cluster in failureDomain ("" for none), whose
+// bootstrap data is given, with its HarvesterMachine of the same name.
 func createMachine(ctx context.Context, c client.Client, name, failureDomain string) (*unstructured.Unstructured, error) {
-	spec := map[string]any{
-		"clusterName":       "tenant",
-		"bootstrap":         map[string]any{"dataSecretName": "tenant-bootstrap"},
-		"infrastructureRef": map[string]any{"apiGroup": infrav1.GroupVersion.Group, "kind": "HarvesterMachine", "name": name},
-	}
-	if failureDomain != "" {
-		spec["failureDomain"] = failureDomain
-	}
-	machine := capiObject(machineGVK, ns, name, spec)
-	machine.SetLabels(map[string]string{"cluster.x-k8s.io/cluster-name": "tenant"})
-	return machine, createAll(ctx, c,
-		&infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-			Spec: infrav1.HarvesterMachineSpec{CPU: 2, Memory: resource.MustParse("2Gi"), RootDisk: infrav1.RootDisk{Size: resource.MustParse("10Gi")}}},
-		machine)
+	hm, machine := tenant.Machine(name, failureDomain)
+	return machine, testbed.CreateAll(ctx, c, hm, machine)
 }
 
 // infrastructureProvisioned checks that Cluster API has marked the Cluster's infrastructure
@@ -447,14 +420,6 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 	stop = func() { cancel(); <-done }
 	t.Cleanup(stop)
 	return stop
-}
-
-func capiObject(gvk schema.GroupVersionKind, namespace, name string, spec map[string]any) *unstructured.Unstructured {
-	u := &unstructured.Unstructured{Object: map[string]any{"spec": spec}}
-	u.SetGroupVersionKind(gvk)
-	u.SetNamespace(namespace)
-	u.SetName(name)
-	return u
 }
 
 func findCondition(conditions []metav1.Condition, t string) *metav1.Condition {

@@ -1,103 +1,60 @@
 package capi
 
 import (
-	"context"
 	"fmt"
-	"strings"
 	"testing"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
-	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
+	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
 
-var (
-	machineDeploymentGVK  = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineDeployment"}
-	machineHealthCheckGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineHealthCheck"}
-)
+var machineHealthCheckGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineHealthCheck"}
 
 // TestClusterAPIMachineDeployment runs a MachineDeployment of 3 (beside one control plane Machine)
-// through the real Cluster API core manager, with a second API server as the tenant cluster, where the test plays the kubelet and
-// Harvester's cloud provider: it registers a Node named after each running VM, with the VM's
-// providerID, and deletes the Node of a VM that is gone. The Machines reach Running with their
+// through the real Cluster API core manager, with a second API server as the tenant cluster, where
+// testbed.PlayKubelets plays the kubelets and Harvester's cloud provider: it registers a Node named
+// after each running VM, with the VM's providerID, and turns the Node of a VM that is gone Ready
+// Unknown. The Machines reach Running with their
 // nodeRef and addresses; scaling to 1 deletes exactly two VMs with their disks and Secrets; a VM
 // deleted on Harvester behind Cluster API's back is reported and, with a MachineHealthCheck,
 // replaced; deleting the Cluster leaves Harvester empty.
 func TestClusterAPIMachineDeployment(t *testing.T) {
 	w := startCAPIWorld(t)
 	ctx, c, hv := w.ctx, w.c, w.hv
-	tenantEnv := &envtest.Environment{}
-	tenantCfg, err := tenantEnv.Start()
-	if err != nil {
-		t.Fatalf("start the tenant API server: %v", err)
-	}
-	t.Cleanup(func() { _ = tenantEnv.Stop() })
-	tenant, err := client.New(tenantCfg, client.Options{})
+	tenantAPI, err := testbed.StartTenant(ctx, c, ns, tenant.Name)
+	t.Cleanup(func() { _ = tenantAPI.Stop() })
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.must(c.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-kubeconfig", Labels: map[string]string{"cluster.x-k8s.io/cluster-name": "tenant"}},
-		Type:       "cluster.x-k8s.io/secret",
-		Data:       map[string][]byte{"value": sim.KubeconfigFor(tenantCfg)},
-	}))
-	kubeletCtx, stopKubelet := context.WithCancel(ctx)
-	defer stopKubelet()
-	go playKubelet(kubeletCtx, hv.Client, tenant)
+	kubelets, err := testbed.PlayKubelets(ctx, hv.Config, "vms", tenantAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kubelets.Stop)
 
 	cluster := w.tenantCluster()
 	// One control plane machine: Cluster API counts the control plane initialized once it has a
 	// Node (this Cluster has no control plane provider), and remediates only then.
-	w.must(c.Create(ctx, &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-cp-0"},
-		Spec: infrav1.HarvesterMachineSpec{CPU: 2, Memory: resource.MustParse("2Gi"), RootDisk: infrav1.RootDisk{Size: resource.MustParse("10Gi")}}}))
-	cp := capiObject(machineGVK, ns, "tenant-cp-0", map[string]any{
-		"clusterName":       "tenant",
-		"bootstrap":         map[string]any{"dataSecretName": "tenant-bootstrap"},
-		"infrastructureRef": map[string]any{"apiGroup": infrav1.GroupVersion.Group, "kind": "HarvesterMachine", "name": "tenant-cp-0"},
-	})
-	cp.SetLabels(map[string]string{"cluster.x-k8s.io/cluster-name": "tenant", "cluster.x-k8s.io/control-plane": ""})
-	w.must(c.Create(ctx, cp))
-	w.must(c.Create(ctx, &infrav1.HarvesterMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-md-0"},
-		Spec: infrav1.HarvesterMachineTemplateSpec{Template: infrav1.HarvesterMachineTemplateResource{Spec: infrav1.HarvesterMachineSpec{
-			CPU: 2, Memory: resource.MustParse("2Gi"), RootDisk: infrav1.RootDisk{Size: resource.MustParse("10Gi")}}}}}))
-	// Written as Cluster API's webhooks would default it (they are not called in these tests).
-	labels := map[string]any{"cluster.x-k8s.io/cluster-name": "tenant", "cluster.x-k8s.io/deployment-name": "tenant-md-0"}
-	md := capiObject(machineDeploymentGVK, ns, "tenant-md-0", map[string]any{
-		"clusterName": "tenant",
-		"replicas":    int64(3),
-		"selector":    map[string]any{"matchLabels": labels},
-		"rollout": map[string]any{"strategy": map[string]any{"type": "RollingUpdate",
-			"rollingUpdate": map[string]any{"maxSurge": int64(1), "maxUnavailable": int64(0)}}},
-		"template": map[string]any{
-			"metadata": map[string]any{"labels": labels},
-			"spec": map[string]any{
-				"clusterName":       "tenant",
-				"bootstrap":         map[string]any{"dataSecretName": "tenant-bootstrap"},
-				"infrastructureRef": map[string]any{"apiGroup": infrav1.GroupVersion.Group, "kind": "HarvesterMachineTemplate", "name": "tenant-md-0"},
-			},
-		},
-	})
-	w.must(c.Create(ctx, md))
+	cpInfra, cp := tenant.ControlPlaneMachine("tenant-cp-0")
+	w.must(testbed.CreateAll(ctx, c, cpInfra, cp))
+	template, md := tenant.MachineDeployment("tenant-md-0", 3)
+	w.must(testbed.CreateAll(ctx, c, template, md))
 
 	running := func(want int) map[string]string {
 		t.Helper()
 		var nodes map[string]string
 		waitFor(ctx, t, w.capi, fmt.Sprintf("%d Machines Running with their Node", want), func() error {
 			machines := &unstructured.UnstructuredList{}
-			machines.SetGroupVersionKind(machineGVK.GroupVersion().WithKind("MachineList"))
-			w.must(c.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{"cluster.x-k8s.io/deployment-name": "tenant-md-0"}))
+			machines.SetGroupVersionKind(testbed.MachineGVK.GroupVersion().WithKind("MachineList"))
+			w.must(c.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{testbed.DeploymentNameLabel: md.GetName()}))
 			nodes = map[string]string{}
 			for _, m := range machines.Items {
 				phase, _, _ := unstructured.NestedString(m.Object, "status", "phase")
@@ -148,9 +105,9 @@ func TestClusterAPIMachineDeployment(t *testing.T) {
 
 	// A VM deleted behind Cluster API's back: the HarvesterMachine says so, and a
 	// MachineHealthCheck has the machine replaced.
-	mhc := capiObject(machineHealthCheckGVK, ns, "tenant-md-0", map[string]any{
-		"clusterName": "tenant",
-		"selector":    map[string]any{"matchLabels": map[string]any{"cluster.x-k8s.io/deployment-name": "tenant-md-0"}},
+	mhc := testbed.ClusterAPIObject(machineHealthCheckGVK, ns, md.GetName(), map[string]any{
+		"clusterName": tenant.Name,
+		"selector":    map[string]any{"matchLabels": map[string]any{testbed.DeploymentNameLabel: md.GetName()}},
 		"checks": map[string]any{
 			"unhealthyNodeConditions": []any{map[string]any{"type": "Ready", "status": "Unknown", "timeoutSeconds": int64(5)}},
 		},
@@ -184,61 +141,4 @@ func TestClusterAPIMachineDeployment(t *testing.T) {
 	waitFor(ctx, t, w.capi, "the Cluster and everything on Harvester to go", func() error {
 		return w.clusterAndMachinesGone(cluster)
 	})
-}
-
-// playKubelet plays the tenant's kubelets and Harvester's cloud provider until ctx ends: each
-// running VM gets a Ready Node of its name with spec.providerID harvester://<VM UID> (what the
-// cloud provider sets), and the Node of a VM that is gone turns Ready Unknown, as a node whose
-// kubelet stopped posting does.
-func playKubelet(ctx context.Context, hv, tenant client.Client) {
-	for ctx.Err() == nil {
-		time.Sleep(200 * time.Millisecond)
-		vmis := &kubevirtv1.VirtualMachineInstanceList{}
-		vms := &kubevirtv1.VirtualMachineList{}
-		nodes := &corev1.NodeList{}
-		if hv.List(ctx, vmis, client.InNamespace("vms")) != nil || hv.List(ctx, vms, client.InNamespace("vms")) != nil || tenant.List(ctx, nodes) != nil {
-			continue
-		}
-		running := map[string]types.UID{}
-		for _, vm := range vms.Items {
-			for _, vmi := range vmis.Items {
-				if vmi.Name == vm.Name && vmi.Status.Phase == kubevirtv1.Running && vm.DeletionTimestamp == nil {
-					running[vm.Name] = vm.UID
-				}
-			}
-		}
-		have := map[string]corev1.Node{}
-		for _, n := range nodes.Items {
-			have[n.Name] = n
-		}
-		for name, uid := range running {
-			if _, ok := have[name]; ok {
-				continue
-			}
-			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{ProviderID: harvester.ProviderIDPrefix + string(uid)}}
-			if tenant.Create(ctx, node) != nil {
-				continue
-			}
-			node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
-				LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-			_ = tenant.Status().Update(ctx, node)
-		}
-		for name, node := range have {
-			if _, ok := running[name]; ok || strings.HasPrefix(string(readyStatus(node)), string(corev1.ConditionUnknown)) {
-				continue
-			}
-			node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown",
-				LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
-			_ = tenant.Status().Update(ctx, &node)
-		}
-	}
-}
-
-func readyStatus(n corev1.Node) corev1.ConditionStatus {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status
-		}
-	}
-	return ""
 }

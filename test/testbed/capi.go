@@ -174,6 +174,14 @@ func (c *ClusterAPI) waitReady(ctx context.Context, url string, timeout time.Dur
 	}
 }
 
+// PID is the manager's process ID (0 before it started).
+func (c *ClusterAPI) PID() int {
+	if c.cmd == nil || c.cmd.Process == nil {
+		return 0
+	}
+	return c.cmd.Process.Pid
+}
+
 // Exited returns an error if the manager has exited.
 func (c *ClusterAPI) Exited() error {
 	if c.exited == nil {

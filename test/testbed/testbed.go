@@ -18,6 +18,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -77,6 +78,11 @@ type Options struct {
 	ManagerDir string
 	// BeforeManager, if set, runs once both clusters are up, before the manager starts.
 	BeforeManager func(context.Context, *Testbed) error
+	// ClusterAPI, if set, is the directory hack/tools/capi.sh prints (ClusterAPIAssets): the
+	// management cluster then also serves Cluster API core's CRDs and this provider's
+	// infrastructure CRDs, and the Cluster API core manager runs (Testbed.ClusterAPI), started
+	// before the manager so that the manager turns its Cluster API controllers on.
+	ClusterAPI string
 	// NoManager starts both clusters but no manager: the caller plays the provider itself (the
 	// bench's "direct" scenario, the physical limit of the machine).
 	NoManager bool
@@ -94,6 +100,8 @@ type Testbed struct {
 	MgmtConfig *rest.Config
 	Mgmt       client.Client
 	Harvester  *sim.Harvester
+	// ClusterAPI is the Cluster API core manager, if Options.ClusterAPI asked for it.
+	ClusterAPI *ClusterAPI
 	manager    *exec.Cmd
 	exited     chan error
 	cancelSim  context.CancelFunc
@@ -126,6 +134,9 @@ func Start(ctx context.Context, opts Options) (*Testbed, error) {
 		{"Starting the management API server (kube-apiserver + etcd)", t.startManagement},
 		{"Starting the simulated Harvester (kube-apiserver + etcd + simulator)", t.startHarvester},
 	}
+	if opts.ClusterAPI != "" {
+		steps = append(steps, step{"Starting the Cluster API core manager", t.startClusterAPI})
+	}
 	if opts.BeforeManager != nil {
 		steps = append(steps, step{"Preparing the clusters for the manager", func(ctx context.Context) error { return opts.BeforeManager(ctx, t) }})
 	}
@@ -148,7 +159,11 @@ func (t *Testbed) startManagement(context.Context) error {
 	if err != nil {
 		return err
 	}
-	t.mgmtEnv = &envtest.Environment{CRDDirectoryPaths: append(crds, t.opts.CRDDirectories...), ErrorIfCRDPathMissing: true}
+	crds = append(crds, t.opts.CRDDirectories...)
+	if t.opts.ClusterAPI != "" {
+		crds = append(crds, ClusterAPICRDs(t.opts.ClusterAPI), filepath.Join(t.opts.RepoRoot, "config", "crd", "infrastructure"))
+	}
+	t.mgmtEnv = &envtest.Environment{CRDDirectoryPaths: crds, ErrorIfCRDPathMissing: true}
 	if t.MgmtConfig, err = t.mgmtEnv.Start(); err != nil {
 		return err
 	}
@@ -180,6 +195,12 @@ func (t *Testbed) startHarvester(ctx context.Context) error {
 		return err
 	}
 	return os.WriteFile(t.Path("harvester.kubeconfig"), t.Harvester.Kubeconfig, 0o600)
+}
+
+func (t *Testbed) startClusterAPI(ctx context.Context) error {
+	var err error
+	t.ClusterAPI, err = StartClusterAPI(ctx, ClusterAPIOptions{Assets: t.opts.ClusterAPI, Config: t.MgmtConfig, WorkDir: t.Path("capi")})
+	return err
 }
 
 func (t *Testbed) startManager(context.Context) error {
@@ -394,6 +415,13 @@ func DecodeManifests(data []byte) ([]*unstructured.Unstructured, error) {
 
 // HarvesterLeft counts what is left in the Harvester namespace.
 func (t *Testbed) HarvesterLeft(ctx context.Context) (vms, vmis, pvcs, secrets int, err error) {
+	return t.HarvesterLeftOf(ctx, "")
+}
+
+// HarvesterLeftOf counts what is left in the Harvester namespace of the machines whose names start
+// with prefix: their objects are named after them (the VM and VMI, disks <name>-disk-<i>, the
+// cloud-init Secret <name>-cloudinit).
+func (t *Testbed) HarvesterLeftOf(ctx context.Context, prefix string) (vms, vmis, pvcs, secrets int, err error) {
 	c := t.Harvester.Client
 	in := client.InNamespace(HarvesterNamespace)
 	vmList, vmiList, pvcList, secretList := &kubevirtv1.VirtualMachineList{}, &kubevirtv1.VirtualMachineInstanceList{}, &corev1.PersistentVolumeClaimList{}, &corev1.SecretList{}
@@ -402,7 +430,17 @@ func (t *Testbed) HarvesterLeft(ctx context.Context) (vms, vmis, pvcs, secrets i
 			return 0, 0, 0, 0, err
 		}
 	}
-	return len(vmList.Items), len(vmiList.Items), len(pvcList.Items), len(secretList.Items), nil
+	count := func(l client.ObjectList) int {
+		n := 0
+		_ = meta.EachListItem(l, func(o runtime.Object) error {
+			if m, ok := o.(metav1.Object); ok && strings.HasPrefix(m.GetName(), prefix) {
+				n++
+			}
+			return nil
+		})
+		return n
+	}
+	return count(vmList), count(vmiList), count(pvcList), count(secretList), nil
 }
 
 // HarvesterImages names the VirtualMachineImages of the Harvester namespace.
@@ -429,6 +467,9 @@ func (t *Testbed) Stop() {
 		case <-time.After(10 * time.Second):
 			_ = t.manager.Process.Kill()
 		}
+	}
+	if t.ClusterAPI != nil {
+		t.ClusterAPI.Stop()
 	}
 	if t.cancelSim != nil {
 		t.cancelSim()
