@@ -59,7 +59,7 @@ func runDirect(ctx context.Context, o options, sc scenario, work string) (direct
 	res.toRunning = time.Since(start)
 
 	start = time.Now()
-	progress := sampleDeletion(ctx, tb, false)
+	progress := sampleDeletion(ctx, tb, nil)
 	if err := tb.Harvester.Client.DeleteAllOf(ctx, &kubevirtv1.VirtualMachine{}, client.InNamespace(testbed.HarvesterNamespace)); err != nil {
 		return res, err
 	}
@@ -71,7 +71,7 @@ func runDirect(ctx context.Context, o options, sc scenario, work string) (direct
 		return res, fmt.Errorf("waiting for deletion (%d objects left): %w", res.left, err)
 	}
 	res.toDeleted = time.Since(start)
-	res.deletion = progress.finish(false)
+	res.deletion = progress.finish()
 	return res, nil
 }
 

@@ -1,9 +1,11 @@
 // Command bench measures the provider end to end on the testbed (management API server, simulated
-// Harvester, manager process): N MachineRequests created at once, with zero boot delay and then
-// with a realistic one. It reports the wall time to all Running, the delay from a VMI reporting
-// its IP to the MachineRequest showing it, API requests per machine to each cluster (from
-// client-go's request metrics, scraped from the manager), the manager's peak RSS and CPU time, and
-// the time to delete everything with nothing left. `make bench` runs it (N=100; N=1000 works too).
+// Harvester, manager process): N MachineRequests created at once, with zero boot delay, with a
+// realistic one and without userData; then a Cluster API MachineDeployment of N through the real
+// Cluster API core manager (clusterapi.go). It reports the wall time to all Running, the delay
+// from a VMI reporting its IP to the machine showing Running, API requests per machine to each
+// cluster (the manager's, from client-go's request metrics, and all clients', from the API
+// servers' metrics), the manager's peak RSS and CPU time, and the time to delete everything with
+// nothing left. `make bench` runs it (N=100; N=1000 works too); -runs and -only choose the runs.
 // `make bench-published` runs the published provider side by side (published.go).
 package main
 
@@ -39,6 +41,7 @@ type options struct {
 	report            string
 	profileDir        string
 	runs              int
+	only              string
 	direct            bool
 	// The world and the other provider of make bench-published (see published.go).
 	schema                       string
@@ -60,7 +63,8 @@ func main() {
 	flag.StringVar(&o.repoRoot, "repo", ".", "Root of the repository.")
 	flag.StringVar(&o.report, "report", "docs/benchmarks.md", "Markdown file the results are added to (empty: none).")
 	flag.StringVar(&o.profileDir, "profile-dir", "", "If set, the first run writes CPU profiles of both API servers, the manager and the simulator, taken 5s to 35s after the first create, and the manager's heap when all are Running and when all are deleted, to this directory.")
-	flag.IntVar(&o.runs, "runs", 3, "How many of the three runs (zero boot delay, realistic boot, no userData) to do, in that order.")
+	flag.IntVar(&o.runs, "runs", 4, "How many of the four runs (zero boot delay, realistic boot, no userData, Cluster API MachineDeployment) to do, in that order.")
+	flag.StringVar(&o.only, "only", "", "If set, do only the runs among those -runs chooses whose names contain this (case-insensitive), e.g. -only 'cluster api'.")
 	flag.BoolVar(&o.direct, "direct", true, "After each run, run its \"direct\" twin (the bench creates the Harvester objects itself, no provider: the machine's physical limit) and print the provider's time over it.")
 	flag.StringVar(&o.schema, "schema", "", "Butler's CRDs for the management cluster instead of this project's: one of "+strings.Join(testbed.ButlerSchemas, ", ")+" (test/testdata/butler-crds).")
 	flag.BoolVar(&o.legacyImageStorageClassNames, "legacy-image-storage-class-names", false, "Simulate a Harvester v0.3.0 to v1.7.x, which named image storage classes longhorn-<image name> (later versions: lh-<image uid>).")
@@ -91,17 +95,22 @@ func run(ctx context.Context, o options) error {
 		{name: "zero boot delay", boot: 0, ip: 0},
 		{name: fmt.Sprintf("boot %s + IP %s", o.realisticBoot, o.realisticIP), boot: o.realisticBoot, ip: o.realisticIP},
 		{name: "zero boot delay, no userData", noUserData: true},
+		{name: "Cluster API MachineDeployment, zero boot delay", clusterAPI: true},
 	}
 	if o.runs < 1 || o.runs > len(scenarios) {
 		return fmt.Errorf("-runs must be 1 to %d", len(scenarios))
+	}
+	chosen := chooseScenarios(scenarios[:o.runs], o.only)
+	if len(chosen) == 0 {
+		return fmt.Errorf("-only %q matches none of the runs -runs=%d chooses", o.only, o.runs)
 	}
 	published, withPublished := o.publishedProvider()
 	if withPublished && !o.legacyImageStorageClassNames {
 		return errors.New("-published-manager needs -legacy-image-storage-class-names: the published provider asks for the storage class longhorn-<image name>, which a Harvester from v1.8.0 refuses (make bench-published sets both)")
 	}
-	for _, sc := range scenarios[:o.runs] {
+	for i, sc := range chosen {
 		fmt.Printf("== N=%d, %s\n", o.n, sc.name)
-		dir := filepath.Join(work, fmt.Sprintf("boot-%s", sc.boot))
+		dir := filepath.Join(work, fmt.Sprintf("run-%d", i+1))
 		r, err := runScenario(ctx, o, sc, dir, thisProvider)
 		o.profileDir = "" // profiles of the first run only
 		if err != nil {
@@ -117,7 +126,7 @@ func run(ctx context.Context, o options) error {
 			fmt.Printf("   direct: all Running in %s, deleted in %s, %d objects left\n   direct deletion: %s\n", d.toRunning.Round(10*time.Millisecond), d.toDeleted.Round(10*time.Millisecond), d.left, d.deletion)
 			comparisons = append(comparisons, compareWithDirect(r, d))
 		}
-		if withPublished {
+		if withPublished && !sc.clusterAPI { // the published provider has no Cluster API front door
 			p, err := runPublished(ctx, o, sc, dir, published)
 			if err != nil {
 				return err
@@ -138,4 +147,16 @@ func run(ctx context.Context, o options) error {
 		return appendReport(filepath.Join(o.repoRoot, o.report), table)
 	}
 	return nil
+}
+
+// chooseScenarios returns the scenarios whose names contain only (case-insensitive), all if only
+// is empty.
+func chooseScenarios(scenarios []scenario, only string) []scenario {
+	var out []scenario
+	for _, sc := range scenarios {
+		if strings.Contains(strings.ToLower(sc.name), strings.ToLower(only)) {
+			out = append(out, sc)
+		}
+	}
+	return out
 }

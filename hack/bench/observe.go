@@ -28,7 +28,7 @@ import (
 type observation struct {
 	// cpu is CPU seconds used during the run by kind of process.
 	cpu map[string]float64
-	// depth is the MachineRequest work queue's depth, sampled every second.
+	// depth is the front door's work queue's depth, sampled every second.
 	depth []float64
 	// queueWait is the mean time an item waited in the work queue, and adds the number of items.
 	queueWait time.Duration
@@ -44,6 +44,7 @@ type observation struct {
 type observer struct {
 	tb         *testbed.Testbed
 	managerURL string
+	queue      string // the controller whose work queue is watched
 	cpuStart   map[int]procCPU
 	apiStart   map[string]*dto.MetricFamily
 	mgrStart   map[string]*dto.MetricFamily
@@ -58,9 +59,10 @@ type procCPU struct {
 	seconds float64
 }
 
-// observe starts sampling; finish ends it and returns what it saw.
-func observe(ctx context.Context, tb *testbed.Testbed, managerURL string) (*observer, error) {
-	o := &observer{tb: tb, managerURL: managerURL, cpuStart: processCPU()}
+// observe starts sampling, the work queue of the manager's controller named queue among the rest;
+// finish ends it and returns what it saw.
+func observe(ctx context.Context, tb *testbed.Testbed, managerURL, queue string) (*observer, error) {
+	o := &observer{tb: tb, managerURL: managerURL, queue: queue, cpuStart: processCPU()}
 	var err error
 	if o.apiStart, err = o.apiServerMetrics(ctx); err != nil {
 		return nil, err
@@ -71,7 +73,7 @@ func observe(ctx context.Context, tb *testbed.Testbed, managerURL string) (*obse
 	o.stop = everySecond(ctx, func(ctx context.Context) {
 		if fams, err := scrape(ctx, http.DefaultClient, managerURL); err == nil {
 			o.mu.Lock()
-			o.depth = append(o.depth, sumOf(fams["workqueue_depth"], "name", "machinerequest"))
+			o.depth = append(o.depth, sumOf(fams["workqueue_depth"], "name", o.queue))
 			o.mu.Unlock()
 		}
 	})
@@ -110,7 +112,7 @@ func (o *observer) finish(ctx context.Context) (observation, error) {
 		return obs, err
 	}
 	sum := func(f map[string]*dto.MetricFamily, name string) (float64, float64) {
-		return histogramSum(f[name], "name", "machinerequest"), histogramCount(f[name], "name", "machinerequest")
+		return histogramSum(f[name], "name", o.queue), histogramCount(f[name], "name", o.queue)
 	}
 	s1, c1 := sum(o.mgrStart, "workqueue_queue_duration_seconds")
 	s2, c2 := sum(mgr, "workqueue_queue_duration_seconds")
@@ -234,6 +236,15 @@ func describeWrites(start, end map[string]float64, n int) string {
 		parts = append(parts, fmt.Sprintf("%s %.1f", k, (end[k]-start[k])/float64(n)))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// perMachine is the sum of the requests between two counts (apiServerWrites), per machine.
+func perMachine(start, end map[string]float64, n int) float64 {
+	var sum float64
+	for k := range end {
+		sum += end[k] - start[k]
+	}
+	return sum / float64(n)
 }
 
 func scrape(ctx context.Context, hc *http.Client, url string) (map[string]*dto.MetricFamily, error) {

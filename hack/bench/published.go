@@ -127,13 +127,14 @@ func (r result) runName() string {
 // garbage collector deletes Secrets a while later. What is left after it is left for good.
 const settleTime = 30 * time.Second
 
-// leftOnHarvester records in res the objects left in the Harvester namespace once it has
-// settled, and when it was empty, from deleting: a provider may let a MachineRequest go before
-// Harvester has removed what it had (the published provider does).
-func leftOnHarvester(ctx context.Context, tb *testbed.Testbed, deleting time.Time, res *result) error {
+// leftOnHarvester records in res the objects of the machines whose names begin with prefix left
+// in the Harvester namespace once it has settled, and when none were, from deleting: a provider
+// may let a MachineRequest go before Harvester has removed what it had (the published provider
+// does).
+func leftOnHarvester(ctx context.Context, tb *testbed.Testbed, prefix string, deleting time.Time, res *result) error {
 	deadline := time.Now().Add(settleTime)
 	for {
-		vms, vmis, pvcs, secrets, err := tb.HarvesterLeft(ctx)
+		vms, vmis, pvcs, secrets, err := tb.HarvesterLeftOf(ctx, prefix)
 		if err != nil {
 			return err
 		}

@@ -69,14 +69,24 @@ func hostOf(h string) string {
 
 func (r result) summary() string {
 	n := float64(r.n)
-	return fmt.Sprintf("   all Running in %s; IP->Running p50 %s p99 %s; deleted in %s, %s objects left; per machine: management %.1f reads %.1f writes, Harvester %.1f reads %.1f writes; manager peak RSS %.0f MB, CPU %.1f s\n   until all Running: %s",
+	out := fmt.Sprintf("   all Running in %s; IP->Running p50 %s p99 %s; deleted in %s, %s objects left; per machine: management %.1f reads %.1f writes, Harvester %.1f reads %.1f writes (all clients' writes: management %.1f, Harvester %.1f); manager peak RSS %.0f MB, CPU %s\n   until all Running: %s",
 		r.toRunning.Round(10*time.Millisecond), percentile(r.ipDelays, 0.5).Round(time.Millisecond), percentile(r.ipDelays, 0.99).Round(time.Millisecond),
-		r.deletedIn(), r.leftIn(), r.requests.mgmtReads/n, r.requests.mgmtWrites/n, r.requests.hvReads/n, r.requests.hvWrites/n, r.peakRSSMB, r.cpuSeconds,
+		r.deletedIn(), r.leftIn(), r.requests.mgmtReads/n, r.requests.mgmtWrites/n, r.requests.hvReads/n, r.requests.hvWrites/n,
+		r.mgmtWritesAll, r.hvWritesAll, r.peakRSSMB, r.cpu(),
 		r.obs.describe()) + "\n   management API server writes per machine: " + r.mgmtWrites +
 		"\n   the manager's Harvester requests per machine: " + r.hvRequests +
 		"\n   Harvester API server writes per machine (manager and simulator): " + r.hvWrites +
 		"\n   manager RSS (MB) every 5 s from the first create, | at all Running: " + r.rss +
 		"\n   deletion: " + r.deletion
+	if r.notes != "" {
+		out += "\n   " + r.notes
+	}
+	return out
+}
+
+// cpu is the manager's CPU time, in all and per machine.
+func (r result) cpu() string {
+	return fmt.Sprintf("%.1f s (%.1f ms per machine)", r.cpuSeconds, 1000*r.cpuSeconds/float64(r.n))
 }
 
 func renderTable(o options, results []result) string {
@@ -84,21 +94,25 @@ func renderTable(o options, results []result) string {
 	host, _ := os.Hostname()
 	fmt.Fprintf(&b, "### N=%d on %s (%s, %d CPUs, %s), %s\n\n", o.n, host, cpuModel(), runtime.NumCPU(), runtime.Version(), time.Now().UTC().Format("2006-01-02 15:04 MST"))
 	b.WriteString(o.world())
-	fmt.Fprintln(&b, "| run | all Running | IP to Running p50 / p99 | delete all | left on Harvester | mgmt reads / writes per machine | Harvester reads / writes per machine | writes per machine | manager peak RSS | manager CPU |")
-	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(&b, "| run | all Running | IP to Running p50 / p99 | delete all | left on Harvester | mgmt reads / writes per machine | Harvester reads / writes per machine | writes per machine | all clients' writes per machine, mgmt / Harvester | manager peak RSS | manager CPU |")
+	fmt.Fprintln(&b, "|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range results {
 		n := float64(r.n)
-		fmt.Fprintf(&b, "| %s | %s | %s / %s | %s | %s | %.1f / %.1f | %.1f / %.1f | %.1f | %.0f MB | %.1f s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s / %s | %s | %s | %.1f / %.1f | %.1f / %.1f | %.1f | %.1f / %.1f | %.0f MB | %s |\n",
 			r.runName(), r.toRunning.Round(10*time.Millisecond),
 			percentile(r.ipDelays, 0.5).Round(time.Millisecond), percentile(r.ipDelays, 0.99).Round(time.Millisecond),
 			r.deletedIn(), r.leftIn(),
 			r.requests.mgmtReads/n, r.requests.mgmtWrites/n, r.requests.hvReads/n, r.requests.hvWrites/n,
-			(r.requests.mgmtWrites+r.requests.hvWrites)/n, r.peakRSSMB, r.cpuSeconds)
+			(r.requests.mgmtWrites+r.requests.hvWrites)/n, r.mgmtWritesAll, r.hvWritesAll, r.peakRSSMB, r.cpu())
 	}
 	fmt.Fprintln(&b, "\nWhere the time went, from the first create to all Running:")
 	for _, r := range results {
-		fmt.Fprintf(&b, "\n- %s: %s Management API server writes per machine over the lifecycle: %s. The manager's Harvester requests per machine: %s. Harvester API server writes per machine, the manager's and the simulated Harvester's: %s. The manager's RSS in MB every 5 s from the first create over the whole run (| where all are Running): %s.\n",
+		fmt.Fprintf(&b, "\n- %s: %s Management API server writes per machine over the lifecycle: %s. The manager's Harvester requests per machine: %s. Harvester API server writes per machine, the manager's and the simulated Harvester's: %s. The manager's RSS in MB every 5 s from the first create over the whole run (| where all are Running): %s.",
 			r.runName(), r.obs.describe(), r.mgmtWrites, r.hvRequests, r.hvWrites, r.rss)
+		if r.notes != "" {
+			fmt.Fprintf(&b, " %s", r.notes)
+		}
+		fmt.Fprintln(&b)
 	}
 	return b.String()
 }
@@ -126,12 +140,14 @@ func appendReport(path, table string) error {
 	if _, err := os.Stat(path); os.IsNotExist(err) {
 		intro := "# Benchmarks\n\n`make bench` (N=100) or `make bench N=1000` writes a table here per run: N MachineRequests\n" +
 			"created at once on the testbed (management API server, simulated Harvester, manager process), first with zero\n" +
-			"boot delay, then with a realistic one. Columns: wall time from the first create to all Running; delay from the\n" +
-			"simulated VMI reporting its IP to the MachineRequest showing it; wall time to delete all; objects left in the\n" +
-			"Harvester namespace once it has settled; client-go requests per machine to each cluster over the whole\n" +
-			"lifecycle (create, run, delete; reads are GETs including lists and watches, writes are POST/PUT/PATCH/DELETE, events included); the\n" +
-			"manager's peak RSS and CPU time. Everything runs on the one machine named, so the API servers and the simulator\n" +
-			"compete with the manager for its CPUs.\n\n"
+			"boot delay, then with a realistic one, then without userData; then a Cluster API MachineDeployment of N through\n" +
+			"the real Cluster API core manager. Columns: wall time from the first create to all Running; delay from the\n" +
+			"simulated VMI reporting its IP to the machine showing Running; wall time to delete all; objects left in the\n" +
+			"Harvester namespace once it has settled; the manager's client-go requests per machine to each cluster over the\n" +
+			"whole lifecycle (create, run, delete; reads are GETs including lists and watches, writes are POST/PUT/PATCH/DELETE,\n" +
+			"events included); what each API server was asked to write per machine by all its clients; the manager's peak RSS\n" +
+			"and CPU time. Everything runs on the one machine named, so the API servers and the simulator compete with the\n" +
+			"manager for its CPUs.\n\n"
 		if err := os.WriteFile(path, []byte(intro), 0o644); err != nil {
 			return err
 		}

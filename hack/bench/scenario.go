@@ -26,6 +26,47 @@ type scenario struct {
 	boot, ip time.Duration
 	// noUserData creates the machines without userData, as the Butler bootstrap does.
 	noUserData bool
+	// clusterAPI asks for the machines through a Cluster API MachineDeployment (clusterapi.go)
+	// rather than MachineRequests.
+	clusterAPI bool
+}
+
+// frontDoor is how a scenario asks for its machines, watches them and deletes them: MachineRequests
+// (machineRequests), or a Cluster API MachineDeployment (machineDeployment).
+type frontDoor interface {
+	// queue names the manager's controller that serves the machines (its work queue's metrics).
+	queue() string
+	// prepare readies what the machines need and starts watching them, before the measurement;
+	// close undoes it, also after an error.
+	prepare(ctx context.Context, tb *testbed.Testbed) error
+	close()
+	// create asks for n machines.
+	create(ctx context.Context, tb *testbed.Testbed, n int) error
+	// running counts the machines Running, as an informer sees them.
+	running() int
+	// afterRunning returns, per machine, the delay from its VMI reporting an IP to the machine
+	// seen Running, once all are.
+	afterRunning(tb *testbed.Testbed) []time.Duration
+	// deleteAll deletes the machines; gone says when the front door has let them all go.
+	deleteAll(ctx context.Context, tb *testbed.Testbed) error
+	gone(ctx context.Context, tb *testbed.Testbed) (bool, error)
+	// harvesterPrefix begins the names of the machines' objects on Harvester, for what is left.
+	harvesterPrefix() string
+	// counted is what deletion progress counts of the machines on the management cluster.
+	counted() *managementCount
+	// ownWrites are the benchmark's own writes to the management API server (as apiServerWrites
+	// counts them) for n machines: not the provider's, so not counted.
+	ownWrites(n int) map[string]float64
+	// finish runs after the measurement and returns what the report should add to the run's
+	// figures.
+	finish(ctx context.Context, tb *testbed.Testbed) (string, error)
+}
+
+func frontDoorOf(o options, sc scenario) frontDoor {
+	if sc.clusterAPI {
+		return &machineDeployment{timeout: o.timeout}
+	}
+	return &machineRequests{userData: !sc.noUserData}
 }
 
 type result struct {
@@ -34,7 +75,7 @@ type result struct {
 	provider  string
 	n         int
 	toRunning time.Duration
-	ipDelays  []time.Duration // VMI reported its IP -> MachineRequest shows it
+	ipDelays  []time.Duration // VMI reported its IP -> the machine shows Running
 	toDeleted time.Duration
 	// emptied is when the Harvester namespace was empty, from the delete (0: never).
 	emptied time.Duration
@@ -55,10 +96,15 @@ type result struct {
 	// hvWrites is what the Harvester API server was asked to write per machine, by verb and
 	// resource, over the whole lifecycle: the manager's writes and the simulated Harvester's.
 	hvWrites string
+	// mgmtWritesAll and hvWritesAll are what each API server was asked to write per machine over
+	// the whole lifecycle, all clients together (the sums of mgmtWrites and hvWrites).
+	mgmtWritesAll, hvWritesAll float64
 	// rss is the manager's resident memory over the run, every 5 s.
 	rss string
 	// deletion is what was left every second while everything was deleted.
 	deletion string
+	// notes are what the front door adds (Cluster API: where each machine's time went).
+	notes string
 }
 
 // runScenario measures a provider (this one, or the published one: see published.go) on a
@@ -75,7 +121,13 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 			return res, err
 		}
 	}
-	tb, err := startSeeded(ctx, o, sc, testbed.Options{WorkDir: work, ManagerBinary: p.binary, ManagerArgs: p.managerArgs(o, metricsAddr, pprofAddr)})
+	opts := testbed.Options{WorkDir: work, ManagerBinary: p.binary, ManagerArgs: p.managerArgs(o, metricsAddr, pprofAddr)}
+	if sc.clusterAPI {
+		if opts.ClusterAPI, err = clusterAPIAssets(ctx, o.repoRoot); err != nil {
+			return res, err
+		}
+	}
+	tb, err := startSeeded(ctx, o, sc, opts)
 	defer tb.Stop()
 	if err != nil {
 		return res, err
@@ -87,12 +139,12 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 		return res, err
 	}
 
-	seen, stopWatch, err := watchIPs(ctx, tb)
-	if err != nil {
+	fd := frontDoorOf(o, sc)
+	defer fd.close()
+	if err := fd.prepare(ctx, tb); err != nil {
 		return res, err
 	}
-	defer stopWatch()
-	observer, err := observe(ctx, tb, "http://"+metricsAddr+"/metrics")
+	observer, err := observe(ctx, tb, "http://"+metricsAddr+"/metrics", fd.queue())
 	if err != nil {
 		return res, err
 	}
@@ -118,11 +170,11 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 	rss := sampleRSS(ctx, tb.ManagerPID())
 	defer rss.stop()
 	start := time.Now()
-	if err := createAll(ctx, tb, o.n, !sc.noUserData); err != nil {
+	if err := fd.create(ctx, tb, o.n); err != nil {
 		return res, err
 	}
-	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) { return seen.count() == o.n, nil }); err != nil {
-		return res, fmt.Errorf("waiting for Running (%d of %d): %w", seen.count(), o.n, err)
+	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) { return fd.running() == o.n, nil }); err != nil {
+		return res, fmt.Errorf("waiting for Running (%d of %d): %w", fd.running(), o.n, err)
 	}
 	res.toRunning = time.Since(start)
 	rss.allRunning()
@@ -132,27 +184,18 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 	if res.obs, err = observer.finish(ctx); err != nil {
 		return res, err
 	}
-	for name, at := range seen.snapshot() {
-		if reported := tb.Harvester.Sim.IPReportedAt(testbed.HarvesterNamespace, name); !reported.IsZero() {
-			res.ipDelays = append(res.ipDelays, at.Sub(reported))
-		}
-	}
+	res.ipDelays = fd.afterRunning(tb)
 
 	start = time.Now()
-	progress := sampleDeletion(ctx, tb, true)
-	if err := tb.Mgmt.DeleteAllOf(ctx, &v1alpha1.MachineRequest{}, client.InNamespace(testbed.Namespace)); err != nil {
+	progress := sampleDeletion(ctx, tb, fd.counted())
+	if err := fd.deleteAll(ctx, tb); err != nil {
 		return res, err
 	}
-	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) {
-		list := &metav1.PartialObjectMetadataList{}
-		list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("MachineRequestList"))
-		err := tb.Mgmt.List(ctx, list, client.InNamespace(testbed.Namespace))
-		return err == nil && len(list.Items) == 0, err
-	}); err != nil {
+	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) { return fd.gone(ctx, tb) }); err != nil {
 		return res, fmt.Errorf("waiting for deletion: %w", err)
 	}
 	res.toDeleted = time.Since(start)
-	res.deletion = progress.finish(true)
+	res.deletion = progress.finish()
 	res.rss = rss.finish()
 	if prof != nil {
 		prof.heap(ctx, "deleted")
@@ -160,17 +203,17 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 			return res, err
 		}
 	}
-	if err := leftOnHarvester(ctx, tb, start, &res); err != nil {
+	if err := leftOnHarvester(ctx, tb, fd.harvesterPrefix(), start, &res); err != nil {
 		return res, err
 	}
 	mgmtWritesAtEnd, err := apiServerWrites(ctx, tb.MgmtConfig)
 	if err != nil {
 		return res, err
 	}
-	// The benchmark's own writes: the creates, and one delete of the collection.
-	mgmtWritesAtEnd["POST machinerequests"] -= float64(o.n)
-	mgmtWritesAtEnd["DELETECOLLECTION machinerequests"]--
-	res.mgmtWrites = describeWrites(mgmtWritesAtStart, mgmtWritesAtEnd, o.n)
+	for k, v := range fd.ownWrites(o.n) {
+		mgmtWritesAtEnd[k] -= v
+	}
+	res.mgmtWrites, res.mgmtWritesAll = describeWrites(mgmtWritesAtStart, mgmtWritesAtEnd, o.n), perMachine(mgmtWritesAtStart, mgmtWritesAtEnd, o.n)
 	hvRequestsAtEnd, err := managerHarvesterRequests(ctx, "http://"+metricsAddr+"/metrics")
 	if err != nil {
 		return res, err
@@ -180,13 +223,84 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 	if err != nil {
 		return res, err
 	}
-	res.hvWrites = describeWrites(hvWritesAtStart, hvWritesAtEnd, o.n)
+	res.hvWrites, res.hvWritesAll = describeWrites(hvWritesAtStart, hvWritesAtEnd, o.n), perMachine(hvWritesAtStart, hvWritesAtEnd, o.n)
 
 	if res.requests, err = scrapeRequests("http://"+metricsAddr+"/metrics", tb); err != nil {
 		return res, err
 	}
-	res.peakRSSMB, res.cpuSeconds, err = processUsage(tb.ManagerPID())
+	if res.peakRSSMB, res.cpuSeconds, err = processUsage(tb.ManagerPID()); err != nil {
+		return res, err
+	}
+	res.notes, err = fd.finish(ctx, tb)
 	return res, err
+}
+
+// machineRequests is the front door of the MachineRequest runs: n MachineRequests created at
+// once, with a small cloud-config as userData or none, and deleted all together.
+type machineRequests struct {
+	userData  bool
+	seen      *ipSeen
+	stopWatch func()
+}
+
+func (m *machineRequests) queue() string { return "machinerequest" }
+
+func (m *machineRequests) prepare(ctx context.Context, tb *testbed.Testbed) (err error) {
+	m.seen, m.stopWatch, err = watchIPs(ctx, tb)
+	return err
+}
+
+func (m *machineRequests) close() {
+	if m.stopWatch != nil {
+		m.stopWatch()
+	}
+}
+
+func (m *machineRequests) create(ctx context.Context, tb *testbed.Testbed, n int) error {
+	return createAll(ctx, tb, n, m.userData)
+}
+
+func (m *machineRequests) running() int { return m.seen.count() }
+
+func (m *machineRequests) afterRunning(tb *testbed.Testbed) []time.Duration {
+	return sinceIPReported(tb, m.seen.snapshot())
+}
+
+func (m *machineRequests) deleteAll(ctx context.Context, tb *testbed.Testbed) error {
+	return tb.Mgmt.DeleteAllOf(ctx, &v1alpha1.MachineRequest{}, client.InNamespace(testbed.Namespace))
+}
+
+func (m *machineRequests) gone(ctx context.Context, tb *testbed.Testbed) (bool, error) {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("MachineRequestList"))
+	err := tb.Mgmt.List(ctx, list, client.InNamespace(testbed.Namespace))
+	return err == nil && len(list.Items) == 0, err
+}
+
+// harvesterPrefix: the whole Harvester namespace is theirs.
+func (m *machineRequests) harvesterPrefix() string { return "" }
+
+func (m *machineRequests) counted() *managementCount {
+	return &managementCount{what: "MachineRequests", list: v1alpha1.GroupVersion.WithKind("MachineRequestList"), opts: []client.ListOption{client.InNamespace(testbed.Namespace)}}
+}
+
+// ownWrites: the creates, and one delete of the collection.
+func (m *machineRequests) ownWrites(n int) map[string]float64 {
+	return map[string]float64{"POST machinerequests": float64(n), "DELETECOLLECTION machinerequests": 1}
+}
+
+func (m *machineRequests) finish(context.Context, *testbed.Testbed) (string, error) { return "", nil }
+
+// sinceIPReported returns, per machine (VM) name, the delay from its VMI reporting its IP to the
+// time given.
+func sinceIPReported(tb *testbed.Testbed, at map[string]time.Time) []time.Duration {
+	var out []time.Duration
+	for name, t := range at {
+		if reported := tb.Harvester.Sim.IPReportedAt(testbed.HarvesterNamespace, name); !reported.IsZero() {
+			out = append(out, t.Sub(reported))
+		}
+	}
+	return out
 }
 
 // startSeeded starts a testbed for the scenario (its boot and IP delays, room for 4000 machines)
@@ -240,6 +354,11 @@ func waitFor(ctx context.Context, timeout time.Duration, tb *testbed.Testbed, do
 		if err := tb.ManagerExited(); err != nil {
 			return err
 		}
+		if tb.ClusterAPI != nil {
+			if err := tb.ClusterAPI.Exited(); err != nil {
+				return err
+			}
+		}
 		ok, err := done()
 		if err != nil || ok {
 			return err
@@ -255,7 +374,8 @@ func waitFor(ctx context.Context, timeout time.Duration, tb *testbed.Testbed, do
 	}
 }
 
-// ipSeen records when each MachineRequest first showed an IP, as an informer sees it.
+// ipSeen records when each object (a machine, by name) first reached a milestone (a
+// MachineRequest showed an IP, ...), as an informer sees it.
 type ipSeen struct {
 	mu sync.Mutex
 	at map[string]time.Time // machine name -> time
@@ -277,6 +397,14 @@ func (s *ipSeen) snapshot() map[string]time.Time {
 	return out
 }
 
+func (s *ipSeen) first(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, seen := s.at[name]; !seen {
+		s.at[name] = time.Now()
+	}
+}
+
 func watchIPs(ctx context.Context, tb *testbed.Testbed) (*ipSeen, func(), error) {
 	return watchFirst(ctx, tb.MgmtConfig, tb.Mgmt.Scheme(), testbed.Namespace, &v1alpha1.MachineRequest{}, func(obj any) (string, bool) {
 		mr, ok := obj.(*v1alpha1.MachineRequest)
@@ -290,7 +418,26 @@ func watchIPs(ctx context.Context, tb *testbed.Testbed) (*ipSeen, func(), error)
 // watchFirst records when each object of obj's kind in namespace is first seen done, as an
 // informer sees it; done names the object and says whether it is.
 func watchFirst(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, namespace string, obj client.Object, done func(any) (string, bool)) (*ipSeen, func(), error) {
-	seen := &ipSeen{at: map[string]time.Time{}}
+	seen, stop, err := watchMilestones(ctx, cfg, scheme, namespace, obj, []string{"done"}, func(o any, deleted bool) (string, []string) {
+		if name, ok := done(o); ok && !deleted {
+			return name, []string{"done"}
+		}
+		return "", nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return seen["done"], stop, nil
+}
+
+// watchMilestones records when each object of obj's kind in namespace first reaches each of the
+// milestones named, as an informer sees it; reached names the object and the milestones it has
+// reached, deleted saying that the informer saw it go.
+func watchMilestones(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, namespace string, obj client.Object, milestones []string, reached func(obj any, deleted bool) (string, []string)) (map[string]*ipSeen, func(), error) {
+	seen := map[string]*ipSeen{}
+	for _, m := range milestones {
+		seen[m] = &ipSeen{at: map[string]time.Time{}}
+	}
 	c, err := ctrlcache.New(cfg, ctrlcache.Options{Scheme: scheme, DefaultNamespaces: map[string]ctrlcache.Config{namespace: {}}})
 	if err != nil {
 		return nil, nil, err
@@ -299,18 +446,20 @@ func watchFirst(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, n
 	if err != nil {
 		return nil, nil, err
 	}
-	record := func(obj any) {
-		name, ok := done(obj)
-		if !ok {
-			return
+	record := func(obj any, deleted bool) {
+		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tombstone.Obj
 		}
-		seen.mu.Lock()
-		if _, done := seen.at[name]; !done {
-			seen.at[name] = time.Now()
+		name, reachedNow := reached(obj, deleted)
+		for _, m := range reachedNow {
+			seen[m].first(name)
 		}
-		seen.mu.Unlock()
 	}
-	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: record, UpdateFunc: func(_, n any) { record(n) }}); err != nil {
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { record(o, false) },
+		UpdateFunc: func(_, o any) { record(o, false) },
+		DeleteFunc: func(o any) { record(o, true) },
+	}); err != nil {
 		return nil, nil, err
 	}
 	cctx, cancel := context.WithCancel(ctx)

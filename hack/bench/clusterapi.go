@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
+)
+
+// The Cluster API run asks for its machines as Cluster API users do: through the real Cluster API
+// core manager, with a MachineDeployment of N in a Cluster whose infrastructure is a
+// HarvesterCluster. Before the measurement it readies what such a cluster has when it scales: a
+// second API server as the tenant cluster (its kubeconfig in the <cluster>-kubeconfig Secret), the
+// kubelet player (testbed.PlayKubelets: a Node with the VM's providerID once its VM runs), and a
+// control plane Machine with its Node, so that Cluster API counts the control plane initialized
+// and watches the tenant's Nodes. The measurement runs from creating the MachineDeployment to all
+// its Machines in phase Running (with their Node), and from deleting it to it being gone; the
+// Cluster is deleted afterwards, and Harvester must then be empty.
+const (
+	capiClusterName       = "bench"
+	capiControlPlane      = "bench-cp-0"
+	capiMachineDeployment = "bench-md"
+)
+
+// benchTenant is the Cluster of the run, on the ProviderConfig of config/samples; its machines are
+// the size of the MachineRequests of the other runs.
+var benchTenant = testbed.TenantCluster{
+	Namespace: testbed.Namespace, Name: capiClusterName, ProviderConfig: infrav1.ProviderConfigReference{Name: "harvester-config"},
+	Endpoint: infrav1.APIEndpoint{Host: "10.40.15.250", Port: 6443}, // the top of the /20 the machines' IPs come from
+	MachineSpec: infrav1.HarvesterMachineSpec{CPU: 4, Memory: resource.MustParse("8Gi"),
+		RootDisk: infrav1.RootDisk{Size: resource.MustParse("50Gi")}},
+}
+
+// clusterAPIAssets is the Cluster API build CAPI_ASSETS names (make bench sets it), else the one
+// hack/tools/capi.sh builds or finds cached.
+func clusterAPIAssets(ctx context.Context, repoRoot string) (string, error) {
+	if os.Getenv(testbed.ClusterAPIAssetsEnv) != "" {
+		return testbed.ClusterAPIAssets()
+	}
+	return testbed.BuildClusterAPI(ctx, repoRoot)
+}
+
+// machineDeployment is the front door of the Cluster API run.
+type machineDeployment struct {
+	timeout  time.Duration
+	tenant   *testbed.Tenant
+	kubelets *testbed.Kubelets
+	// createdAt and deletedAt are when the MachineDeployment was created and deleted.
+	createdAt, deletedAt time.Time
+	// When each of the MachineDeployment's machines (by name) reached each milestone, as informers
+	// see them: its HarvesterMachine's and its Machine's.
+	infra, machine map[string]*ipSeen
+	stops          []func()
+	breakdown      string
+}
+
+// The milestones of a machine's HarvesterMachine and Machine.
+const (
+	milestoneCreated     = "created"
+	milestoneProvisioned = "provisioned"
+	milestoneRunning     = "running"
+	milestoneDeleting    = "deleting"
+	milestoneGone        = "gone"
+)
+
+func (m *machineDeployment) queue() string { return "harvestermachine" }
+
+func (m *machineDeployment) prepare(ctx context.Context, tb *testbed.Testbed) error {
+	var err error
+	if m.tenant, err = testbed.StartTenant(ctx, tb.Mgmt, benchTenant.Namespace, benchTenant.Name); err != nil {
+		return err
+	}
+	if m.kubelets, err = testbed.PlayKubelets(ctx, tb.Harvester.Config, testbed.HarvesterNamespace, m.tenant); err != nil {
+		return err
+	}
+	cpInfra, cp := benchTenant.ControlPlaneMachine(capiControlPlane)
+	if err := testbed.CreateAll(ctx, tb.Mgmt, append(benchTenant.ClusterObjects(), cpInfra, cp)...); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, 2*time.Minute, tb, func() (bool, error) { return controlPlaneInitialized(ctx, tb.Mgmt) }); err != nil {
+		return fmt.Errorf("waiting for the control plane Machine %s to run and Cluster API to count the control plane initialized: %w", capiControlPlane, err)
+	}
+	return m.watch(ctx, tb)
+}
+
+// watch starts the informers that time the MachineDeployment's machines.
+func (m *machineDeployment) watch(ctx context.Context, tb *testbed.Testbed) error {
+	machine := &unstructured.Unstructured{}
+	machine.SetGroupVersionKind(testbed.MachineGVK)
+	for _, w := range []struct {
+		seen       *map[string]*ipSeen
+		obj        client.Object
+		milestones []string
+		ready      func(any) bool // the second milestone: provisioned, Running
+	}{
+		{&m.infra, &infrav1.HarvesterMachine{}, []string{milestoneCreated, milestoneProvisioned, milestoneDeleting, milestoneGone}, func(o any) bool {
+			hm, ok := o.(*infrav1.HarvesterMachine)
+			return ok && hm.Status.Initialization.Provisioned != nil && *hm.Status.Initialization.Provisioned
+		}},
+		{&m.machine, machine, []string{milestoneCreated, milestoneRunning, milestoneDeleting, milestoneGone}, func(o any) bool {
+			u, ok := o.(*unstructured.Unstructured)
+			return ok && machinePhase(u) == "Running"
+		}},
+	} {
+		seen, stop, err := watchMilestones(ctx, tb.MgmtConfig, tb.Mgmt.Scheme(), benchTenant.Namespace, w.obj, w.milestones, func(o any, deleted bool) (string, []string) {
+			obj, ok := o.(metav1.Object)
+			if !ok || obj.GetLabels()[testbed.DeploymentNameLabel] != capiMachineDeployment {
+				return "", nil
+			}
+			switch {
+			case deleted:
+				return obj.GetName(), []string{milestoneGone}
+			case obj.GetDeletionTimestamp() != nil:
+				return obj.GetName(), []string{milestoneDeleting}
+			case w.ready(o):
+				return obj.GetName(), []string{milestoneCreated, w.milestones[1]}
+			}
+			return obj.GetName(), []string{milestoneCreated}
+		})
+		if err != nil {
+			return err
+		}
+		*w.seen = seen
+		m.stops = append(m.stops, stop)
+	}
+	return nil
+}
+
+func (m *machineDeployment) close() {
+	for _, stop := range m.stops {
+		stop()
+	}
+	if m.kubelets != nil {
+		m.kubelets.Stop()
+	}
+	if m.tenant != nil {
+		_ = m.tenant.Stop() // the run's outcome is known; a tenant API server that stops badly changes nothing
+	}
+}
+
+func (m *machineDeployment) create(ctx context.Context, tb *testbed.Testbed, n int) error {
+	template, md := benchTenant.MachineDeployment(capiMachineDeployment, n)
+	m.createdAt = time.Now()
+	return testbed.CreateAll(ctx, tb.Mgmt, template, md)
+}
+
+func (m *machineDeployment) running() int { return m.machine[milestoneRunning].count() }
+
+// afterRunning also works out where each machine's time went, and whose share is whose.
+func (m *machineDeployment) afterRunning(tb *testbed.Testbed) []time.Duration {
+	machineRunning := m.machine[milestoneRunning].snapshot()
+	infraCreated, infraProvisioned := m.infra[milestoneCreated].snapshot(), m.infra[milestoneProvisioned].snapshot()
+	var capiCreate, ours, ourProvision, player, capiRunning []time.Duration
+	for name, run := range machineRunning {
+		ip := tb.Harvester.Sim.IPReportedAt(testbed.HarvesterNamespace, name)
+		seen, registered := m.kubelets.Registered(name)
+		if anyZero(ip, seen, registered, infraCreated[name], infraProvisioned[name]) {
+			continue // a step the informers did not show apart (two changes in one event): no breakdown
+		}
+		capiCreate = append(capiCreate, infraCreated[name].Sub(m.createdAt))
+		ours = append(ours, ip.Sub(infraCreated[name]))
+		ourProvision = append(ourProvision, infraProvisioned[name].Sub(ip))
+		player = append(player, registered.Sub(seen))
+		capiRunning = append(capiRunning, run.Sub(latest(infraProvisioned[name], registered)))
+	}
+	m.breakdown = fmt.Sprintf("Where each machine's time went, p50 / p99 over %d of %d machines: MachineDeployment created to the machine's HarvesterMachine created %s (Cluster API core: MachineSet, then Machines and HarvesterMachines from the template, one after the other); "+
+		"to its VM reporting an IP %s (ours: disk, cloud-init Secret, VM; the simulated Harvester boots at once); IP to HarvesterMachine provisioned %s (ours); "+
+		"VMI seen running to Node registered Ready %s (the kubelet player); the later of provisioned and Node registered to Machine Running %s (Cluster API core: providerID, nodeRef).",
+		len(capiCreate), len(machineRunning), p50p99(capiCreate), p50p99(ours), p50p99(ourProvision), p50p99(player), p50p99(capiRunning))
+	return sinceIPReported(tb, machineRunning)
+}
+
+// deletionBreakdown works out where each machine's deletion time went, and whose share is whose.
+func (m *machineDeployment) deletionBreakdown() string {
+	machineDeleting, machineGone := m.machine[milestoneDeleting].snapshot(), m.machine[milestoneGone].snapshot()
+	infraDeleting, infraGone := m.infra[milestoneDeleting].snapshot(), m.infra[milestoneGone].snapshot()
+	var capiDelete, capiDrain, ours, capiNode []time.Duration
+	for name, done := range machineGone {
+		if anyZero(machineDeleting[name], infraDeleting[name], infraGone[name]) {
+			continue
+		}
+		capiDelete = append(capiDelete, machineDeleting[name].Sub(m.deletedAt))
+		capiDrain = append(capiDrain, infraDeleting[name].Sub(machineDeleting[name]))
+		ours = append(ours, infraGone[name].Sub(infraDeleting[name]))
+		capiNode = append(capiNode, done.Sub(infraGone[name]))
+	}
+	return fmt.Sprintf("Where each machine's deletion went, p50 / p99 over %d of %d machines: MachineDeployment deleted to the Machine deleted %s (Cluster API core: MachineDeployment, MachineSet, Machines); "+
+		"to its HarvesterMachine deleted %s (Cluster API core: Node drained, volumes detached); to the HarvesterMachine gone %s (ours: VM, disks and Secret deleted on the simulated Harvester, finalizer removed); "+
+		"to the Machine gone %s (Cluster API core: Node deleted, finalizer removed).",
+		len(capiDelete), len(machineGone), p50p99(capiDelete), p50p99(capiDrain), p50p99(ours), p50p99(capiNode))
+}
+
+func anyZero(ts ...time.Time) bool {
+	for _, t := range ts {
+		if t.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+func latest(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func p50p99(ds []time.Duration) string {
+	return fmt.Sprintf("%s / %s", percentile(ds, 0.5).Round(time.Millisecond), percentile(ds, 0.99).Round(time.Millisecond))
+}
+
+func (m *machineDeployment) deleteAll(ctx context.Context, tb *testbed.Testbed) error {
+	_, md := benchTenant.MachineDeployment(capiMachineDeployment, 0)
+	m.deletedAt = time.Now()
+	return tb.Mgmt.Delete(ctx, md)
+}
+
+// gone: Cluster API's finalizers keep the MachineDeployment until its MachineSet and Machines
+// are gone, and a Machine until its HarvesterMachine is, which ours keeps until its VM and disks
+// are deleted.
+func (m *machineDeployment) gone(ctx context.Context, tb *testbed.Testbed) (bool, error) {
+	_, found, err := getCAPI(ctx, tb.Mgmt, testbed.MachineDeploymentGVK, capiMachineDeployment)
+	return !found, err
+}
+
+// harvesterPrefix: the MachineDeployment's machines (the control plane Machine's stay).
+func (m *machineDeployment) harvesterPrefix() string { return capiMachineDeployment + "-" }
+
+func (m *machineDeployment) counted() *managementCount {
+	return &managementCount{what: "Machines", list: testbed.MachineGVK.GroupVersion().WithKind("MachineList"), opts: []client.ListOption{
+		client.InNamespace(benchTenant.Namespace), client.MatchingLabels{testbed.DeploymentNameLabel: capiMachineDeployment},
+	}}
+}
+
+// ownWrites: the template, the MachineDeployment and its deletion.
+func (m *machineDeployment) ownWrites(int) map[string]float64 {
+	return map[string]float64{"POST harvestermachinetemplates": 1, "POST machinedeployments": 1, "DELETE machinedeployments": 1}
+}
+
+// finish measures the Cluster API core manager, then deletes the Cluster (its control plane
+// Machine with it) and requires Harvester to be empty.
+func (m *machineDeployment) finish(ctx context.Context, tb *testbed.Testbed) (string, error) {
+	rssMB, cpuSeconds, err := processUsage(tb.ClusterAPI.PID())
+	if err != nil {
+		return "", err
+	}
+	usage := fmt.Sprintf("The Cluster API core manager: peak RSS %.0f MB, CPU %.1f s since it started (the control plane Machine included).", rssMB, cpuSeconds)
+	start := time.Now()
+	if err := tb.Mgmt.Delete(ctx, benchTenant.Cluster()); err != nil {
+		return "", err
+	}
+	left := 0
+	err = waitFor(ctx, m.timeout, tb, func() (bool, error) {
+		_, found, err := getCAPI(ctx, tb.Mgmt, testbed.ClusterGVK, capiClusterName)
+		if err != nil || found {
+			return false, err
+		}
+		vms, vmis, pvcs, secrets, err := tb.HarvesterLeft(ctx)
+		left = vms + vmis + pvcs + secrets
+		return left == 0, err
+	})
+	if err != nil {
+		return "", fmt.Errorf("deleting the Cluster (%d objects left on Harvester): %w", left, err)
+	}
+	teardown := fmt.Sprintf("Deleting the Cluster afterwards took %s and left Harvester empty.", time.Since(start).Round(10*time.Millisecond))
+	return strings.Join([]string{m.breakdown, m.deletionBreakdown(), usage, teardown}, " "), nil
+}
+
+// controlPlaneInitialized reports whether the control plane Machine runs and Cluster API counts
+// the control plane initialized.
+func controlPlaneInitialized(ctx context.Context, c client.Client) (bool, error) {
+	cp, found, err := getCAPI(ctx, c, testbed.MachineGVK, capiControlPlane)
+	if !found || machinePhase(cp) != "Running" {
+		return false, err
+	}
+	cluster, found, err := getCAPI(ctx, c, testbed.ClusterGVK, capiClusterName)
+	if !found {
+		return false, err
+	}
+	conditions, _, _ := unstructured.NestedSlice(cluster.Object, "status", "conditions")
+	for _, cond := range conditions {
+		if m, _ := cond.(map[string]any); m["type"] == "ControlPlaneInitialized" && m["status"] == "True" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// getCAPI reads a Cluster API object of the run's namespace; found is false when it does not exist.
+func getCAPI(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, name string) (*unstructured.Unstructured, bool, error) {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	err := c.Get(ctx, client.ObjectKey{Namespace: benchTenant.Namespace, Name: name}, u)
+	if apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	return u, err == nil, err
+}
+
+func machinePhase(u *unstructured.Unstructured) string {
+	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	return phase
+}
