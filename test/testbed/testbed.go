@@ -1,6 +1,9 @@
 // Package testbed runs the provider end to end without a cluster: a management API server with the
 // CRDs, a simulated Harvester (test/sim), and the manager binary as a separate process, as a
-// user would run it. The demo and the benchmarks are built on it.
+// user would run it. The demo and the benchmarks are built on it. For Cluster API it also runs the
+// Cluster API core manager (capi.go) and the world of a tenant cluster (tenant.go: the Cluster and
+// MachineDeployment builders and a second API server as the tenant; kubelets.go: the kubelets
+// that register its Nodes), shared by test/capi and the bench.
 package testbed
 
 import (
