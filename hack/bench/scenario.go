@@ -111,17 +111,19 @@ type result struct {
 // scenario.
 func runScenario(ctx context.Context, o options, sc scenario, work string, p provider) (result, error) {
 	res := result{scenario: sc, n: o.n, provider: p.label}
-	metricsAddr, err := testbed.FreeLocalAddr()
-	if err != nil {
-		return res, err
-	}
-	pprofAddr := ""
-	if o.profileDir != "" && p.ours() {
-		if pprofAddr, err = testbed.FreeLocalAddr(); err != nil {
-			return res, err
+	var metricsAddr, pprofAddr string
+	opts := testbed.Options{WorkDir: work, ManagerBinary: p.binary, ManagerArgsLate: func() (_ []string, err error) {
+		if metricsAddr, err = testbed.FreeLocalAddr(); err != nil {
+			return nil, err
 		}
-	}
-	opts := testbed.Options{WorkDir: work, ManagerBinary: p.binary, ManagerArgs: p.managerArgs(o, metricsAddr, pprofAddr)}
+		if o.profileDir != "" && p.ours() {
+			if pprofAddr, err = testbed.FreeLocalAddr(); err != nil {
+				return nil, err
+			}
+		}
+		return p.managerArgs(o, metricsAddr, pprofAddr), nil
+	}}
+	var err error
 	if sc.clusterAPI {
 		if opts.ClusterAPI, err = clusterAPIAssets(ctx, o.repoRoot); err != nil {
 			return res, err

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,6 +69,10 @@ type Options struct {
 	NetworkCIDR string
 	// ManagerArgs are passed to the manager.
 	ManagerArgs []string
+	// ManagerArgsLate, if set, gives more of them when the manager first starts, once the API
+	// servers listen: for the addresses it is to listen on, as a port chosen (and let go) before
+	// may be one of theirs by then.
+	ManagerArgsLate func() ([]string, error)
 	// ManagerBinary, if set, is the manager to run instead of this repository's cmd/manager (the
 	// bench runs the published provider with it). It gets ManagerArgs alone: the flags the testbed
 	// gives its own manager (log format, probes off) are ones another program may not know.
@@ -208,6 +213,13 @@ func (t *Testbed) startClusterAPI(ctx context.Context) error {
 
 func (t *Testbed) startManager(context.Context) error {
 	_ = os.Remove(t.Path("manager.log")) // one log per testbed; restarts append to it
+	if t.opts.ManagerArgsLate != nil {
+		late, err := t.opts.ManagerArgsLate()
+		if err != nil {
+			return err
+		}
+		t.opts.ManagerArgs = append(slices.Clip(t.opts.ManagerArgs), late...) // restarts keep them
+	}
 	if t.opts.ManagerBinary != "" {
 		return t.runManager()
 	}
