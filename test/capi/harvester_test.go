@@ -390,7 +390,7 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *k8sruntime.Scheme) (stop func()) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
-		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}}, // as cmd/manager
+		Client:     client.Options{Cache: &client.CacheOptions{Unstructured: true}}, // as cmd/manager
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
 	if err != nil {
 		t.Fatal(err)
