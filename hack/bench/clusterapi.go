@@ -155,7 +155,17 @@ func (m *machineDeployment) create(ctx context.Context, tb *testbed.Testbed, n i
 	return testbed.CreateAll(ctx, tb.Mgmt, template, md)
 }
 
-func (m *machineDeployment) running() int { return m.machine[milestoneRunning].count() }
+// running counts the Machines Running now: under load Cluster API's MachineSet may create one too
+// many from a stale cache, and delete it again once it sees it (seen at N=100).
+func (m *machineDeployment) running() int {
+	running := m.machine[milestoneRunning].snapshot()
+	for _, left := range []string{milestoneDeleting, milestoneGone} {
+		for name := range m.machine[left].snapshot() {
+			delete(running, name)
+		}
+	}
+	return len(running)
+}
 
 // afterRunning also works out where each machine's time went, and whose share is whose.
 func (m *machineDeployment) afterRunning(tb *testbed.Testbed) []time.Duration {
@@ -187,8 +197,8 @@ func (m *machineDeployment) deletionBreakdown() string {
 	infraDeleting, infraGone := m.infra[milestoneDeleting].snapshot(), m.infra[milestoneGone].snapshot()
 	var capiDelete, capiDrain, ours, capiNode []time.Duration
 	for name, done := range machineGone {
-		if anyZero(machineDeleting[name], infraDeleting[name], infraGone[name]) {
-			continue
+		if anyZero(machineDeleting[name], infraDeleting[name], infraGone[name]) || machineDeleting[name].Before(m.deletedAt) {
+			continue // deleted by its MachineSet before (one too many), or steps not shown apart
 		}
 		capiDelete = append(capiDelete, machineDeleting[name].Sub(m.deletedAt))
 		capiDrain = append(capiDrain, infraDeleting[name].Sub(machineDeleting[name]))
