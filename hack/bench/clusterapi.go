@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -240,7 +241,7 @@ func (m *machineDeployment) deleteAll(ctx context.Context, tb *testbed.Testbed) 
 // gone: Cluster API's finalizers keep the MachineDeployment until its MachineSet and Machines
 // are gone, and a Machine until its HarvesterMachine is, which ours keeps until its VM and disks
 // are deleted.
-func (m *machineDeployment) gone(ctx context.Context, tb *testbed.Testbed) (bool, error) {
+func (m *machineDeployment) gone(ctx context.Context, tb *testbed.Testbed, _ *deletionCounts) (bool, error) {
 	_, found, err := getCAPI(ctx, tb.Mgmt, testbed.MachineDeploymentGVK, capiMachineDeployment)
 	return !found, err
 }
@@ -248,10 +249,9 @@ func (m *machineDeployment) gone(ctx context.Context, tb *testbed.Testbed) (bool
 // harvesterPrefix: the MachineDeployment's machines (the control plane Machine's stay).
 func (m *machineDeployment) harvesterPrefix() string { return capiMachineDeployment + "-" }
 
-func (m *machineDeployment) counted() *managementCount {
-	return &managementCount{what: "Machines", list: testbed.MachineGVK.GroupVersion().WithKind("MachineList"), opts: []client.ListOption{
-		client.InNamespace(benchTenant.Namespace), client.MatchingLabels{testbed.DeploymentNameLabel: capiMachineDeployment},
-	}}
+func (m *machineDeployment) counted(tb *testbed.Testbed) countedKind {
+	return countedKind{what: "Machines", config: tb.MgmtConfig, namespace: benchTenant.Namespace, resource: testbed.MachineGVK.GroupVersion().WithResource("machines"),
+		selector: labels.SelectorFromSet(labels.Set{testbed.DeploymentNameLabel: capiMachineDeployment}).String()}
 }
 
 // ownWrites: the template, the MachineDeployment and its deletion.

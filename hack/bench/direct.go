@@ -58,17 +58,18 @@ func runDirect(ctx context.Context, o options, sc scenario, work string) (direct
 	}
 	res.toRunning = time.Since(start)
 
+	counts, err := watchCounts(ctx, harvesterKinds(tb))
+	if err != nil {
+		return res, err
+	}
+	defer counts.stop()
 	start = time.Now()
-	progress := sampleDeletion(ctx, tb, nil)
+	progress := sampleDeletion(ctx, counts)
 	if err := tb.Harvester.Client.DeleteAllOf(ctx, &kubevirtv1.VirtualMachine{}, client.InNamespace(testbed.HarvesterNamespace)); err != nil {
 		return res, err
 	}
-	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) {
-		vms, vmis, pvcs, secrets, err := tb.HarvesterLeft(ctx)
-		res.left = vms + vmis + pvcs + secrets
-		return err == nil && res.left == 0, err
-	}); err != nil {
-		return res, fmt.Errorf("waiting for deletion (%d objects left): %w", res.left, err)
+	if err := counts.waitEmpty(ctx, o.timeout, tb); err != nil {
+		return res, fmt.Errorf("waiting for deletion (%s left: %s): %w", counts.what(), counts.sample(), err)
 	}
 	res.toDeleted = time.Since(start)
 	res.deletion = progress.finish()

@@ -62,7 +62,7 @@ func main() {
 	flag.StringVar(&o.workDir, "work-dir", ".bench", "Directory for kubeconfigs, the manager binary and its log.")
 	flag.StringVar(&o.repoRoot, "repo", ".", "Root of the repository.")
 	flag.StringVar(&o.report, "report", "docs/benchmarks.md", "Markdown file the results are added to (empty: none).")
-	flag.StringVar(&o.profileDir, "profile-dir", "", "If set, the first run writes CPU profiles of both API servers, the manager and the simulator, taken 5s to 35s after the first create, and the manager's heap when all are Running and when all are deleted, to this directory.")
+	flag.StringVar(&o.profileDir, "profile-dir", "", "If set, the first run writes CPU profiles of both API servers, the manager and the simulator, taken 5s to 35s after the first create and again after the deletion starts, and the manager's heap when all are Running and when all are deleted, to this directory.")
 	flag.IntVar(&o.runs, "runs", 4, "How many of the four runs (zero boot delay, realistic boot, no userData, Cluster API MachineDeployment) to do, in that order.")
 	flag.StringVar(&o.only, "only", "", "If set, do only the runs among those -runs chooses whose names contain this (case-insensitive), e.g. -only 'cluster api'.")
 	flag.BoolVar(&o.direct, "direct", true, "After each run, run its \"direct\" twin (the bench creates the Harvester objects itself, no provider: the machine's physical limit) and print the provider's time over it.")

@@ -19,7 +19,8 @@ import (
 
 // profiler takes Go profiles of every process of a run, for -profile-dir: CPU profiles of both
 // API servers, the manager and the benchmark process (which runs the simulator) over the same
-// window while the machines are created, and the manager's heap when all are Running and when all are deleted. The
+// window while the machines are created (cpu-create-*.pprof) and again while they are deleted
+// (cpu-delete-*.pprof), and the manager's heap when all are Running and when all are deleted. The
 // figures in docs/benchmarks.md say where the time goes; these say why, function by function
 // (go tool pprof <file>).
 type profiler struct {
@@ -27,12 +28,15 @@ type profiler struct {
 	tb        *testbed.Testbed
 	pprofAddr string // the manager's --pprof-bind-address
 	wg        sync.WaitGroup
-	mu        sync.Mutex
-	errs      []error
+	// cpuInFlight are the CPU profiles of the last startCPU: a process takes one at a time, so
+	// the next window waits for them (at small N, deletion starts before the first ends).
+	cpuInFlight *sync.WaitGroup
+	mu          sync.Mutex
+	errs        []error
 }
 
-// cpuWindow is when the CPU profiles are taken, from the first create: after the creates have
-// started and while the work queue is deepest.
+// cpuWindow is when the CPU profiles are taken, from the first create (after the creates have
+// started and while the work queue is deepest) and from the deletion.
 const (
 	cpuWindowStart = 5 * time.Second
 	cpuWindowSpan  = 30 * time.Second
@@ -45,27 +49,37 @@ func newProfiler(dir string, tb *testbed.Testbed, pprofAddr string) (*profiler, 
 	return &profiler{dir: dir, tb: tb, pprofAddr: pprofAddr}, nil
 }
 
-// startCPU takes the CPU profiles in the background, starting cpuWindowStart from now.
-func (p *profiler) startCPU(ctx context.Context) {
+// startCPU takes the CPU profiles in the background, starting cpuWindowStart from now, as
+// cpu-<phase>-<process>.pprof.
+func (p *profiler) startCPU(ctx context.Context, phase string) {
 	seconds := int(cpuWindowSpan.Seconds())
+	prefix := "cpu-" + phase + "-"
 	fetches := map[string]func(name string) error{
-		"cpu-management-apiserver.pprof": func(name string) error {
+		prefix + "management-apiserver.pprof": func(name string) error {
 			return p.fetchAPIServer(ctx, p.tb.MgmtConfig, seconds, name)
 		},
-		"cpu-harvester-apiserver.pprof": func(name string) error {
+		prefix + "harvester-apiserver.pprof": func(name string) error {
 			return p.fetchAPIServer(ctx, p.tb.Harvester.Config, seconds, name)
 		},
-		"cpu-manager.pprof": func(name string) error {
+		prefix + "manager.pprof": func(name string) error {
 			return p.fetch(ctx, http.DefaultClient, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprofAddr, seconds), name)
 		},
-		"cpu-bench-and-simulator.pprof": func(name string) error { return p.profileSelf(ctx, name) },
+		prefix + "bench-and-simulator.pprof": func(name string) error { return p.profileSelf(ctx, name) },
 	}
+	previous, current := p.cpuInFlight, &sync.WaitGroup{}
+	p.cpuInFlight = current
+	startAt := time.Now().Add(cpuWindowStart)
 	for name, fetch := range fetches {
+		current.Add(1)
 		p.wg.Go(func() {
+			defer current.Done()
+			if previous != nil {
+				previous.Wait()
+			}
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(cpuWindowStart):
+			case <-time.After(time.Until(startAt)):
 			}
 			if err := fetch(name); err != nil {
 				p.fail(fmt.Errorf("%s: %w", name, err))

@@ -47,13 +47,14 @@ type frontDoor interface {
 	// afterRunning returns, per machine, the delay from its VMI reporting an IP to the machine
 	// seen Running, once all are.
 	afterRunning(tb *testbed.Testbed) []time.Duration
-	// deleteAll deletes the machines; gone says when the front door has let them all go.
+	// deleteAll deletes the machines; gone says when the front door has let them all go (counts
+	// counts what counted names first, then harvesterKinds).
 	deleteAll(ctx context.Context, tb *testbed.Testbed) error
-	gone(ctx context.Context, tb *testbed.Testbed) (bool, error)
+	gone(ctx context.Context, tb *testbed.Testbed, counts *deletionCounts) (bool, error)
 	// harvesterPrefix begins the names of the machines' objects on Harvester, for what is left.
 	harvesterPrefix() string
 	// counted is what deletion progress counts of the machines on the management cluster.
-	counted() *managementCount
+	counted(tb *testbed.Testbed) countedKind
 	// ownWrites are the benchmark's own writes to the management API server (as apiServerWrites
 	// counts them) for n machines: not the provider's, so not counted.
 	ownWrites(n int) map[string]float64
@@ -167,7 +168,7 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 		if prof, err = newProfiler(o.profileDir, tb, pprofAddr); err != nil {
 			return res, err
 		}
-		prof.startCPU(ctx)
+		prof.startCPU(ctx, "create")
 	}
 	rss := sampleRSS(ctx, tb.ManagerPID())
 	defer rss.stop()
@@ -188,12 +189,20 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 	}
 	res.ipDelays = fd.afterRunning(tb)
 
+	counts, err := watchCounts(ctx, append([]countedKind{fd.counted(tb)}, harvesterKinds(tb)...))
+	if err != nil {
+		return res, err
+	}
+	defer counts.stop()
 	start = time.Now()
-	progress := sampleDeletion(ctx, tb, fd.counted())
+	if prof != nil {
+		prof.startCPU(ctx, "delete")
+	}
+	progress := sampleDeletion(ctx, counts)
 	if err := fd.deleteAll(ctx, tb); err != nil {
 		return res, err
 	}
-	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) { return fd.gone(ctx, tb) }); err != nil {
+	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) { return fd.gone(ctx, tb, counts) }); err != nil {
 		return res, fmt.Errorf("waiting for deletion: %w", err)
 	}
 	res.toDeleted = time.Since(start)
@@ -272,18 +281,16 @@ func (m *machineRequests) deleteAll(ctx context.Context, tb *testbed.Testbed) er
 	return tb.Mgmt.DeleteAllOf(ctx, &v1alpha1.MachineRequest{}, client.InNamespace(testbed.Namespace))
 }
 
-func (m *machineRequests) gone(ctx context.Context, tb *testbed.Testbed) (bool, error) {
-	list := &metav1.PartialObjectMetadataList{}
-	list.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("MachineRequestList"))
-	err := tb.Mgmt.List(ctx, list, client.InNamespace(testbed.Namespace))
-	return err == nil && len(list.Items) == 0, err
+// gone: no MachineRequest is left (counted() is the first kind counted).
+func (m *machineRequests) gone(_ context.Context, _ *testbed.Testbed, counts *deletionCounts) (bool, error) {
+	return counts.leftOf(0) == 0, nil
 }
 
 // harvesterPrefix: the whole Harvester namespace is theirs.
 func (m *machineRequests) harvesterPrefix() string { return "" }
 
-func (m *machineRequests) counted() *managementCount {
-	return &managementCount{what: "MachineRequests", list: v1alpha1.GroupVersion.WithKind("MachineRequestList"), opts: []client.ListOption{client.InNamespace(testbed.Namespace)}}
+func (m *machineRequests) counted(tb *testbed.Testbed) countedKind {
+	return countedKind{what: "MachineRequests", config: tb.MgmtConfig, namespace: testbed.Namespace, resource: v1alpha1.GroupVersion.WithResource("machinerequests")}
 }
 
 // ownWrites: the creates, and one delete of the collection.

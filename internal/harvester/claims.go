@@ -255,23 +255,32 @@ func inUseRefusal(err error) string {
 }
 
 // claimUsers maps each of the given PVCs of namespace that a VM mounts to the VMs that mount it.
-// It asks the volumes cache (every VM of the namespace, indexed by the disks it mounts) once it
-// has synced. That view lags the API server by a watch event, as a live list lags it by the
-// time between the list and the delete that follows it; the live list, which a VM of someone
-// else's needs when there is no cache, is shared (see volumeUsers).
+// It asks the caches once they have synced, both indexed by the disks VMs mount: the owned one for
+// VMs labelled ours, the volumes one for every other VM of the namespace. That view lags the API
+// server by a watch event, as a live list lags it by the time between the list and the delete
+// that follows it (a VM whose label changes meanwhile may be in neither for that long: Harvester
+// refuses to delete a volume a VM uses, and the refusal is waited on, see inUseRefusal). Without
+// both caches the VMs are listed live, in a list deletions share (see volumeUsers).
 func (m *machines) claimUsers(ctx context.Context, namespace string, claims []string) (map[string][]string, error) {
-	cached := m.cluster.CacheFor(volumesCache, namespace)
-	if cached == nil {
+	owned, others := m.cacheFor(namespace), m.cluster.CacheFor(volumesCache, namespace)
+	if owned == nil || others == nil {
 		return m.volumeUsers(ctx, namespace)
 	}
 	users := map[string][]string{}
 	for _, claim := range claims {
-		list := &kubevirtv1.VirtualMachineList{}
-		if err := cached.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{vmsByClaim: claim}); err != nil {
-			return nil, classify(err, "list VirtualMachines in namespace "+namespace)
-		}
-		for i := range list.Items {
-			users[claim] = append(users[claim], describe("VirtualMachine", list.Items[i].Namespace, list.Items[i].Name))
+		seen := map[string]bool{}
+		for _, cached := range []client.Reader{owned, others} {
+			list := &kubevirtv1.VirtualMachineList{}
+			if err := cached.List(ctx, list, client.InNamespace(namespace), client.MatchingFields{vmsByClaim: claim}); err != nil {
+				return nil, classify(err, "list VirtualMachines in namespace "+namespace)
+			}
+			for i := range list.Items {
+				// A VM whose label just changed may be in both for a moment.
+				if name := list.Items[i].Name; !seen[name] {
+					seen[name] = true
+					users[claim] = append(users[claim], describe("VirtualMachine", namespace, name))
+				}
+			}
 		}
 	}
 	return users, nil

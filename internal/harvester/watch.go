@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -54,8 +55,9 @@ const (
 	// own: credentials without watch on events (which earlier versions did not need) leave the
 	// owned objects cached, and the diagnosis lists events live instead.
 	warningsCache = "warnings"
-	// volumesCache holds every VM of the namespace, ours or not, trimmed to what says which
-	// disks it mounts: deleting or replacing a disk first asks which VMs use it.
+	// volumesCache holds the namespace's VMs that are not ours (someone else's, or a person's),
+	// trimmed to what says which disks they mount: deleting or replacing a disk first asks which
+	// VMs use it, and ours answer from the owned cache (see claimUsers).
 	volumesCache = "volumes"
 )
 
@@ -93,7 +95,11 @@ func (w watches) Kinds() []clustercache.Watch {
 		if w.notify != nil {
 			handler = notifier(w.notify)
 		}
-		out = append(out, clustercache.Watch{Object: kind, Handler: handler})
+		watch := clustercache.Watch{Object: kind, Handler: handler}
+		if _, isVM := kind.(*kubevirtv1.VirtualMachine); isVM {
+			watch.Indexes = []clustercache.Index{vmsByClaimIndex}
+		}
+		out = append(out, watch)
 	}
 	image := clustercache.Watch{Object: newImage()}
 	if w.notify != nil {
@@ -123,27 +129,36 @@ func (warningWatches) Kinds() []clustercache.Watch {
 	}}}}}
 }
 
-// vmsByClaim indexes the VMs of the volumes cache by the PVCs they mount (no API server field
-// selector has this name: without the cache, the VMs are listed live, see claimUsers).
+// vmsByClaim indexes the VMs of the owned and volumes caches by the PVCs they mount (no API server
+// field selector has this name: without the caches, the VMs are listed live, see claimUsers).
 const vmsByClaim = "spec.template.spec.volumes.persistentVolumeClaim.claimName"
 
-// volumeWatches caches every VM of the namespace with only its name and mounted disks: an index
-// answers "which VMs use this disk" for each deletion, where a live list of all the namespace's
-// VMs per deletion made deleting N machines cost N lists of N VMs.
+// vmsByClaimIndex is the vmsByClaim index of a cache of VMs.
+var vmsByClaimIndex = clustercache.Index{Field: vmsByClaim, Extract: func(o client.Object) []string {
+	return mountedClaims(o.(*kubevirtv1.VirtualMachine))
+}}
+
+// volumeWatches caches the namespace's VMs that are not ours with only their name and mounted
+// disks. With the owned cache's VMs, an index answers "which VMs use this disk" for each deletion,
+// where a live list of all the namespace's VMs per deletion made deleting N machines cost N lists
+// of N VMs. It leaves ours out (a set-based selector, which also matches VMs without the label):
+// the owned cache holds them already, and every event of a VM watched twice is decoded twice.
 type volumeWatches struct{}
 
 func (volumeWatches) Name() string { return volumesCache }
 
 func (volumeWatches) CacheOptions() cache.Options {
+	notOurs, err := labels.NewRequirement(LabelManagedBy, selection.NotEquals, []string{ManagedByValue})
+	if err != nil {
+		panic(err) // constant, valid label key and value
+	}
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&kubevirtv1.VirtualMachine{}: {Label: labels.Everything(), Transform: trimToVolumes},
+		&kubevirtv1.VirtualMachine{}: {Label: labels.NewSelector().Add(*notOurs), Transform: trimToVolumes},
 	}}
 }
 
 func (volumeWatches) Kinds() []clustercache.Watch {
-	return []clustercache.Watch{{Object: &kubevirtv1.VirtualMachine{}, Indexes: []clustercache.Index{{Field: vmsByClaim, Extract: func(o client.Object) []string {
-		return mountedClaims(o.(*kubevirtv1.VirtualMachine))
-	}}}}}
+	return []clustercache.Watch{{Object: &kubevirtv1.VirtualMachine{}, Indexes: []clustercache.Index{vmsByClaimIndex}}}
 }
 
 // trimToVolumes keeps of a VM its identity and the volumes of its template: a cache of every VM

@@ -285,44 +285,57 @@ func TestDeletionWaitsUntilTheSecretIsGone(t *testing.T) {
 }
 
 // A disk of ours that another VM mounts is never deleted: the machine's VM goes, and the machine
-// waits (DiskInUse, naming that VM) instead of looping on Harvester's refusal; once that VM lets go
-// of the disk, deletion completes.
+// waits (DiskInUse, naming those VMs) instead of looping on Harvester's refusal; once they let go
+// of the disk, deletion completes. One borrower is anyone's VM, the other carries our labels (of a
+// machine of another management cluster): the provider finds VMs of both kinds in different caches.
 func TestDiskAnotherVMUsesIsNeverDeleted(t *testing.T) {
 	w := newWorld(t)
 	mr := w.machineRequest("lend-0")
 	mr.Spec.ExtraDisks = []v1alpha1.DiskSpec{{SizeGB: 5}}
 	w.must(mgmt.Create(w.ctx, mr))
 	w.waitPhase(mr, v1alpha1.MachinePhaseRunning)
-	borrower := &kubevirtv1.VirtualMachine{
-		ObjectMeta: metav1.ObjectMeta{Name: "borrower", Namespace: w.hvNs},
-		Spec: kubevirtv1.VirtualMachineSpec{RunStrategy: ptrTo(kubevirtv1.RunStrategyHalted), Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
-			Spec: kubevirtv1.VirtualMachineInstanceSpec{Volumes: []kubevirtv1.Volume{{Name: "data", VolumeSource: kubevirtv1.VolumeSource{
-				PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "lend-0-disk-1"}}}}}},
-		}},
+	borrower := func(name string, labels map[string]string) *kubevirtv1.VirtualMachine {
+		return &kubevirtv1.VirtualMachine{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: w.hvNs, Labels: labels},
+			Spec: kubevirtv1.VirtualMachineSpec{RunStrategy: ptrTo(kubevirtv1.RunStrategyHalted), Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
+				Spec: kubevirtv1.VirtualMachineInstanceSpec{Volumes: []kubevirtv1.Volume{{Name: "data", VolumeSource: kubevirtv1.VolumeSource{
+					PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{ClaimName: "lend-0-disk-1"}}}}}},
+			}},
+		}
 	}
-	w.must(hv.Create(w.ctx, borrower))
+	borrowers := []*kubevirtv1.VirtualMachine{
+		borrower("borrower-anyone", nil),
+		borrower("borrower-managed", map[string]string{harvester.LabelManagedBy: harvester.ManagedByValue, harvester.LabelMachineRequestUID: "of-another-management-cluster"}),
+	}
+	for _, b := range borrowers {
+		w.must(hv.Create(w.ctx, b))
+	}
 
 	w.must(mgmt.Delete(w.ctx, mr))
 	w.waitGone(&kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: w.hvNs, Name: "lend-0"}}, hv)
 	c := w.waitMRCondition(mr, v1alpha1.ConditionDegraded, v1alpha1.ReasonDiskInUse)
-	requireMentions(t, "Degraded message", c.Message, "PersistentVolumeClaim "+w.hvNs+"/lend-0-disk-1", "VirtualMachine "+w.hvNs+"/borrower")
+	requireMentions(t, "Degraded message", c.Message, "PersistentVolumeClaim "+w.hvNs+"/lend-0-disk-1", "VirtualMachine "+w.hvNs+"/borrower-anyone", "VirtualMachine "+w.hvNs+"/borrower-managed")
 	w.waitEvent(mr, corev1.EventTypeWarning, v1alpha1.ReasonDiskInUse)
 	consistently(t, 2*time.Second, func() error {
 		pvc := &corev1.PersistentVolumeClaim{}
 		if err := hv.Get(w.ctx, client.ObjectKey{Namespace: w.hvNs, Name: "lend-0-disk-1"}, pvc); err != nil {
-			return fmt.Errorf("the disk the borrower uses: %w", err)
+			return fmt.Errorf("the disk the borrowers use: %w", err)
 		}
 		if pvc.DeletionTimestamp != nil {
-			return fmt.Errorf("the disk the borrower uses is being deleted")
+			return fmt.Errorf("the disk the borrowers use is being deleted")
 		}
 		if n := len(w.warnings(mr)); n != 1 {
 			return fmt.Errorf("%d Warning events, want the one DiskInUse: %q", n, w.warnings(mr))
 		}
 		return nil
 	})
-	w.must(hv.Delete(w.ctx, borrower))
+	for _, b := range borrowers {
+		w.must(hv.Delete(w.ctx, b))
+	}
 	w.waitGone(&v1alpha1.MachineRequest{ObjectMeta: mr.ObjectMeta}, mgmt)
-	w.waitGone(borrower, hv)
+	for _, b := range borrowers {
+		w.waitGone(b, hv)
+	}
 	w.requireHarvesterEmpty("left on Harvester")
 }
 
