@@ -29,6 +29,8 @@ type directResult struct {
 	left                 int
 	// deletion is what was left every second while everything was deleted.
 	deletion string
+	// createCPU is the CPU each process used from the first create to all Running.
+	createCPU string
 }
 
 func runDirect(ctx context.Context, o options, sc scenario, work string) (directResult, error) {
@@ -49,6 +51,7 @@ func runDirect(ctx context.Context, o options, sc scenario, work string) (direct
 	}
 	defer stop()
 
+	cpuAtStart := processCPU(tb)
 	start := time.Now()
 	if err := forEachMachine(o.n, func(i int) error { return createDirect(ctx, tb.Harvester.Client, image, i, !sc.noUserData) }); err != nil {
 		return res, err
@@ -57,6 +60,7 @@ func runDirect(ctx context.Context, o options, sc scenario, work string) (direct
 		return res, fmt.Errorf("waiting for VMIs to report an IP (%d of %d): %w", running.count(), o.n, err)
 	}
 	res.toRunning = time.Since(start)
+	res.createCPU = describeCPU(cpuSince(tb, cpuAtStart))
 
 	counts, err := watchCounts(ctx, harvesterKinds(tb))
 	if err != nil {
@@ -64,7 +68,7 @@ func runDirect(ctx context.Context, o options, sc scenario, work string) (direct
 	}
 	defer counts.stop()
 	start = time.Now()
-	progress := sampleDeletion(ctx, counts)
+	progress := sampleDeletion(ctx, tb, counts)
 	if err := tb.Harvester.Client.DeleteAllOf(ctx, &kubevirtv1.VirtualMachine{}, client.InNamespace(testbed.HarvesterNamespace)); err != nil {
 		return res, err
 	}
@@ -73,6 +77,12 @@ func runDirect(ctx context.Context, o options, sc scenario, work string) (direct
 	}
 	res.toDeleted = time.Since(start)
 	res.deletion = progress.finish()
+	// The API server's word, not the watches': what is left once they saw nothing.
+	vms, vmis, pvcs, secrets, err := tb.HarvesterLeft(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.left = vms + vmis + pvcs + secrets
 	return res, nil
 }
 

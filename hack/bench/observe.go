@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -62,7 +63,7 @@ type procCPU struct {
 // observe starts sampling, the work queue of the manager's controller named queue among the rest;
 // finish ends it and returns what it saw.
 func observe(ctx context.Context, tb *testbed.Testbed, managerURL, queue string) (*observer, error) {
-	o := &observer{tb: tb, managerURL: managerURL, queue: queue, cpuStart: processCPU()}
+	o := &observer{tb: tb, managerURL: managerURL, queue: queue, cpuStart: processCPU(tb)}
 	var err error
 	if o.apiStart, err = o.apiServerMetrics(ctx); err != nil {
 		return nil, err
@@ -103,10 +104,7 @@ func everySecond(ctx context.Context, sample func(context.Context)) (stop func()
 
 func (o *observer) finish(ctx context.Context) (observation, error) {
 	o.stop()
-	obs := observation{cpu: map[string]float64{}, limiterWait: map[string]time.Duration{}, latency: map[string][2]time.Duration{}}
-	for pid, end := range processCPU() {
-		obs.cpu[end.kind] += end.seconds - o.cpuStart[pid].seconds
-	}
+	obs := observation{cpu: cpuSince(o.tb, o.cpuStart), limiterWait: map[string]time.Duration{}, latency: map[string][2]time.Duration{}}
 	mgr, err := scrape(ctx, http.DefaultClient, o.managerURL)
 	if err != nil {
 		return obs, err
@@ -352,13 +350,19 @@ func quantile(end, start *dto.MetricFamily, q float64) time.Duration {
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // processCPU reads the CPU time of this process (the benchmark, the simulator and the test API
-// clients run in it) and of its children (API servers, etcds, the manager), by kind.
-func processCPU() map[int]procCPU {
+// clients run in it) and of its children (API servers, etcds, the manager), by kind: each API
+// server and etcd named after the cluster of the testbed it serves ("management kube-apiserver").
+func processCPU(tb *testbed.Testbed) map[int]procCPU {
 	out := map[int]procCPU{}
 	self := os.Getpid()
 	if s, ok := cpuOf(self); ok {
 		out[self] = procCPU{kind: "bench and simulator", seconds: s}
 	}
+	type child struct {
+		comm  string
+		flags map[string]string
+	}
+	children := map[int]child{}
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, path := range stats {
 		data, err := os.ReadFile(path) //nolint:gosec // G304: /proc files of this machine's processes
@@ -371,11 +375,74 @@ func processCPU() map[int]procCPU {
 		}
 		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(path)))
 		comm, _ := os.ReadFile(filepath.Join(filepath.Dir(path), "comm"))
+		cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(path), "cmdline")) //nolint:gosec // G304: as above
+		flags := map[string]string{}
+		for _, arg := range strings.Split(string(cmdline), "\x00") {
+			if name, value, ok := strings.Cut(arg, "="); ok {
+				flags[name] = value
+			}
+		}
+		children[pid] = child{comm: strings.TrimSpace(string(comm)), flags: flags}
+	}
+	clusterOfPort := map[string]string{portOf(tb.MgmtConfig.Host): "management"}
+	if tb.Harvester != nil {
+		clusterOfPort[portOf(tb.Harvester.Config.Host)] = "Harvester"
+	}
+	clusterOfEtcd := map[string]string{}
+	for _, c := range children {
+		if cluster, ok := clusterOfPort[c.flags["--secure-port"]]; ok && c.comm == "kube-apiserver" {
+			clusterOfEtcd[c.flags["--etcd-servers"]] = cluster
+		}
+	}
+	for pid, c := range children {
+		kind := c.comm
+		switch cluster := ""; c.comm {
+		case "kube-apiserver":
+			cluster = clusterOfPort[c.flags["--secure-port"]]
+			kind = strings.TrimSpace(cluster + " " + kind)
+		case "etcd":
+			cluster = clusterOfEtcd[c.flags["--listen-client-urls"]]
+			kind = strings.TrimSpace(cluster + " " + kind)
+		}
 		if s, ok := cpuOf(pid); ok {
-			out[pid] = procCPU{kind: strings.TrimSpace(string(comm)), seconds: s}
+			out[pid] = procCPU{kind: kind, seconds: s}
 		}
 	}
 	return out
+}
+
+// portOf is the port of an API server's URL.
+func portOf(host string) string {
+	u, err := url.Parse(host)
+	if err != nil {
+		return ""
+	}
+	return u.Port()
+}
+
+// cpuSince is the CPU seconds each kind of process used since start (processCPU's answer then).
+func cpuSince(tb *testbed.Testbed, start map[int]procCPU) map[string]float64 {
+	used := map[string]float64{}
+	for pid, end := range processCPU(tb) {
+		used[end.kind] += end.seconds - start[pid].seconds
+	}
+	return used
+}
+
+// describeCPU renders CPU seconds by kind of process, sorted by kind, with their total.
+func describeCPU(cpu map[string]float64) string {
+	kinds := make([]string, 0, len(cpu))
+	total := 0.0
+	for k, s := range cpu {
+		kinds = append(kinds, k)
+		total += s
+	}
+	sort.Strings(kinds)
+	parts := make([]string, 0, len(kinds)+1)
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s %.1f s", k, cpu[k]))
+	}
+	return fmt.Sprintf("%.1f s in all: %s", total, strings.Join(parts, ", "))
 }
 
 // cpuOf is a process's user and system CPU time in seconds.
@@ -395,15 +462,6 @@ func cpuOf(pid int) (float64, bool) {
 
 // describe renders an observation for the console and the report.
 func (o observation) describe() string {
-	kinds := make([]string, 0, len(o.cpu))
-	for k := range o.cpu {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
-	var cpu []string
-	for _, k := range kinds {
-		cpu = append(cpu, fmt.Sprintf("%s %.1f s", k, o.cpu[k]))
-	}
 	depth := make([]string, 0, len(o.depth))
 	for _, d := range o.depth {
 		depth = append(depth, strconv.Itoa(int(d)))
@@ -411,7 +469,7 @@ func (o observation) describe() string {
 	mgmtWait, exposed := o.limiterWait["management"]
 	hvWait := o.limiterWait["Harvester"]
 	return fmt.Sprintf("CPU: %s. Work queue depth every second: %s; mean wait in the queue %s over %.0f adds. Rate limiter held requests for %s (management) and %s (Harvester) in all. API server latency p50/p99 (watches excluded): management %s/%s, Harvester %s/%s.",
-		strings.Join(cpu, ", "), strings.Join(depth, " "), o.queueWait.Round(time.Millisecond), o.adds,
+		describeCPU(o.cpu), strings.Join(depth, " "), o.queueWait.Round(time.Millisecond), o.adds,
 		orNA(mgmtWait, exposed), orNA(hvWait, exposed),
 		o.latency["management"][0].Round(time.Millisecond), o.latency["management"][1].Round(time.Millisecond),
 		o.latency["Harvester"][0].Round(time.Millisecond), o.latency["Harvester"][1].Round(time.Millisecond))

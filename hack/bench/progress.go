@@ -122,14 +122,16 @@ func (c *deletionCounts) sample() string {
 // deletionProgress samples deletionCounts every second while everything is deleted, so that a
 // slow deletion shows which step it waits on.
 type deletionProgress struct {
-	counts  *deletionCounts
+	tb       *testbed.Testbed
+	cpuStart map[int]procCPU
+	counts   *deletionCounts
 	mu      sync.Mutex
 	samples []string
 	stop    func()
 }
 
-func sampleDeletion(ctx context.Context, counts *deletionCounts) *deletionProgress {
-	p := &deletionProgress{counts: counts}
+func sampleDeletion(ctx context.Context, tb *testbed.Testbed, counts *deletionCounts) *deletionProgress {
+	p := &deletionProgress{tb: tb, cpuStart: processCPU(tb), counts: counts}
 	p.stop = everySecond(ctx, func(context.Context) {
 		s := counts.sample()
 		p.mu.Lock()
@@ -139,12 +141,13 @@ func sampleDeletion(ctx context.Context, counts *deletionCounts) *deletionProgre
 	return p
 }
 
-// finish stops sampling and says what was left every second.
+// finish stops sampling and says what was left every second, and the CPU each process used.
 func (p *deletionProgress) finish() string {
 	p.stop()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.counts.what() + " left (of them marked for deletion) every second: " + strings.Join(p.samples, " ")
+	return "CPU " + describeCPU(cpuSince(p.tb, p.cpuStart)) + ". " +
+		p.counts.what() + " left (of them marked for deletion) every second: " + strings.Join(p.samples, " ")
 }
 
 // waitEmpty waits until no object of the counted kinds is left.

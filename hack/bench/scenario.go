@@ -198,7 +198,7 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 	if prof != nil {
 		prof.startCPU(ctx, "delete")
 	}
-	progress := sampleDeletion(ctx, counts)
+	progress := sampleDeletion(ctx, tb, counts)
 	if err := fd.deleteAll(ctx, tb); err != nil {
 		return res, err
 	}

@@ -88,17 +88,31 @@ func readCAPIClusterFrom(u *unstructured.Unstructured) (*capiCluster, error) {
 	return cl, nil
 }
 
+// capiClusterOf and capiMachineOf are what the front door reads of a Cluster and a Machine, as
+// values (see capiChangesThatMatter).
+func capiClusterOf(u *unstructured.Unstructured) capiCluster {
+	cl, _ := readCAPIClusterFrom(u)
+	return *cl
+}
+
+func capiMachineOf(u *unstructured.Unstructured) capiMachine { return *readCAPIMachineFrom(u) }
+
 // readCAPIMachine reads the Machine of the given name, nil if it does not exist.
 func readCAPIMachine(ctx context.Context, c client.Reader, namespace, name string) (*capiMachine, error) {
 	u, found, err := getCAPI(ctx, c, capiMachineGVK, namespace, name)
 	if !found {
 		return nil, err
 	}
-	m := &capiMachine{Name: name}
+	return readCAPIMachineFrom(u), nil
+}
+
+// readCAPIMachineFrom reads what the front door needs of a Machine.
+func readCAPIMachineFrom(u *unstructured.Unstructured) *capiMachine {
+	m := &capiMachine{Name: u.GetName()}
 	m.DataSecretName, _, _ = unstructured.NestedString(u.Object, "spec", "bootstrap", "dataSecretName")
 	_, m.ControlPlane = u.GetLabels()[capiControlPlaneLabel]
 	m.FailureDomain, _, _ = unstructured.NestedString(u.Object, "spec", "failureDomain")
-	return m, nil
+	return m
 }
 
 // capiPaused reports whether Cluster API asks the provider to leave obj alone: its Cluster is

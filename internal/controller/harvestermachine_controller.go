@@ -422,8 +422,10 @@ func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 		// A Machine's bootstrap data arriving or its failure domain changing, a Cluster's
 		// infrastructure or pause changing, and a HarvesterCluster's spec (its failure domains)
 		// changing move their HarvesterMachines on.
-		Watches(machine, handler.EnqueueRequestsFromMapFunc(infrastructureMachineOf)).
-		Watches(cluster, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster)).
+		Watches(machine, handler.EnqueueRequestsFromMapFunc(infrastructureMachineOf),
+			builder.WithPredicates(capiChangesThatMatter(capiMachineOf, infrastructureMachineOf))).
+		Watches(cluster, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster),
+			builder.WithPredicates(capiChangesThatMatter(capiClusterOf, nil))).
 		Watches(&infrav1.HarvesterCluster{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfHarvesterCluster),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
 	if r.HarvesterEvents != nil {
