@@ -125,9 +125,9 @@ type deletionProgress struct {
 	tb       *testbed.Testbed
 	cpuStart map[int]procCPU
 	counts   *deletionCounts
-	mu      sync.Mutex
-	samples []string
-	stop    func()
+	mu       sync.Mutex
+	samples  []string
+	stop     func()
 }
 
 func sampleDeletion(ctx context.Context, tb *testbed.Testbed, counts *deletionCounts) *deletionProgress {
