@@ -50,7 +50,10 @@ func TestManagementConfigFromKubeconfigFlag(t *testing.T) {
 	}
 	c, err := managementConfig(path)
 	if err != nil || c.Host != "https://mgmt.example:6443" {
-		t.Errorf("--kubeconfig %s: host %q, %v", path, c.Host, err)
+		t.Fatalf("--kubeconfig %s: host %q, %v", path, c.Host, err)
+	}
+	if !c.DisableCompression {
+		t.Errorf("the management cluster is asked for compressed answers")
 	}
 	missing := filepath.Join(t.TempDir(), "missing")
 	if _, err := managementConfig(missing); err == nil || !strings.Contains(err.Error(), "--kubeconfig "+missing) {

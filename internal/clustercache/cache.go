@@ -310,6 +310,10 @@ func (f *Cache) newCluster(cfg *rest.Config, namespace string) (*cachedCluster, 
 	if f.Burst > 0 {
 		cfg.Burst = f.Burst
 	}
+	// Uncompressed, as the management cluster is reached (see cmd/manager): Harvester is on the
+	// network of the VMs the management cluster runs on, where gzip costs CPU on both sides and
+	// saves bandwidth nobody lacks.
+	cfg.DisableCompression = true
 	cfg.Wrap(metrics.InstrumentHarvester)
 	mapper, err := newRESTMapper(cfg)
 	if err != nil {

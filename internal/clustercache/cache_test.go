@@ -288,3 +288,23 @@ func TestCachesOfAClusterStandAlone(t *testing.T) {
 		t.Fatalf("the cache that synced was started %d times", x.starts.Load())
 	}
 }
+
+// Harvester is asked for uncompressed answers, as the management cluster is (see newCluster).
+func TestHarvesterIsAskedForUncompressedAnswers(t *testing.T) {
+	x := newFactoryFixture(t)
+	start := x.f.startInformers
+	var compressed atomic.Bool
+	x.f.startInformers = func(ctx context.Context, cfg *rest.Config, mapper meta.RESTMapper, namespace string, w Watches) client.Reader {
+		if !cfg.DisableCompression {
+			compressed.Store(true)
+		}
+		return start(ctx, cfg, mapper, namespace, w)
+	}
+	c := x.cluster(t)
+	if c.CacheFor("owned", "vms") == nil {
+		t.Fatal("no cache started")
+	}
+	if compressed.Load() {
+		t.Fatal("the informers' config asks for compressed answers")
+	}
+}
