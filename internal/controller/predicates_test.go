@@ -5,6 +5,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -44,32 +46,23 @@ func TestUpdatesThatMatter(t *testing.T) {
 }
 
 func TestCAPIChangesThatMatter(t *testing.T) {
-	cluster := func(rv string, f func(u *unstructured.Unstructured)) *unstructured.Unstructured {
-		u := &unstructured.Unstructured{Object: map[string]any{
-			"spec": map[string]any{"infrastructureRef": map[string]any{"kind": "HarvesterCluster", "name": "hc"}, "controlPlaneEndpoint": map[string]any{"host": "10.0.0.1"}},
-		}}
-		u.SetGroupVersionKind(capiClusterGVK)
-		u.SetNamespace("ns")
-		u.SetName("c")
-		u.SetResourceVersion(rv)
-		if f != nil {
-			f(u)
+	object := func(gvk schema.GroupVersionKind, name string, spec map[string]any) func(rv string, f func(u *unstructured.Unstructured)) *unstructured.Unstructured {
+		return func(rv string, f func(u *unstructured.Unstructured)) *unstructured.Unstructured {
+			u := &unstructured.Unstructured{Object: map[string]any{"spec": runtime.DeepCopyJSON(spec)}}
+			u.SetGroupVersionKind(gvk)
+			u.SetNamespace("ns")
+			u.SetName(name)
+			u.SetResourceVersion(rv)
+			if f != nil {
+				f(u)
+			}
+			return u
 		}
-		return u
 	}
-	machine := func(rv string, f func(u *unstructured.Unstructured)) *unstructured.Unstructured {
-		u := &unstructured.Unstructured{Object: map[string]any{
-			"spec": map[string]any{"infrastructureRef": map[string]any{"kind": "HarvesterMachine", "name": "hm-0"}},
-		}}
-		u.SetGroupVersionKind(capiMachineGVK)
-		u.SetNamespace("ns")
-		u.SetName("m")
-		u.SetResourceVersion(rv)
-		if f != nil {
-			f(u)
-		}
-		return u
-	}
+	cluster := object(capiClusterGVK, "c", map[string]any{
+		"infrastructureRef": map[string]any{"kind": "HarvesterCluster", "name": "hc"}, "controlPlaneEndpoint": map[string]any{"host": "10.0.0.1"},
+	})
+	machine := object(capiMachineGVK, "m", map[string]any{"infrastructureRef": map[string]any{"kind": "HarvesterMachine", "name": "hm-0"}})
 	set := func(value any, path ...string) func(u *unstructured.Unstructured) {
 		return func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, value, path...) }
 	}
