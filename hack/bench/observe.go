@@ -375,7 +375,7 @@ func processCPU(tb *testbed.Testbed) map[int]procCPU {
 		}
 		pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(path)))
 		comm, _ := os.ReadFile(filepath.Join(filepath.Dir(path), "comm"))
-		cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(path), "cmdline")) //nolint:gosec // G304: as above
+		cmdline, _ := os.ReadFile(filepath.Join(filepath.Dir(path), "cmdline"))
 		flags := map[string]string{}
 		for _, arg := range strings.Split(string(cmdline), "\x00") {
 			if name, value, ok := strings.Cut(arg, "="); ok {
