@@ -3,6 +3,7 @@ package clustercache
 import (
 	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -26,8 +27,13 @@ type mappingKey struct {
 	versions string
 }
 
-// newRESTMapper returns the mapper one Harvester client and its cache share.
+// newRESTMapper returns the mapper one Harvester client and its cache share. Its discovery
+// requests take no context, and through a client of their own they get no timeout either: one
+// that never got an answer held the client being built, and every reconcile waiting for it, for
+// good (a chaos run's "timeout" fault). They get discoveryTimeout.
 func newRESTMapper(cfg *rest.Config) (meta.RESTMapper, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Timeout = discoveryTimeout
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
@@ -38,6 +44,9 @@ func newRESTMapper(cfg *rest.Config) (meta.RESTMapper, error) {
 	}
 	return &rememberingMapper{RESTMapper: dynamic}, nil
 }
+
+// discoveryTimeout bounds each discovery request of a REST mapper (a variable for tests).
+var discoveryTimeout = 30 * time.Second
 
 func (m *rememberingMapper) RESTMapping(gk schema.GroupKind, versions ...string) (*meta.RESTMapping, error) {
 	key := mappingKey{kind: gk, versions: strings.Join(versions, ",")}

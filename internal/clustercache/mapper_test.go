@@ -1,10 +1,14 @@
 package clustercache
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 )
 
 // countingMapper knows only VirtualMachines and counts the questions it is asked.
@@ -45,5 +49,39 @@ func TestRememberingMapperAsksOncePerKindButNeverRemembersAMiss(t *testing.T) {
 	}
 	if delegate.asked != 4 {
 		t.Errorf("a kind that is missing must be asked again (a CRD installed later is found): asked %d times, want 4", delegate.asked)
+	}
+}
+
+// A discovery request that never gets an answer fails after discoveryTimeout: without a timeout
+// it held the client being built, and every reconcile waiting for it, for good.
+func TestMapperDiscoveryGivesUpOnAServerThatNeverAnswers(t *testing.T) {
+	hung := make(chan struct{})
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-hung:
+		}
+	}))
+	defer server.Close()
+	defer close(hung)
+	saved := discoveryTimeout
+	discoveryTimeout = 200 * time.Millisecond
+	defer func() { discoveryTimeout = saved }()
+	mapper, err := newRESTMapper(&rest.Config{Host: server.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := mapper.RESTMapping(schema.GroupKind{Group: "kubevirt.io", Kind: "VirtualMachine"}, "v1")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a mapping from a server that never answers")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("discovery still waiting after 10s on a server that never answers")
 	}
 }
