@@ -59,11 +59,16 @@ func watchCounts(ctx context.Context, kinds []countedKind) (*deletionCounts, err
 	wctx, stop := context.WithCancel(ctx)
 	c := &deletionCounts{kinds: kinds, stop: stop}
 	var synced []toolscache.InformerSynced
+	clients := map[*rest.Config]metadata.Interface{} // one per API server
 	for _, k := range kinds {
-		mc, err := metadata.NewForConfig(k.config)
-		if err != nil {
-			stop()
-			return nil, err
+		mc, ok := clients[k.config]
+		if !ok {
+			var err error
+			if mc, err = metadata.NewForConfig(k.config); err != nil {
+				stop()
+				return nil, err
+			}
+			clients[k.config] = mc
 		}
 		selector := k.selector
 		factory := metadatainformer.NewFilteredSharedInformerFactory(mc, 0, k.namespace, func(o *metav1.ListOptions) { o.LabelSelector = selector })

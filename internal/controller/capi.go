@@ -73,11 +73,11 @@ func readCAPICluster(ctx context.Context, c client.Reader, namespace, name strin
 	if !found {
 		return nil, err
 	}
-	return readCAPIClusterFrom(u)
+	return readCAPIClusterFrom(u), nil
 }
 
 // readCAPIClusterFrom reads what the front door needs of a Cluster.
-func readCAPIClusterFrom(u *unstructured.Unstructured) (*capiCluster, error) {
+func readCAPIClusterFrom(u *unstructured.Unstructured) *capiCluster {
 	cl := &capiCluster{Name: u.GetName(), Namespace: u.GetNamespace()}
 	cl.Paused, _, _ = unstructured.NestedBool(u.Object, "spec", "paused")
 	if kind, _, _ := unstructured.NestedString(u.Object, "spec", "infrastructureRef", "kind"); kind == "HarvesterCluster" {
@@ -85,15 +85,12 @@ func readCAPIClusterFrom(u *unstructured.Unstructured) (*capiCluster, error) {
 	}
 	cl.InfrastructureProvisioned, _, _ = unstructured.NestedBool(u.Object, "status", "initialization", "infrastructureProvisioned")
 	cl.EndpointHost, _, _ = unstructured.NestedString(u.Object, "spec", "controlPlaneEndpoint", "host")
-	return cl, nil
+	return cl
 }
 
 // capiClusterOf and capiMachineOf are what the front door reads of a Cluster and a Machine, as
 // values (see capiChangesThatMatter).
-func capiClusterOf(u *unstructured.Unstructured) capiCluster {
-	cl, _ := readCAPIClusterFrom(u)
-	return *cl
-}
+func capiClusterOf(u *unstructured.Unstructured) capiCluster { return *readCAPIClusterFrom(u) }
 
 func capiMachineOf(u *unstructured.Unstructured) capiMachine { return *readCAPIMachineFrom(u) }
 

@@ -179,8 +179,8 @@ func infrastructureClusterOf(ctx context.Context, o client.Object) []ctrl.Reques
 	if !ok {
 		return nil
 	}
-	cl, err := readCAPIClusterFrom(u)
-	if err != nil || cl.InfrastructureName == "" {
+	cl := readCAPIClusterFrom(u)
+	if cl.InfrastructureName == "" {
 		return nil
 	}
 	return []ctrl.Request{{NamespacedName: client.ObjectKey{Namespace: u.GetNamespace(), Name: cl.InfrastructureName}}}
