@@ -110,8 +110,10 @@ func (f *Cache) Get(ctx context.Context, creds Credentials) (*Cluster, error) {
 	}
 	// Built without the lock, so that other clusters' reconciles do not wait for informers to
 	// sync, and once however many reconciles ask at the same time. The entry is complete and
-	// registered before singleflight hands it to every waiting caller: they share it.
-	built, err, _ := f.building.Do(fmt.Sprintf("%x/%s", key.content, key.namespace), func() (any, error) {
+	// registered before singleflight hands it to every waiting caller: they share it. A caller
+	// waits no longer than its context allows; the build goes on without it (it runs under the
+	// Cache's context), and the next caller finds its result.
+	building := f.building.DoChan(fmt.Sprintf("%x/%s", key.content, key.namespace), func() (any, error) {
 		if cluster := f.lookup(key); cluster != nil {
 			return cluster, nil
 		}
@@ -127,10 +129,16 @@ func (f *Cache) Get(ctx context.Context, creds Credentials) (*Cluster, error) {
 		f.clients[key] = entry
 		return entry.cluster, nil
 	})
-	if err != nil {
+	var built singleflight.Result
+	select {
+	case built = <-building:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for the client of %s to be built: %w", read.cfg.Host, context.Cause(ctx))
+	}
+	if err := built.Err; err != nil {
 		return nil, &Error{Problem: CredentialsUnusable, Message: fmt.Sprintf("credentials Secret %s key %q: cannot build a client: %v", creds.secret(), creds.Key, err)}
 	}
-	return built.(*Cluster), nil
+	return built.Val.(*Cluster), nil
 }
 
 // credentials returns the client config the credentials Secret holds, read again when the last

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"sync"
 	"sync/atomic"
@@ -306,5 +307,42 @@ func TestHarvesterIsAskedForUncompressedAnswers(t *testing.T) {
 	}
 	if compressed.Load() {
 		t.Fatal("the informers' config asks for compressed answers")
+	}
+}
+
+// A caller waits for a client being built no longer than its context allows (a build held up by
+// a hung request would otherwise hold every reconcile of the cluster with it); the build goes on,
+// and the next caller gets its client.
+func TestWaitingForABuildEndsWithTheCallersContext(t *testing.T) {
+	x := newFactoryFixture(t)
+	start := x.f.startInformers
+	release := make(chan struct{})
+	x.f.startInformers = func(ctx context.Context, cfg *rest.Config, mapper meta.RESTMapper, namespace string, w Watches) client.Reader {
+		<-release
+		return start(ctx, cfg, mapper, namespace, w)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	returned := make(chan error, 1)
+	go func() {
+		_, err := x.f.Get(ctx, x.creds)
+		returned <- err
+	}()
+	select {
+	case err := <-returned:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Get while the build hangs = %v, want the caller's deadline", err)
+		}
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("Get still waits for the build 5 s past its deadline")
+	}
+	close(release)
+	c := x.cluster(t)
+	if c.CacheFor("owned", "vms") == nil {
+		t.Fatal("the build that outlived its first caller did not serve the next")
+	}
+	if n := x.starts.Load(); n != 1 {
+		t.Fatalf("informers started %d times, want 1 (the first build, reused)", n)
 	}
 }

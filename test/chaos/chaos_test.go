@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +25,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -164,7 +167,7 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 			}
 		}
 		if phases[v1alpha1.MachinePhaseRunning] != machines {
-			return fmt.Errorf("phases %v", phases)
+			return fmt.Errorf("phases %v; %s", phases, whereTheyStand(list.Items))
 		}
 		return nil
 	})
@@ -198,7 +201,12 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 			return err
 		}
 		if len(list.Items) > 0 {
-			return fmt.Errorf("%d MachineRequests left", len(list.Items))
+			vms, vmis, pvcs, secrets, err := tb.HarvesterLeft(ctx)
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("%d MachineRequests left (%s); on Harvester %d VMs, %d VMIs, %d PVCs, %d Secrets",
+				len(list.Items), whereTheyStand(list.Items), vms, vmis, pvcs, secrets)
 		}
 		return nil
 	})
@@ -271,6 +279,36 @@ func waitFor(t *testing.T, tb *testbed.Testbed, uids *vmUIDs, timeout time.Durat
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+}
+
+// whereTheyStand groups machines by phase and Progressing reason, with one of each group's
+// messages: what a machine that did not get there waits for.
+func whereTheyStand(mrs []v1alpha1.MachineRequest) string {
+	type group struct {
+		n       int
+		example string
+	}
+	groups := map[string]*group{}
+	for _, mr := range mrs {
+		if mr.Status.Phase == v1alpha1.MachinePhaseRunning {
+			continue
+		}
+		reason, message := "no Progressing condition", ""
+		if c := meta.FindStatusCondition(mr.Status.Conditions, v1alpha1.ConditionProgressing); c != nil {
+			reason, message = c.Reason, c.Message
+		}
+		key := fmt.Sprintf("phase %q %s", mr.Status.Phase, reason)
+		if groups[key] == nil {
+			groups[key] = &group{example: mr.Name + ": " + message}
+		}
+		groups[key].n++
+	}
+	keys := slices.Sorted(maps.Keys(groups))
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, fmt.Sprintf("%d with %s (e.g. %s)", groups[k].n, k, groups[k].example))
+	}
+	return strings.Join(out, "; ")
 }
 
 // harvesterObjects counts our objects on Harvester by kind and name, and returns the VMs.

@@ -11,6 +11,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 )
@@ -69,5 +70,25 @@ func TestParseFaults(t *testing.T) {
 		if _, err := parseFaults(bad, defaultFaults); err == nil {
 			t.Errorf("parseFaults(%q) accepted", bad)
 		}
+	}
+}
+
+func TestWhereTheyStand(t *testing.T) {
+	mr := func(name string, phase v1alpha1.MachinePhase, reason, message string) v1alpha1.MachineRequest {
+		m := v1alpha1.MachineRequest{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1alpha1.MachineRequestStatus{Phase: phase}}
+		if reason != "" {
+			m.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Reason: reason, Message: message}}
+		}
+		return m
+	}
+	got := whereTheyStand([]v1alpha1.MachineRequest{
+		mr("a", v1alpha1.MachinePhaseRunning, "", ""),
+		mr("b", v1alpha1.MachinePhaseDeleting, "Deleting", "waiting for Secret default/b-cloudinit"),
+		mr("c", v1alpha1.MachinePhaseDeleting, "Deleting", "waiting for Secret default/c-cloudinit"),
+		mr("d", "", "", ""),
+	})
+	want := `1 with phase "" no Progressing condition (e.g. d: ); 2 with phase "Deleting" Deleting (e.g. b: waiting for Secret default/b-cloudinit)`
+	if got != want {
+		t.Fatalf("whereTheyStand =\n%s\nwant\n%s", got, want)
 	}
 }
