@@ -323,6 +323,7 @@ func (f *Cache) newCluster(cfg *rest.Config, namespace string) (*cachedCluster, 
 	// saves bandwidth nobody lacks.
 	cfg.DisableCompression = true
 	cfg.Wrap(metrics.InstrumentHarvester)
+	cfg.Wrap(withResponseHeaderTimeout)
 	mapper, err := newRESTMapper(cfg)
 	if err != nil {
 		return nil, err

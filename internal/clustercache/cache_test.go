@@ -11,6 +11,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"math/big"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -344,5 +346,38 @@ func TestWaitingForABuildEndsWithTheCallersContext(t *testing.T) {
 	}
 	if n := x.starts.Load(); n != 1 {
 		t.Fatalf("informers started %d times, want 1 (the first build, reused)", n)
+	}
+}
+
+// Every Harvester client and informer gives up a request without an answer (see
+// withResponseHeaderTimeout): the config they are built from carries the bound.
+func TestHarvesterRequestsWithoutAnAnswerAreGivenUp(t *testing.T) {
+	defer func(d time.Duration) { responseHeaderTimeout = d }(responseHeaderTimeout)
+	responseHeaderTimeout = 50 * time.Millisecond
+	x := newFactoryFixture(t)
+	start := x.f.startInformers
+	var built atomic.Pointer[rest.Config]
+	x.f.startInformers = func(ctx context.Context, cfg *rest.Config, mapper meta.RESTMapper, namespace string, w Watches) client.Reader {
+		built.Store(cfg)
+		return start(ctx, cfg, mapper, namespace, w)
+	}
+	x.cluster(t)
+	cfg := built.Load()
+	if cfg == nil || cfg.WrapTransport == nil {
+		t.Fatal("the informers' config wraps no transport")
+	}
+	hung := roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		<-r.Context().Done()
+		return nil, r.Context().Err()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req := httptest.NewRequestWithContext(ctx, http.MethodGet, "https://harvester.example:6443/apis/kubevirt.io/v1/namespaces/vms/virtualmachines?watch=true", nil)
+	resp, err := cfg.WrapTransport(hung).RoundTrip(req)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
+	if !errors.Is(err, errNoResponseHeaders) {
+		t.Fatalf("a request to Harvester without an answer = %v, want %v", err, errNoResponseHeaders)
 	}
 }
