@@ -79,14 +79,19 @@ func describeFaults(f sim.ProxyFaults) string {
 	return fmt.Sprintf("error=%g,timeout=%g,conflict=%g,drop=%g", f.ErrorRate, f.TimeoutRate, f.ConflictRate, f.DropRate)
 }
 
+// simulatorLogsWarningsOnly: the simulator logs through controller-runtime; its warnings and
+// errors are worth seeing.
+func simulatorLogsWarningsOnly() {
+	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+}
+
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
 func TestCrashesAndAPIFaults(t *testing.T) {
-	// The simulator logs through controller-runtime: warnings and errors only.
-	ctrl.SetLogger(logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
+	simulatorLogsWarningsOnly()
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("CHAOS_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
@@ -262,13 +267,22 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 // waitFor waits until check passes, failing at once if the manager exits or a VM's identity breaks.
 func waitFor(t *testing.T, tb *testbed.Testbed, uids *vmUIDs, timeout time.Duration, check func() error) {
 	t.Helper()
+	waitUntil(t, tb, timeout, func() error {
+		if err := uids.Err(); err != nil {
+			t.Fatalf("%v\n%s", err, tb.ManagerLogTail())
+		}
+		return check()
+	})
+}
+
+// waitUntil waits until check passes, failing with its last error and the manager's log after
+// timeout, or at once if the manager exits.
+func waitUntil(t *testing.T, tb *testbed.Testbed, timeout time.Duration, check func() error) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		if err := tb.ManagerExited(); err != nil {
 			t.Fatal(err)
-		}
-		if err := uids.Err(); err != nil {
-			t.Fatalf("%v\n%s", err, tb.ManagerLogTail())
 		}
 		err := check()
 		if err == nil {

@@ -71,6 +71,8 @@ type FaultProxy struct {
 	mu     sync.Mutex
 	faults ProxyFaults
 	rng    *rand.Rand
+	// hangWatches hangs every watch request (see HangWatches).
+	hangWatches atomic.Bool
 
 	// Requests and Writes count the requests the proxy has seen; Errors (500, 503, 429), Timeouts,
 	// Conflicts and Dropped (writes applied upstream whose response was lost) what it injected.
@@ -101,6 +103,11 @@ func NewFaultProxy(upstream *rest.Config) (*FaultProxy, error) {
 		write := isWrite(r.Method)
 		if write {
 			p.Writes.Add(1)
+		}
+		if p.hangWatches.Load() && r.URL.Query().Get("watch") == "true" {
+			p.Timeouts.Add(1)
+			p.hang(r)
+			return
 		}
 		latency, f := p.pick(write)
 		if latency > 0 {
@@ -243,6 +250,16 @@ func resourceOf(path string) (schema.GroupResource, string) {
 	}
 	return gr, ""
 }
+
+// HangWatches makes every watch request from now on hang until its client gives up (or until
+// HangWatches(false)), as a load balancer that takes a request and never answers it would; lists,
+// reads and writes still pass. With CutConnections, the informers of a client lose their watches
+// and cannot start new ones: whatever they do not see then is what the client gets wrong.
+func (p *FaultProxy) HangWatches(on bool) { p.hangWatches.Store(on) }
+
+// CutConnections closes every connection open through the proxy, watches included; their clients
+// connect again.
+func (p *FaultProxy) CutConnections() { p.server.CloseClientConnections() }
 
 // URL is the proxy's address.
 func (p *FaultProxy) URL() string { return p.server.URL }

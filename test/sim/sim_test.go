@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
@@ -556,6 +557,40 @@ func TestFaultProxy(t *testing.T) {
 	}
 	if h.Proxy.Errors.Load() < 30 || h.Proxy.Timeouts.Load() < 1 {
 		t.Fatalf("counters: %d errors, %d timeouts", h.Proxy.Errors.Load(), h.Proxy.Timeouts.Load())
+	}
+}
+
+// TestFaultProxyHangsWatches: with HangWatches, a watch through the proxy gets no answer, a list
+// still does, and CutConnections ends a watch that was answered.
+func TestFaultProxyHangsWatches(t *testing.T) {
+	f := newFixture(t)
+	_, cfg := f.proxyClient()
+	cfg.Timeout = 0 // a watch's own; each request below has a deadline
+	cs, err := kubernetes.NewForConfig(cfg)
+	f.must(err)
+	answered, err := cs.CoreV1().ConfigMaps(f.ns).Watch(f.ctx, metav1.ListOptions{})
+	f.must(err)
+	defer answered.Stop()
+
+	h.Proxy.HangWatches(true)
+	defer h.Proxy.HangWatches(false)
+	ctx, cancel := context.WithTimeout(f.ctx, 500*time.Millisecond)
+	defer cancel()
+	if w, err := cs.CoreV1().ConfigMaps(f.ns).Watch(ctx, metav1.ListOptions{}); err == nil {
+		w.Stop()
+		t.Fatal("a watch was answered while the proxy hangs them")
+	}
+	if _, err := cs.CoreV1().ConfigMaps(f.ns).List(f.ctx, metav1.ListOptions{}); err != nil {
+		t.Fatalf("a list while the proxy hangs watches: %v", err)
+	}
+	h.Proxy.CutConnections()
+	select {
+	case _, open := <-answered.ResultChan():
+		if open {
+			t.Fatal("the answered watch sent an event instead of ending")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the answered watch still runs after CutConnections")
 	}
 }
 
