@@ -129,7 +129,7 @@ bench-published: ## Optional, not in make bench or CI: the published provider (b
 			-published-manager=$$published -published-commit=$(PUBLISHED_COMMIT) $(BENCH_FLAGS)
 
 .PHONY: test-chaos
-test-chaos: ## 200 machines, 11 SIGKILLs of the manager, Harvester API errors, hangs, conflicts and lost responses; nothing lost, duplicated, recreated, orphaned or leaked. And deletions that outlive Harvester watches that never answer.
+test-chaos: ## 200 machines, 11 SIGKILLs of the manager, Harvester API errors, hangs, conflicts and lost responses; nothing lost, duplicated, recreated, orphaned or leaked; deletions that finish although Harvester watches never answer.
 	@assets=$$(bash hack/tools/controlplane.sh) && \
 		KUBEBUILDER_ASSETS=$$assets $(GO) test -tags chaos -count=1 -timeout=20m -v ./test/chaos/
 

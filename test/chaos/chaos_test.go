@@ -79,6 +79,18 @@ func describeFaults(f sim.ProxyFaults) string {
 	return fmt.Sprintf("error=%g,timeout=%g,conflict=%g,drop=%g", f.ErrorRate, f.TimeoutRate, f.ConflictRate, f.DropRate)
 }
 
+// machineRequest is a worker of the sample ProviderConfig, named name, with userData.
+func machineRequest(name, userData string) *v1alpha1.MachineRequest {
+	return &v1alpha1.MachineRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testbed.Namespace},
+		Spec: v1alpha1.MachineRequestSpec{
+			ProviderRef: v1alpha1.ProviderReference{Name: "harvester-config"},
+			MachineName: name, Role: v1alpha1.MachineRoleWorker, CPU: 2, MemoryMB: 4096, DiskGB: 20,
+			UserData: userData,
+		},
+	}
+}
+
 // simulatorLogsWarningsOnly: the simulator logs through controller-runtime; its warnings and
 // errors are worth seeing.
 func simulatorLogsWarningsOnly() {
@@ -135,15 +147,7 @@ func TestCrashesAndAPIFaults(t *testing.T) {
 
 	secretMarker := fmt.Sprintf("userdata-secret-%d", seed)
 	for i := range machines {
-		name := fmt.Sprintf("chaos-%03d", i)
-		if err := tb.Mgmt.Create(ctx, &v1alpha1.MachineRequest{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testbed.Namespace},
-			Spec: v1alpha1.MachineRequestSpec{
-				ProviderRef: v1alpha1.ProviderReference{Name: "harvester-config"},
-				MachineName: name, Role: v1alpha1.MachineRoleWorker, CPU: 2, MemoryMB: 4096, DiskGB: 20,
-				UserData: "#cloud-config\n# " + secretMarker + "\n",
-			},
-		}); err != nil {
+		if err := tb.Mgmt.Create(ctx, machineRequest(fmt.Sprintf("chaos-%03d", i), "#cloud-config\n# "+secretMarker+"\n")); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
@@ -43,15 +42,7 @@ func TestDeletionOutlivesWatchesThatNeverAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range n {
-		name := fmt.Sprintf("stale-%d", i)
-		if err := tb.Mgmt.Create(ctx, &v1alpha1.MachineRequest{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testbed.Namespace},
-			Spec: v1alpha1.MachineRequestSpec{
-				ProviderRef: v1alpha1.ProviderReference{Name: "harvester-config"},
-				MachineName: name, Role: v1alpha1.MachineRoleWorker, CPU: 2, MemoryMB: 4096, DiskGB: 20,
-				UserData: "#cloud-config\n",
-			},
-		}); err != nil {
+		if err := tb.Mgmt.Create(ctx, machineRequest(fmt.Sprintf("stale-%d", i), "#cloud-config\n")); err != nil {
 			t.Fatal(err)
 		}
 	}
