@@ -13,9 +13,10 @@ import (
 // begin (a variable for tests). Nothing else bounds the requests of its informers: client-go gives
 // a watch no client-side timeout (the server ends it, after 5 to 10 minutes), nor a list, so a
 // request that a load balancer accepted and never answered held its informer for good, and the
-// cache stayed as it was while the machines it serves waited on it (a chaos run's "timeout" fault,
-// on the watch of the disks: deletions waited for disks long gone). An API server answers a
-// watch's headers at once and a list's within seconds; a stream, once begun, is not cut.
+// cache stayed as it was while the machines it serves waited on it (a chaos run's "timeout" fault
+// on the cloud-init Secrets' watch: deletions waited for Secrets long gone, and
+// TestDeletionOutlivesWatchesThatNeverAnswer). An API server answers a watch's headers at once and
+// a list's within seconds; a stream, once begun, is not cut.
 var responseHeaderTimeout = 30 * time.Second
 
 // errNoResponseHeaders is the cause of a request given up by withResponseHeaderTimeout.
