@@ -10,10 +10,11 @@ import (
 
 // deletionStalls remembers, for each deletion in progress, what was left of it on Harvester and
 // since when this manager has seen exactly that left. The status names what a deletion waits for
-// only once the same thing has held it up for DeletionReportDelay: a deletion that makes progress
-// (the VM, then its disks, then the cloud-init Secret) costs no status write per step, and one that
-// is held up (a finalizer on the Secret, a VM that takes minutes to shut down) says by what. It is
-// memory only: after a restart, a held-up deletion is reported one delay later.
+// only once the same thing has held it up for DeletionReportDelay past the time it may take by
+// itself (a VM's shutdown grace period): a deletion that makes progress (the VM, then its disks,
+// then the cloud-init Secret) costs no status write per step, and one that is held up (a finalizer
+// on the Secret, a VM that outlives its grace period) says by what. It is memory only: after a
+// restart, a held-up deletion is reported one delay later.
 type deletionStalls struct {
 	m sync.Map // types.NamespacedName -> deletionStall
 }

@@ -338,12 +338,12 @@ func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *har
 			}
 			ref := harvester.MachineRef{Owner: harvester.Owner{Kind: OwnerKindHarvesterMachine, Namespace: hm.Namespace, Name: hm.Name, UID: hm.UID, Cluster: r.managementCluster},
 				Namespace: home.Place.Namespace, Name: home.Place.Name, VMUID: types.UID(uidOfProviderID(hm.Spec.ProviderID))}
-			done, remaining, err := home.Cluster.Delete(ctx, ref)
+			deletion, err := home.Cluster.Delete(ctx, ref)
 			if err != nil {
 				return reconcile.Result{}, err
 			}
-			if !done {
-				return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, r.PollInterval, "deleting the machine on Harvester: waiting for %s", remaining)
+			if !deletion.Done {
+				return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, r.PollInterval, "deleting the machine on Harvester: waiting for %s", deletion.Remaining)
 			}
 		}
 	}

@@ -66,9 +66,11 @@ type MachineRequestReconciler struct {
 	DeletionPollInterval time.Duration
 	// DeletionReportDelay is how long a deletion may wait for the same thing on Harvester before
 	// the status reports it (phase Deleting, and what it waits for; default
-	// DefaultDeletionReportDelay). A deletion that goes as it should makes progress faster than
-	// that, and is over before long: reporting each of its steps would cost a status write per
-	// step and machine and tell nobody anything (see deletionStalls).
+	// DefaultDeletionReportDelay), on top of the time that thing may take by itself (a VM's
+	// shutdown grace period, harvester.Deletion.ShutdownGrace). A deletion that goes as it
+	// should makes progress faster than that, and is over before long: reporting each of its
+	// steps would cost a status write per step and machine and tell nobody anything (see
+	// deletionStalls).
 	DeletionReportDelay time.Duration
 	// ProvisioningTimeout is how long a machine may take to become Running before it is Failed
 	// with reason ProvisioningTimeout and the diagnosis; 0 waits for ever.

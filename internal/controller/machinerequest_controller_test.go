@@ -28,7 +28,7 @@ type fakeMachines struct {
 	identity  harvester.ClusterIdentity
 	ensure    func(*harvester.MachineSpec) (harvester.Observation, error)
 	observe   func(harvester.MachineRef) (harvester.Observation, error)
-	delete    func(harvester.MachineRef) (bool, string, error)
+	delete    func(harvester.MachineRef) (harvester.Deletion, error)
 	preflight func() (string, []harvester.Check)
 	image     func(harvester.ImageSpec) (harvester.ImageImport, error)
 	exists    func(harvester.ObjectRef) (bool, error)
@@ -72,7 +72,7 @@ func (f *fakeMachines) Observe(_ context.Context, ref harvester.MachineRef) (har
 	return f.observe(ref)
 }
 
-func (f *fakeMachines) Delete(_ context.Context, ref harvester.MachineRef) (bool, string, error) {
+func (f *fakeMachines) Delete(_ context.Context, ref harvester.MachineRef) (harvester.Deletion, error) {
 	f.calls = append(f.calls, "Delete")
 	return f.delete(ref)
 }
@@ -132,7 +132,9 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 		observe: func(harvester.MachineRef) (harvester.Observation, error) {
 			return harvester.Observation{}, errors.New("Observe not expected")
 		},
-		delete:    func(harvester.MachineRef) (bool, string, error) { return false, "", errors.New("Delete not expected") },
+		delete: func(harvester.MachineRef) (harvester.Deletion, error) {
+			return harvester.Deletion{}, errors.New("Delete not expected")
+		},
 		preflight: func() (string, []harvester.Check) { return "", nil },
 		image: func(harvester.ImageSpec) (harvester.ImageImport, error) {
 			return harvester.ImageImport{}, errors.New("EnsureImage not expected")
@@ -364,11 +366,11 @@ func TestDelete(t *testing.T) {
 		t.Fatal(err)
 	}
 	gone := false
-	f.machines.delete = func(harvester.MachineRef) (bool, string, error) {
+	f.machines.delete = func(harvester.MachineRef) (harvester.Deletion, error) {
 		if gone {
-			return true, "", nil
+			return harvester.Deletion{Done: true}, nil
 		}
-		return false, "VirtualMachine vms/cluster-cp-0", nil
+		return harvester.Deletion{Remaining: "VirtualMachine vms/cluster-cp-0"}, nil
 	}
 
 	// A deletion under way for less than DeletionReportDelay is not reported.
@@ -417,7 +419,9 @@ func TestDeletionReportsOnlyWhatHoldsItUp(t *testing.T) {
 	}
 	f.r.DeletionReportDelay = 50 * time.Millisecond
 	left := "VirtualMachine vms/cluster-cp-0"
-	f.machines.delete = func(harvester.MachineRef) (bool, string, error) { return false, left, nil }
+	f.machines.delete = func(harvester.MachineRef) (harvester.Deletion, error) {
+		return harvester.Deletion{Remaining: left}, nil
+	}
 
 	// The deletion has been under way for longer than the delay, but each step is left behind
 	// before the delay is up: nothing is written.
@@ -672,5 +676,48 @@ func TestCreatingLooksAgainWhenADiagnosisMayHaveAppeared(t *testing.T) {
 	res, err := f.reconcile(mr)
 	if err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > 2*time.Second+50*time.Millisecond {
 		t.Fatalf("Reconcile = %+v, %v; want a requeue within 2s (poll interval %s)", res, err, f.r.CreatingPollInterval)
+	}
+}
+
+// A VM that KubeVirt is still shutting down within its grace period is not holding the deletion
+// up: the status names it only once it has been left DeletionReportDelay past that period.
+func TestDeletionWaitsOutTheVMsShutdownGrace(t *testing.T) {
+	mr := placed(withFinalizer(machineRequest()))
+	mr.Status.Phase = v1alpha1.MachinePhaseRunning
+	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
+	if err := f.client.Delete(context.Background(), mr); err != nil {
+		t.Fatal(err)
+	}
+	f.r.DeletionReportDelay = 50 * time.Millisecond
+	grace := 200 * time.Millisecond
+	f.machines.delete = func(harvester.MachineRef) (harvester.Deletion, error) {
+		return harvester.Deletion{Remaining: "VirtualMachine vms/cluster-cp-0", ShutdownGrace: grace}, nil
+	}
+	if _, err := f.reconcile(mr); err != nil {
+		t.Fatal(err)
+	}
+
+	// Past the report delay, within the grace period: nothing written, and the next look is
+	// when the grace period and the delay are up.
+	time.Sleep(2 * f.r.DeletionReportDelay)
+	res, err := f.reconcile(mr)
+	if err != nil || res.RequeueAfter <= 0 || res.RequeueAfter > grace+objstatus.TimerSlack {
+		t.Fatalf("Reconcile = %+v, %v; want a requeue when the grace period and the delay are up", res, err)
+	}
+	if got := f.get(mr); got.Status.Phase != v1alpha1.MachinePhaseRunning {
+		t.Fatalf("phase %s written while the VM is within its shutdown grace period", got.Status.Phase)
+	}
+
+	time.Sleep(grace)
+	if _, err := f.reconcile(mr); err != nil {
+		t.Fatal(err)
+	}
+	got := f.get(mr)
+	if got.Status.Phase != v1alpha1.MachinePhaseDeleting {
+		t.Fatalf("phase %s, want Deleting once the VM outlived its grace period by the delay", got.Status.Phase)
+	}
+	c := requireCondition(t, got, v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonDeleting)
+	if !strings.Contains(c.Message, "VirtualMachine vms/cluster-cp-0") {
+		t.Fatalf("message %q does not name the VM", c.Message)
 	}
 }

@@ -194,14 +194,14 @@ func (r *MachineRequestReconciler) abandonEmptyHome(ctx context.Context, s *mach
 	if err != nil || obs.VMExists {
 		return home, err
 	}
-	done, remaining, err := home.Cluster.Delete(ctx, home.ref)
+	deletion, err := home.Cluster.Delete(ctx, home.ref)
 	if err != nil {
 		return nil, err
 	}
-	if !done {
+	if !deletion.Done {
 		return nil, objstatus.Waiting(v1alpha1.ReasonDeleting, r.DeletionPollInterval,
 			"%s; removing what an earlier attempt left in Harvester namespace %s before creating the machine where the ProviderConfig points now: waiting for %s",
-			home.moved, home.ref.Namespace, remaining)
+			home.moved, home.ref.Namespace, deletion.Remaining)
 	}
 	log.FromContext(ctx).Info("Forgetting an empty placement: the ProviderConfig points elsewhere now", "namespace", home.ref.Namespace)
 	return nil, r.forgetPlacement(ctx, s)
@@ -347,18 +347,20 @@ func (r *MachineRequestReconciler) reconcileDelete(ctx context.Context, s *machi
 		log.FromContext(ctx).Info("Nothing was created on Harvester; releasing")
 		return reconcile.Result{}, r.removeFinalizer(ctx, s)
 	}
-	done, remaining, err := home.Cluster.Delete(ctx, home.ref)
+	deletion, err := home.Cluster.Delete(ctx, home.ref)
 	if err != nil {
 		s.setPhase(v1alpha1.MachinePhaseDeleting)
 		return reconcile.Result{}, blockedDeletion(s, err)
 	}
-	if !done {
+	if !deletion.Done {
 		// Reported only once the same thing has held the deletion up for DeletionReportDelay
-		// (see deletionStalls); what is left is named, so that the report says by what.
-		if held := r.stalls.heldFor(s.mr, remaining, time.Now()); held < r.DeletionReportDelay {
-			return reconcile.Result{RequeueAfter: min(r.DeletionPollInterval, r.DeletionReportDelay-held+objstatus.TimerSlack)}, nil
+		// past the time it may take by itself (a VM's shutdown grace period; see
+		// deletionStalls); what is left is named, so that the report says by what.
+		patience := deletion.ShutdownGrace + r.DeletionReportDelay
+		if held := r.stalls.heldFor(s.mr, deletion.Remaining, time.Now()); held < patience {
+			return reconcile.Result{RequeueAfter: min(r.DeletionPollInterval, patience-held+objstatus.TimerSlack)}, nil
 		}
-		msg := "Deleting on Harvester; waiting for " + remaining
+		msg := "Deleting on Harvester; waiting for " + deletion.Remaining
 		s.setPhase(v1alpha1.MachinePhaseDeleting)
 		s.SetCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting, msg)
 		s.SetCondition(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonDeleting, msg)

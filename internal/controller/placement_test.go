@@ -137,9 +137,9 @@ func TestDeletionWhereTheMachineLives(t *testing.T) {
 		t.Fatal(err)
 	}
 	var deleted harvester.MachineRef
-	f.machines.delete = func(ref harvester.MachineRef) (bool, string, error) {
+	f.machines.delete = func(ref harvester.MachineRef) (harvester.Deletion, error) {
 		deleted = ref
-		return true, "", nil
+		return harvester.Deletion{Done: true}, nil
 	}
 	if _, err := f.reconcile(mr); err != nil {
 		t.Fatal(err)
@@ -162,7 +162,10 @@ func TestMachineWithoutVMStartsAfreshWhereTheProviderConfigPoints(t *testing.T) 
 	f := newFixture(t, mr, pcInNamespace("vms-new"))
 	f.machines.observe = func(harvester.MachineRef) (harvester.Observation, error) { return harvester.Observation{}, nil }
 	var deleted, created string
-	f.machines.delete = func(ref harvester.MachineRef) (bool, string, error) { deleted = ref.Namespace; return true, "", nil }
+	f.machines.delete = func(ref harvester.MachineRef) (harvester.Deletion, error) {
+		deleted = ref.Namespace
+		return harvester.Deletion{Done: true}, nil
+	}
 	f.machines.ensure = func(s *harvester.MachineSpec) (harvester.Observation, error) {
 		created = s.Namespace
 		obs := running
@@ -284,7 +287,7 @@ func TestFinalizerWritesKeepOtherFinalizers(t *testing.T) {
 	f.machines.ensure = func(*harvester.MachineSpec) (harvester.Observation, error) {
 		return harvester.Observation{VMExists: true, VMUID: "vm-uid", ProviderID: "harvester://vm-uid"}, nil
 	}
-	f.machines.delete = func(harvester.MachineRef) (bool, string, error) { return true, "", nil }
+	f.machines.delete = func(harvester.MachineRef) (harvester.Deletion, error) { return harvester.Deletion{Done: true}, nil }
 
 	for range 2 { // the first write conflicts and is retried
 		if _, err := f.reconcile(machineRequest()); err != nil {

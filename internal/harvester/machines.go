@@ -32,9 +32,22 @@ type Machines interface {
 	Ensure(ctx context.Context, spec *MachineSpec) (Observation, error)
 	// Observe reads the machine's VM and VMI without changing anything.
 	Observe(ctx context.Context, ref MachineRef) (Observation, error)
-	// Delete removes our VM, disks and cloud-init Secret. It returns done=true once all are gone
-	// (deleting what is gone is success); otherwise remaining describes what is left.
-	Delete(ctx context.Context, ref MachineRef) (done bool, remaining string, err error)
+	// Delete removes our VM, disks and cloud-init Secret, and says where that stands: done once
+	// all are gone (deleting what is gone is success).
+	Delete(ctx context.Context, ref MachineRef) (Deletion, error)
+}
+
+// Deletion is where the deletion of a machine stands.
+type Deletion struct {
+	// Done is true once nothing of ours is left.
+	Done bool
+	// Remaining names what is left: the VM, or once it is gone its disks and cloud-init Secret.
+	Remaining string
+	// ShutdownGrace is how long what is left may take to go by itself: while the VM is left, its
+	// terminationGracePeriodSeconds as the API server answered (Harvester defaults it to 120 s,
+	// KubeVirt to 30 s), the time KubeVirt gives its guest to shut down before it stops it. A
+	// deletion waiting that long is not held up. 0 once the VM is gone.
+	ShutdownGrace time.Duration
 }
 
 // Observation is the state of a machine on Harvester.
@@ -541,12 +554,12 @@ func (m *machines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMachine)
 // What is left is looked for in the cache until nothing is, and only then confirmed live: a
 // lagging cache never releases the finalizer early, and a deletion costs a handful of reads
 // however many events it sees. done is true when nothing of ours is left.
-func (m *machines) Delete(ctx context.Context, ref MachineRef) (bool, string, error) {
+func (m *machines) Delete(ctx context.Context, ref MachineRef) (Deletion, error) {
 	ref.VMUID = ""
 	if m.cacheFor(ref.Namespace) != nil {
-		done, remaining, err := m.deleteStep(ctx, ref, false)
-		if err != nil || !done {
-			return done, remaining, err
+		d, err := m.deleteStep(ctx, ref, false)
+		if err != nil || !d.Done {
+			return d, err
 		}
 	}
 	return m.deleteStep(ctx, ref, true)
@@ -554,38 +567,48 @@ func (m *machines) Delete(ctx context.Context, ref MachineRef) (bool, string, er
 
 // deleteStep deletes the VM, or once it is gone what is left of ours, looking through the cache
 // or, if live, at the API.
-func (m *machines) deleteStep(ctx context.Context, ref MachineRef, live bool) (bool, string, error) {
+func (m *machines) deleteStep(ctx context.Context, ref MachineRef, live bool) (Deletion, error) {
 	vm, err := m.getOwnedVM(ctx, ref, live)
 	if _, conflict := AsPermanent(err); conflict {
 		vm, err = nil, nil // not ours: never touched
 	}
 	if err != nil {
-		return false, "", err
+		return Deletion{}, err
 	}
 	if vm != nil {
 		if err := m.deleteVM(ctx, vm, ref.Owner); err != nil {
-			return false, "", err
+			return Deletion{}, err
 		}
-		return false, describe("VirtualMachine", vm.Namespace, vm.Name), nil
+		return Deletion{Remaining: describe("VirtualMachine", vm.Namespace, vm.Name), ShutdownGrace: shutdownGrace(vm)}, nil
 	}
 	secret, secretOwner, err := m.deleteCloudInitSecret(ctx, ref, live)
 	if err != nil {
-		return false, "", err
+		return Deletion{}, err
 	}
 	// No informer watches DataVolumes: a CDI root disk is looked for live, in the live step,
 	// or when the Secret waits for it.
 	withDataVolume := live || secretOwner == "DataVolume"
 	remaining, inUse, err := m.deleteDisks(ctx, ref, live, withDataVolume)
 	if err != nil {
-		return false, "", err
+		return Deletion{}, err
 	}
 	remaining = append(remaining, secret...)
 	if len(inUse) > 0 {
-		return false, "", Waiting(ReasonDiskInUse, deletionRetry,
+		return Deletion{}, Waiting(ReasonDiskInUse, deletionRetry,
 			"the VM is deleted, but %s: Harvester does not delete a volume a VM uses, and neither does the provider. Detach it there (or delete that VM); deletion then completes by itself",
 			strings.Join(inUse, "; "))
 	}
-	return len(remaining) == 0, strings.Join(remaining, ", "), nil
+	return Deletion{Done: len(remaining) == 0, Remaining: strings.Join(remaining, ", ")}, nil
+}
+
+// shutdownGrace is how long KubeVirt lets the guest of vm take to shut down: the grace period of
+// its template, or KubeVirt's default when the API server left it unset.
+func shutdownGrace(vm *kubevirtv1.VirtualMachine) time.Duration {
+	seconds := kubevirtv1.DefaultGracePeriodSeconds
+	if t := vm.Spec.Template; t != nil && t.Spec.TerminationGracePeriodSeconds != nil {
+		seconds = *t.Spec.TerminationGracePeriodSeconds
+	}
+	return time.Duration(seconds) * time.Second
 }
 
 // deleteCloudInitSecret waits for the garbage collector to delete the machine's cloud-init Secret,

@@ -1,0 +1,58 @@
+package harvester
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/utils/ptr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+)
+
+// While the VM is left, a deletion says how long KubeVirt lets its guest take to shut down: the
+// grace period the API server answered with (Harvester's webhook sets 120 s), or KubeVirt's
+// default when there is none. Once the VM is gone, nothing left has a grace period of its own.
+func TestDeletionSaysHowLongTheVMMayTakeToShutDown(t *testing.T) {
+	for name, tc := range map[string]struct {
+		grace *int64
+		want  time.Duration
+	}{
+		"Harvester's default":           {grace: ptr.To[int64](120), want: 120 * time.Second},
+		"set by the user":               {grace: ptr.To[int64](5), want: 5 * time.Second},
+		"unset: KubeVirt's own default": {grace: nil, want: 30 * time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			spec := testSpec()
+			spec.UserData = ""
+			vm := BuildVirtualMachine(spec)
+			vm.Spec.Template.Spec.TerminationGracePeriodSeconds = tc.grace
+			vm.Finalizers = []string{kubevirtv1.VirtualMachineControllerFinalizer} // KubeVirt's: the VM outlives its DELETE
+			c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(vm).Build()
+			m := newTestCluster(c)
+			ref := MachineRef{Owner: spec.Owner, Namespace: spec.Namespace, Name: spec.Name}
+
+			d, err := m.Delete(context.Background(), ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Done || d.Remaining != "VirtualMachine vms/cluster-cp-0" || d.ShutdownGrace != tc.want {
+				t.Fatalf("Delete = %+v, want the VM left with a shutdown grace of %s", d, tc.want)
+			}
+
+			// KubeVirt lets go of the VM once its VMI is gone.
+			left := &kubevirtv1.VirtualMachine{}
+			if err := c.Get(context.Background(), client.ObjectKeyFromObject(vm), left); err != nil || left.DeletionTimestamp == nil {
+				t.Fatalf("VM not marked for deletion: %v", err)
+			}
+			left.Finalizers = nil
+			if err := c.Update(context.Background(), left); err != nil {
+				t.Fatal(err)
+			}
+			if d, err = m.Delete(context.Background(), ref); err != nil || !d.Done || d.ShutdownGrace != 0 {
+				t.Fatalf("Delete = %+v, %v once the VM is gone; want done", d, err)
+			}
+		})
+	}
+}
