@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime/pprof"
 	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -31,6 +35,10 @@ type directResult struct {
 	deletion string
 	// createCPU is the CPU each process used from the first create to all Running.
 	createCPU string
+	// providerCPU is the CPU the direct provider's own work used (see labelledCPU), creating
+	// and deleting; providerCPUErr says why it was not measured.
+	providerCPU    [2]float64
+	providerCPUErr error
 }
 
 func runDirect(ctx context.Context, o options, sc scenario, work string) (directResult, error) {
@@ -40,43 +48,10 @@ func runDirect(ctx context.Context, o options, sc scenario, work string) (direct
 	if err != nil {
 		return res, err
 	}
-	imageRef := harvester.ObjectRef{Namespace: testbed.HarvesterNamespace, Name: testbed.ImageName}
-	image, err := harvester.ReadImage(ctx, tb.Harvester.Client, imageRef)
+	asDirectProvider(ctx, func(ctx context.Context) { err = res.drive(ctx, o, sc, tb) })
 	if err != nil {
 		return res, err
 	}
-	running, stop, err := watchVMIAddresses(ctx, tb)
-	if err != nil {
-		return res, err
-	}
-	defer stop()
-
-	cpuAtStart := processCPU(tb)
-	start := time.Now()
-	if err := forEachMachine(o.n, func(i int) error { return createDirect(ctx, tb.Harvester.Client, image, i, !sc.noUserData) }); err != nil {
-		return res, err
-	}
-	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) { return running.count() == o.n, nil }); err != nil {
-		return res, fmt.Errorf("waiting for VMIs to report an IP (%d of %d): %w", running.count(), o.n, err)
-	}
-	res.toRunning = time.Since(start)
-	res.createCPU = describeCPU(cpuSince(tb, cpuAtStart))
-
-	counts, err := watchCounts(ctx, harvesterKinds(tb))
-	if err != nil {
-		return res, err
-	}
-	defer counts.stop()
-	start = time.Now()
-	progress := sampleDeletion(ctx, tb, counts)
-	if err := tb.Harvester.Client.DeleteAllOf(ctx, &kubevirtv1.VirtualMachine{}, client.InNamespace(testbed.HarvesterNamespace)); err != nil {
-		return res, err
-	}
-	if err := counts.waitEmpty(ctx, o.timeout, tb); err != nil {
-		return res, fmt.Errorf("waiting for deletion (%s left: %s): %w", counts.what(), counts.sample(), err)
-	}
-	res.toDeleted = time.Since(start)
-	res.deletion = progress.finish()
 	// The API server's word, not the watches': what is left once they saw nothing.
 	vms, vmis, pvcs, secrets, err := tb.HarvesterLeft(ctx)
 	if err != nil {
@@ -84,6 +59,66 @@ func runDirect(ctx context.Context, o options, sc scenario, work string) (direct
 	}
 	res.left = vms + vmis + pvcs + secrets
 	return res, nil
+}
+
+// drive does what a perfect provider would, as the direct provider (see asDirectProvider): it
+// creates the machines, learns their IPs from its watch of VMIs, and deletes them. What it does
+// only to measure (the per-second counts of the deletion) runs unlabelled.
+func (res *directResult) drive(ctx context.Context, o options, sc scenario, tb *testbed.Testbed) error {
+	cfg := ownConnection(tb.Harvester.Config)
+	c, err := client.New(cfg, client.Options{Scheme: tb.Harvester.Client.Scheme()})
+	if err != nil {
+		return err
+	}
+	imageRef := harvester.ObjectRef{Namespace: testbed.HarvesterNamespace, Name: testbed.ImageName}
+	image, err := harvester.ReadImage(ctx, c, imageRef)
+	if err != nil {
+		return err
+	}
+	running, stop, err := watchVMIAddresses(ctx, cfg, c.Scheme())
+	if err != nil {
+		return err
+	}
+	defer stop()
+
+	cpuAtStart := processCPU(tb)
+	profile := startLabelledCPU()
+	start := time.Now()
+	if err := forEachMachine(o.n, func(i int) error { return createDirect(ctx, c, image, i, !sc.noUserData) }); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) { return running.count() == o.n, nil }); err != nil {
+		return fmt.Errorf("waiting for VMIs to report an IP (%d of %d): %w", running.count(), o.n, err)
+	}
+	res.toRunning = time.Since(start)
+	res.providerCPU[0], res.providerCPUErr = profile.stop()
+	res.createCPU = describeCPU(cpuSince(tb, cpuAtStart))
+
+	var counts *deletionCounts
+	var progress *deletionProgress
+	pprof.Do(ctx, pprof.Labels(labelKey, "measurement"), func(ctx context.Context) {
+		if counts, err = watchCounts(ctx, harvesterKinds(tb)); err == nil {
+			progress = sampleDeletion(ctx, tb, counts)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer counts.stop()
+	profile = startLabelledCPU()
+	start = time.Now()
+	if err := c.DeleteAllOf(ctx, &kubevirtv1.VirtualMachine{}, client.InNamespace(testbed.HarvesterNamespace)); err != nil {
+		return err
+	}
+	if err := counts.waitEmpty(ctx, o.timeout, tb); err != nil {
+		return fmt.Errorf("waiting for deletion (%s left: %s): %w", counts.what(), counts.sample(), err)
+	}
+	res.toDeleted = time.Since(start)
+	var deleteErr error
+	res.providerCPU[1], deleteErr = profile.stop()
+	res.providerCPUErr = errors.Join(res.providerCPUErr, deleteErr)
+	res.deletion = progress.finish()
+	return nil
 }
 
 // createDirect creates machine i as the provider would, in the provider's order: the root disk,
@@ -143,8 +178,8 @@ func forEachMachine(n int, create func(int) error) error {
 
 // watchVMIAddresses records when each VMI first reports a routable IPv4 address on the machine's
 // NIC, as the provider's informer would see it.
-func watchVMIAddresses(ctx context.Context, tb *testbed.Testbed) (*ipSeen, func(), error) {
-	return watchFirst(ctx, tb.Harvester.Config, tb.Harvester.Client.Scheme(), testbed.HarvesterNamespace, &kubevirtv1.VirtualMachineInstance{}, func(obj any) (string, bool) {
+func watchVMIAddresses(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme) (*ipSeen, func(), error) {
+	return watchFirst(ctx, cfg, scheme, testbed.HarvesterNamespace, &kubevirtv1.VirtualMachineInstance{}, func(obj any) (string, bool) {
 		vmi, ok := obj.(*kubevirtv1.VirtualMachineInstance)
 		if !ok {
 			return "", false
@@ -158,8 +193,19 @@ func watchVMIAddresses(ctx context.Context, tb *testbed.Testbed) (*ipSeen, func(
 func compareWithDirect(r result, d directResult) string {
 	line := vsDirect(r, d)
 	fmt.Println("   " + line)
-	return fmt.Sprintf("- %s: %s (direct: all Running in %s, deleted in %s)", r.runName(), line,
-		d.toRunning.Round(10*time.Millisecond), d.toDeleted.Round(10*time.Millisecond))
+	return fmt.Sprintf("- %s: %s (direct: all Running in %s, deleted in %s; %s)", r.runName(), line,
+		d.toRunning.Round(10*time.Millisecond), d.toDeleted.Round(10*time.Millisecond), d.providerCPUPerMachine(r.n))
+}
+
+// providerCPUPerMachine is the direct provider's own CPU per machine, creating + deleting: the
+// floor under the manager's.
+func (d directResult) providerCPUPerMachine(n int) string {
+	if d.providerCPUErr != nil {
+		return "the direct provider's own CPU not measured: " + d.providerCPUErr.Error()
+	}
+	perMachine := func(seconds float64) float64 { return 1000 * seconds / float64(n) }
+	return fmt.Sprintf("the direct provider's own CPU %.1f ms per machine (%.1f creating + %.1f deleting)",
+		perMachine(d.providerCPU[0]+d.providerCPU[1]), perMachine(d.providerCPU[0]), perMachine(d.providerCPU[1]))
 }
 
 // vsDirect is the line that compares a scenario with its physical limit, in a form scripts read.
