@@ -64,7 +64,7 @@ func runDirect(ctx context.Context, o options, sc scenario, work string) (direct
 // drive does what a perfect provider would, as the direct provider (see asDirectProvider): it
 // creates the machines, learns their IPs from its watch of VMIs, and deletes them. What it does
 // only to measure (the per-second counts of the deletion) runs unlabelled.
-func (res *directResult) drive(ctx context.Context, o options, sc scenario, tb *testbed.Testbed) error {
+func (d *directResult) drive(ctx context.Context, o options, sc scenario, tb *testbed.Testbed) error {
 	cfg := ownConnection(tb.Harvester.Config)
 	c, err := client.New(cfg, client.Options{Scheme: tb.Harvester.Client.Scheme()})
 	if err != nil {
@@ -90,9 +90,9 @@ func (res *directResult) drive(ctx context.Context, o options, sc scenario, tb *
 	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) { return running.count() == o.n, nil }); err != nil {
 		return fmt.Errorf("waiting for VMIs to report an IP (%d of %d): %w", running.count(), o.n, err)
 	}
-	res.toRunning = time.Since(start)
-	res.providerCPU[0], res.providerCPUErr = profile.stop()
-	res.createCPU = describeCPU(cpuSince(tb, cpuAtStart))
+	d.toRunning = time.Since(start)
+	d.providerCPU[0], d.providerCPUErr = profile.stop()
+	d.createCPU = describeCPU(cpuSince(tb, cpuAtStart))
 
 	var counts *deletionCounts
 	var progress *deletionProgress
@@ -113,11 +113,11 @@ func (res *directResult) drive(ctx context.Context, o options, sc scenario, tb *
 	if err := counts.waitEmpty(ctx, o.timeout, tb); err != nil {
 		return fmt.Errorf("waiting for deletion (%s left: %s): %w", counts.what(), counts.sample(), err)
 	}
-	res.toDeleted = time.Since(start)
+	d.toDeleted = time.Since(start)
 	var deleteErr error
-	res.providerCPU[1], deleteErr = profile.stop()
-	res.providerCPUErr = errors.Join(res.providerCPUErr, deleteErr)
-	res.deletion = progress.finish()
+	d.providerCPU[1], deleteErr = profile.stop()
+	d.providerCPUErr = errors.Join(d.providerCPUErr, deleteErr)
+	d.deletion = progress.finish()
 	return nil
 }
 

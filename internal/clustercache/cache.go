@@ -328,8 +328,15 @@ func (f *Cache) newCluster(cfg *rest.Config, namespace string) (*cachedCluster, 
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: f.Scheme, Mapper: mapper})
+	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
+		return nil, err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: f.Scheme, Mapper: mapper, HTTPClient: httpClient})
+	if err != nil {
+		return nil, err
+	}
+	if c, err = withUnreadDeletes(c, cfg, httpClient); err != nil {
 		return nil, err
 	}
 	// The version request takes no context: it gets a timeout of its own. Everything else is

@@ -218,7 +218,7 @@ func (m *machines) replaceDisk(ctx context.Context, disk client.Object, why stri
 			"%s and cannot be replaced: %s uses it. Detach it from there or delete it, or change the MachineRequest's spec back", why, strings.Join(u, ", "))
 	}
 	uid := disk.GetUID()
-	if err := m.deleteOnce(ctx, disk, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+	if err := m.c.Delete(ctx, disk, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
 		if refused := inUseRefusal(err); refused != "" {
 			return Waiting(ReasonDiskInUse, deletionRetry, "%s and cannot be replaced: %s", why, refused)
 		}

@@ -12,13 +12,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 )
@@ -697,7 +695,7 @@ func (m *machines) deleteDisks(ctx context.Context, ref MachineRef, live, withDa
 			continue
 		}
 		uid := disk.GetUID()
-		if err := m.deleteOnce(ctx, disk, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
+		if err := m.c.Delete(ctx, disk, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
 			if refused := inUseRefusal(err); refused != "" {
 				inUse = append(inUse, fmt.Sprintf("%s: %s", what, refused))
 				continue
@@ -750,27 +748,9 @@ func (m *machines) deleteVM(ctx context.Context, vm *kubevirtv1.VirtualMachine, 
 	// Only the VM as read: the copy may come from a cache that has not seen a disk hot-plugged
 	// and named in the annotation since, which Harvester would then delete with the VM. A VM
 	// changed since is a conflict, and looked at again.
-	err = m.deleteOnce(ctx, vm, client.Preconditions{UID: ptr.To(vm.UID), ResourceVersion: ptr.To(vm.ResourceVersion)},
+	err = m.c.Delete(ctx, vm, client.Preconditions{UID: ptr.To(vm.UID), ResourceVersion: ptr.To(vm.ResourceVersion)},
 		client.PropagationPolicy(metav1.DeletePropagationBackground))
 	return ignoreNotFound(classify(err, "delete "+what))
-}
-
-// deleteOnce deletes obj, by name and with opts, decoding the object the API server answers with
-// once. controller-runtime's typed Delete decodes that answer into obj's type, then encodes it
-// and decodes it again into an unstructured copy it returns: three passes over a whole VM that
-// nobody here reads, 11 % of the manager's CPU while deleting 1000 machines (docs/benchmarks.md).
-// Its unstructured Delete decodes the answer once, into that copy. (A PartialObjectMetadata goes
-// through the typed Delete too.)
-func (m *machines) deleteOnce(ctx context.Context, obj client.Object, opts ...client.DeleteOption) error {
-	gvk, err := apiutil.GVKForObject(obj, m.c.Scheme())
-	if err != nil {
-		return err
-	}
-	target := &unstructured.Unstructured{}
-	target.SetGroupVersionKind(gvk)
-	target.SetNamespace(obj.GetNamespace())
-	target.SetName(obj.GetName())
-	return m.c.Delete(ctx, target, opts...)
 }
 
 func sameNames(annotation string, names []string) bool {
