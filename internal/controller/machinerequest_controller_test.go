@@ -359,12 +359,7 @@ func TestStatusPoll(t *testing.T) {
 
 // Required test: the finalizer goes only after the VM is gone; a missing VM deletes fine.
 func TestDelete(t *testing.T) {
-	mr := placed(withFinalizer(machineRequest()))
-	mr.Status.Phase = v1alpha1.MachinePhaseRunning
-	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
-	if err := f.client.Delete(context.Background(), mr); err != nil {
-		t.Fatal(err)
-	}
+	f, mr := deletingMachine(t)
 	gone := false
 	f.machines.delete = func(harvester.MachineRef) (harvester.Deletion, error) {
 		if gone {
@@ -411,12 +406,7 @@ func TestDelete(t *testing.T) {
 // A deletion that makes progress is not reported step by step: the status names what is left
 // only once the same thing has held the deletion up for DeletionReportDelay.
 func TestDeletionReportsOnlyWhatHoldsItUp(t *testing.T) {
-	mr := placed(withFinalizer(machineRequest()))
-	mr.Status.Phase = v1alpha1.MachinePhaseRunning
-	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
-	if err := f.client.Delete(context.Background(), mr); err != nil {
-		t.Fatal(err)
-	}
+	f, mr := deletingMachine(t)
 	f.r.DeletionReportDelay = 50 * time.Millisecond
 	left := "VirtualMachine vms/cluster-cp-0"
 	f.machines.delete = func(harvester.MachineRef) (harvester.Deletion, error) {
@@ -682,12 +672,7 @@ func TestCreatingLooksAgainWhenADiagnosisMayHaveAppeared(t *testing.T) {
 // A VM that KubeVirt is still shutting down within its grace period is not holding the deletion
 // up: the status names it only once it has been left DeletionReportDelay past that period.
 func TestDeletionWaitsOutTheVMsShutdownGrace(t *testing.T) {
-	mr := placed(withFinalizer(machineRequest()))
-	mr.Status.Phase = v1alpha1.MachinePhaseRunning
-	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
-	if err := f.client.Delete(context.Background(), mr); err != nil {
-		t.Fatal(err)
-	}
+	f, mr := deletingMachine(t)
 	f.r.DeletionReportDelay = 50 * time.Millisecond
 	grace := 200 * time.Millisecond
 	f.machines.delete = func(harvester.MachineRef) (harvester.Deletion, error) {
@@ -720,4 +705,16 @@ func TestDeletionWaitsOutTheVMsShutdownGrace(t *testing.T) {
 	if !strings.Contains(c.Message, "VirtualMachine vms/cluster-cp-0") {
 		t.Fatalf("message %q does not name the VM", c.Message)
 	}
+}
+
+// deletingMachine is a Running machine whose deletion has begun, in its fixture.
+func deletingMachine(t *testing.T) (*fixture, *v1alpha1.MachineRequest) {
+	t.Helper()
+	mr := placed(withFinalizer(machineRequest()))
+	mr.Status.Phase = v1alpha1.MachinePhaseRunning
+	f := newFixture(t, mr, harvesterPC(v1alpha1.ProviderTypeHarvester))
+	if err := f.client.Delete(context.Background(), mr); err != nil {
+		t.Fatal(err)
+	}
+	return f, mr
 }
