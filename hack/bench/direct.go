@@ -35,6 +35,12 @@ type directResult struct {
 	deletion string
 	// createCPU is the CPU each process used from the first create to all Running.
 	createCPU string
+	// cpu is the CPU seconds of every process, creating and deleting.
+	cpu [2]float64
+	// floor is the management side no MachineRequest provider can avoid (not measured for the
+	// Cluster API front door: floorErr says so, or why it was not measured).
+	floor    floorResult
+	floorErr error
 	// providerCPU is the CPU the direct provider's own work used (see labelledCPU), creating
 	// and deleting; providerCPUErr says why it was not measured.
 	providerCPU    [2]float64
@@ -58,6 +64,11 @@ func runDirect(ctx context.Context, o options, sc scenario, work string) (direct
 		return res, err
 	}
 	res.left = vms + vmis + pvcs + secrets
+	if sc.clusterAPI {
+		res.floorErr = errors.New("not measured for the Cluster API front door")
+		return res, nil
+	}
+	res.floor, res.floorErr = measureManagementFloor(ctx, o, sc, tb)
 	return res, nil
 }
 
@@ -92,7 +103,8 @@ func (d *directResult) drive(ctx context.Context, o options, sc scenario, tb *te
 	}
 	d.toRunning = time.Since(start)
 	d.providerCPU[0], d.providerCPUErr = profile.stop()
-	d.createCPU = describeCPU(cpuSince(tb, cpuAtStart))
+	createCPU := cpuSince(tb, cpuAtStart)
+	d.createCPU, d.cpu[0] = describeCPU(createCPU), totalCPU(createCPU)
 
 	var counts *deletionCounts
 	var progress *deletionProgress
@@ -118,13 +130,14 @@ func (d *directResult) drive(ctx context.Context, o options, sc scenario, tb *te
 	d.providerCPU[1], deleteErr = profile.stop()
 	d.providerCPUErr = errors.Join(d.providerCPUErr, deleteErr)
 	d.deletion = progress.finish()
+	d.cpu[1] = totalCPU(progress.cpu)
 	return nil
 }
 
 // createDirect creates machine i as the provider would, in the provider's order: the root disk,
 // the cloud-init Secret owned by it, the VM.
 func createDirect(ctx context.Context, c client.Client, image harvester.ImageInfo, i int, userData bool) error {
-	name := fmt.Sprintf("bench-%04d", i)
+	name := machineName(i)
 	role := "worker" // as createAll's MachineRequests
 	if i < 3 {
 		role = "control-plane"
@@ -193,8 +206,8 @@ func watchVMIAddresses(ctx context.Context, cfg *rest.Config, scheme *runtime.Sc
 func compareWithDirect(r result, d directResult) string {
 	line := vsDirect(r, d)
 	fmt.Println("   " + line)
-	return fmt.Sprintf("- %s: %s (direct: all Running in %s, deleted in %s; %s)", r.runName(), line,
-		d.toRunning.Round(10*time.Millisecond), d.toDeleted.Round(10*time.Millisecond), d.providerCPUPerMachine(r.n))
+	return fmt.Sprintf("- %s: %s (direct: all Running in %s, deleted in %s; %s; %s)", r.runName(), line,
+		d.toRunning.Round(10*time.Millisecond), d.toDeleted.Round(10*time.Millisecond), d.providerCPUPerMachine(r.n), d.floorLine(r.n))
 }
 
 // providerCPUPerMachine is the direct provider's own CPU per machine, creating + deleting: the
@@ -206,6 +219,14 @@ func (d directResult) providerCPUPerMachine(n int) string {
 	perMachine := func(seconds float64) float64 { return 1000 * seconds / float64(n) }
 	return fmt.Sprintf("the direct provider's own CPU %.1f ms per machine (%.1f creating + %.1f deleting)",
 		perMachine(d.providerCPU[0]+d.providerCPU[1]), perMachine(d.providerCPU[0]), perMachine(d.providerCPU[1]))
+}
+
+// floorLine describes the management floor, or why it was not measured.
+func (d directResult) floorLine(n int) string {
+	if d.floorErr != nil {
+		return "management floor " + d.floorErr.Error()
+	}
+	return d.floor.describe(d, n)
 }
 
 // vsDirect is the line that compares a scenario with its physical limit, in a form scripts read.

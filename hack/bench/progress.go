@@ -133,6 +133,8 @@ type deletionProgress struct {
 	mu       sync.Mutex
 	samples  []string
 	stop     func()
+	// cpu is the CPU seconds each kind of process used, once finished.
+	cpu map[string]float64
 }
 
 func sampleDeletion(ctx context.Context, tb *testbed.Testbed, counts *deletionCounts) *deletionProgress {
@@ -151,7 +153,8 @@ func (p *deletionProgress) finish() string {
 	p.stop()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return "CPU " + describeCPU(cpuSince(p.tb, p.cpuStart)) + ". " +
+	p.cpu = cpuSince(p.tb, p.cpuStart)
+	return "CPU " + describeCPU(p.cpu) + ". " +
 		p.counts.what() + " left (of them marked for deletion) every second: " + strings.Join(p.samples, " ")
 }
 

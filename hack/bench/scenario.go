@@ -342,7 +342,7 @@ func createAll(ctx context.Context, tb *testbed.Testbed, n int, userData bool) e
 		if i < 3 {
 			role = v1alpha1.MachineRoleControlPlane
 		}
-		name := fmt.Sprintf("bench-%04d", i)
+		name := machineName(i)
 		mr := &v1alpha1.MachineRequest{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testbed.Namespace},
 			Spec: v1alpha1.MachineRequestSpec{
@@ -356,6 +356,9 @@ func createAll(ctx context.Context, tb *testbed.Testbed, n int, userData bool) e
 		return tb.Mgmt.Create(ctx, mr)
 	})
 }
+
+// machineName is the name of machine i, of its MachineRequest and of its objects on Harvester.
+func machineName(i int) string { return fmt.Sprintf("bench-%04d", i) }
 
 func waitFor(ctx context.Context, timeout time.Duration, tb *testbed.Testbed, done func() (bool, error)) error {
 	deadline := time.Now().Add(timeout)
