@@ -34,6 +34,9 @@ type observation struct {
 	// queueWait is the mean time an item waited in the work queue, and adds the number of items.
 	queueWait time.Duration
 	adds      float64
+	// reconciles is how many reconciles of the front door's controller ended, and the
+	// manager's reconcile count when the run ended (the deletion's count starts there).
+	reconciles, reconcilesAtEnd float64
 	// limiterWait is the total time client-go's rate limiter held requests, by cluster (none when
 	// the manager does not expose it).
 	limiterWait map[string]time.Duration
@@ -117,6 +120,8 @@ func (o *observer) finish(ctx context.Context) (observation, error) {
 	if obs.adds = c2 - c1; obs.adds > 0 {
 		obs.queueWait = seconds((s2 - s1) / obs.adds)
 	}
+	obs.reconcilesAtEnd = reconcileCount(mgr, o.queue)
+	obs.reconciles = obs.reconcilesAtEnd - reconcileCount(o.mgrStart, o.queue)
 	if waits := mgr[metrics.RateLimiterWaitName]; waits != nil {
 		for cluster, host := range map[string]string{"management": hostOf(o.tb.MgmtConfig.Host), "Harvester": hostOf(o.tb.Harvester.Config.Host)} {
 			obs.limiterWait[cluster] = seconds(histogramSum(waits, "host", host) - histogramSum(o.mgrStart[metrics.RateLimiterWaitName], "host", host))
@@ -243,6 +248,12 @@ func perMachine(start, end map[string]float64, n int) float64 {
 		sum += end[k] - start[k]
 	}
 	return sum / float64(n)
+}
+
+// reconcileCount is how many reconciles of controller ended, whatever their result, from
+// controller-runtime's controller_runtime_reconcile_total.
+func reconcileCount(fams map[string]*dto.MetricFamily, controller string) float64 {
+	return sumOf(fams["controller_runtime_reconcile_total"], "controller", controller)
 }
 
 // scrape reads the metrics at url, uncompressed: the bench reads the manager's every second, and
@@ -480,8 +491,8 @@ func (o observation) describe() string {
 	}
 	mgmtWait, exposed := o.limiterWait["management"]
 	hvWait := o.limiterWait["Harvester"]
-	return fmt.Sprintf("CPU: %s. Work queue depth every second: %s; mean wait in the queue %s over %.0f adds. Rate limiter held requests for %s (management) and %s (Harvester) in all. API server latency p50/p99 (watches excluded): management %s/%s, Harvester %s/%s.",
-		describeCPU(o.cpu), strings.Join(depth, " "), o.queueWait.Round(time.Millisecond), o.adds,
+	return fmt.Sprintf("CPU: %s. Work queue depth every second: %s; mean wait in the queue %s over %.0f adds; %.0f reconciles. Rate limiter held requests for %s (management) and %s (Harvester) in all. API server latency p50/p99 (watches excluded): management %s/%s, Harvester %s/%s.",
+		describeCPU(o.cpu), strings.Join(depth, " "), o.queueWait.Round(time.Millisecond), o.adds, o.reconciles,
 		orNA(mgmtWait, exposed), orNA(hvWait, exposed),
 		o.latency["management"][0].Round(time.Millisecond), o.latency["management"][1].Round(time.Millisecond),
 		o.latency["Harvester"][0].Round(time.Millisecond), o.latency["Harvester"][1].Round(time.Millisecond))

@@ -77,6 +77,7 @@ func (r result) summary() string {
 		"\n   the manager's Harvester requests per machine: " + r.hvRequests +
 		"\n   Harvester API server writes per machine (manager and simulator): " + r.hvWrites +
 		"\n   manager RSS (MB) every 5 s from the first create, | at all Running: " + r.rss +
+		fmt.Sprintf("\n   reconciles per machine: %.1f until all Running, %.1f deleting", r.obs.reconciles/n, r.deletionReconciles/n) +
 		"\n   deletion: " + r.deletion
 	if r.notes != "" {
 		out += "\n   " + r.notes

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -104,6 +105,8 @@ type result struct {
 	rss string
 	// deletion is what was left every second while everything was deleted.
 	deletion string
+	// deletionReconciles is how many reconciles of the front door's controller the deletion took.
+	deletionReconciles float64
 	// notes are what the front door adds (Cluster API: where each machine's time went).
 	notes string
 }
@@ -207,6 +210,9 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 	}
 	res.toDeleted = time.Since(start)
 	res.deletion = progress.finish()
+	if fams, err := scrape(ctx, http.DefaultClient, "http://"+metricsAddr+"/metrics"); err == nil {
+		res.deletionReconciles = reconcileCount(fams, fd.queue()) - res.obs.reconcilesAtEnd
+	}
 	res.rss = rss.finish()
 	if prof != nil {
 		prof.heap(ctx, "deleted")
