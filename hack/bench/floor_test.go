@@ -4,6 +4,9 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 func TestFloorRatiosAddTheManagementSideToTheDirectRunsCPU(t *testing.T) {
@@ -21,5 +24,20 @@ func TestFloorRatiosAddTheManagementSideToTheDirectRunsCPU(t *testing.T) {
 	f.clientCPUErr = errors.New("cpu profiling already in use")
 	if line := f.describe(d, 1000); !strings.Contains(line, "not measured: cpu profiling already in use") {
 		t.Errorf("describe without the client's CPU = %q, want it to say why", line)
+	}
+}
+
+func TestReconcileCountSumsTheControllersResults(t *testing.T) {
+	metrics := "# TYPE controller_runtime_reconcile_total counter\n" +
+		"controller_runtime_reconcile_total{controller=\"machinerequest\",result=\"success\"} 7\n" +
+		"controller_runtime_reconcile_total{controller=\"machinerequest\",result=\"requeue_after\"} 5\n" +
+		"controller_runtime_reconcile_total{controller=\"imagesync\",result=\"success\"} 100\n"
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(metrics))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := reconcileCount(fams, "machinerequest"); got != 12 {
+		t.Errorf("reconcileCount = %v, want 12 (7 + 5, the other controller's left out)", got)
 	}
 }

@@ -253,7 +253,11 @@ func perMachine(start, end map[string]float64, n int) float64 {
 // reconcileCount is how many reconciles of controller ended, whatever their result, from
 // controller-runtime's controller_runtime_reconcile_total.
 func reconcileCount(fams map[string]*dto.MetricFamily, controller string) float64 {
-	return sumOf(fams["controller_runtime_reconcile_total"], "controller", controller)
+	var n float64
+	for _, m := range matching(fams["controller_runtime_reconcile_total"], "controller", controller) {
+		n += m.GetCounter().GetValue()
+	}
+	return n
 }
 
 // scrape reads the metrics at url, uncompressed: the bench reads the manager's every second, and
