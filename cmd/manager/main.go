@@ -123,6 +123,7 @@ func run(ctx context.Context, args []string) error {
 		Recorder:                recorder,
 		Preflight:               pcr,
 		CreatingPollInterval:    o.CreatingPoll,
+		WatchedPollInterval:     o.WatchedPoll,
 		HealthCheckInterval:     o.HealthInterval,
 		ProvisioningTimeout:     o.ProvisioningTimeout,
 		IPReportTimeout:         o.IPReportTimeout,
@@ -144,7 +145,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	hmr := &controller.HarvesterMachineReconciler{
 		Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, HarvesterEvents: harvesterEvents, Recorder: recorder, Preflight: pcr,
-		PollInterval: o.CreatingPoll, HealthCheckInterval: o.HealthInterval,
+		PollInterval: o.CreatingPoll, WatchedPollInterval: o.WatchedPoll, HealthCheckInterval: o.HealthInterval,
 		StartLimits:             harvester.StartLimits{IPReport: o.IPReportTimeout},
 		MaxConcurrentReconciles: o.Concurrency,
 	}

@@ -49,8 +49,11 @@ type HarvesterMachineReconciler struct {
 	Preflight *ProviderConfigReconciler
 
 	// PollInterval is how often a machine that is not running yet, or is being deleted, is looked
-	// at again (Harvester's events usually come first).
+	// at again when its objects on Harvester are not watched.
 	PollInterval time.Duration
+	// WatchedPollInterval is how often it is looked at again when they are watched: their
+	// changes wake it, so this only catches an event that was missed (see pollInterval).
+	WatchedPollInterval time.Duration
 	// HealthCheckInterval is how often a running machine's VM is checked.
 	HealthCheckInterval time.Duration
 	// StartLimits say when a slow start is reported (see harvester.Assess).
@@ -281,7 +284,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 		message = p.Message + advice
 	}
 	s.Progressing(reason, message)
-	next := r.PollInterval
+	next := pollInterval(obs.Watched, r.PollInterval, r.WatchedPollInterval)
 	if d := time.Until(assessment.LookAgainAt); !assessment.LookAgainAt.IsZero() && d < next {
 		next = max(d, objstatus.TimerSlack)
 	}
@@ -343,7 +346,7 @@ func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *har
 				return reconcile.Result{}, err
 			}
 			if !deletion.Done {
-				return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, r.PollInterval, "deleting the machine on Harvester: waiting for %s", deletion.Remaining)
+				return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, pollInterval(deletion.Watched, r.PollInterval, r.WatchedPollInterval), "deleting the machine on Harvester: waiting for %s", deletion.Remaining)
 			}
 		}
 	}
@@ -404,6 +407,9 @@ func (r *HarvesterMachineReconciler) machinesOfClusterNamed(ctx context.Context,
 func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if r.PollInterval <= 0 {
 		r.PollInterval = DefaultCreatingPollInterval
+	}
+	if r.WatchedPollInterval <= 0 {
+		r.WatchedPollInterval = DefaultWatchedPollInterval
 	}
 	if r.HealthCheckInterval <= 0 {
 		r.HealthCheckInterval = DefaultHealthCheckInterval

@@ -36,7 +36,20 @@ const (
 	DefaultIPReportTimeout      = 3 * time.Minute
 	DefaultStartGracePeriod     = 5 * time.Minute
 	DefaultDeletionReportDelay  = 30 * time.Second
+	DefaultWatchedPollInterval  = time.Minute
 )
+
+// pollInterval is how soon to look again at a machine that waits on Harvester: every
+// unwatched interval when its objects are not watched, since only polling finds their changes,
+// and at most every watched interval when they are, since their events wake it and polling only
+// catches one that was missed. At 1000 machines, polling every 10 s while creating and 5 s while
+// deleting made about a third of the creating reconciles and half of the deleting ones.
+func pollInterval(watched bool, unwatched, safetyNet time.Duration) time.Duration {
+	if watched {
+		return max(unwatched, safetyNet)
+	}
+	return unwatched
+}
 
 // reconcileTimeout bounds a reconcile, and with it every request to Harvester it makes: the
 // Harvester clients have no timeout of their own (it would cut their informers' watches).
@@ -58,11 +71,17 @@ type MachineRequestReconciler struct {
 	// their changes wake the MachineRequests, so that the checks still gate new machines.
 	Preflight *ProviderConfigReconciler
 
-	// CreatingPollInterval is how often a Creating machine is looked at again.
+	// CreatingPollInterval is how often a Creating machine is looked at again when its objects on
+	// Harvester are not watched (see WatchedPollInterval).
 	CreatingPollInterval time.Duration
+	// WatchedPollInterval is how often a Creating or Deleting machine whose objects on Harvester
+	// are watched is looked at again anyway: their changes wake it, so this only catches an event
+	// that was missed (see pollInterval).
+	WatchedPollInterval time.Duration
 	// HealthCheckInterval is how often a Running machine's VM is checked.
 	HealthCheckInterval time.Duration
-	// DeletionPollInterval is how often a deletion in progress is looked at again.
+	// DeletionPollInterval is how often a deletion in progress is looked at again when the
+	// machine's objects on Harvester are not watched (see WatchedPollInterval).
 	DeletionPollInterval time.Duration
 	// DeletionReportDelay is how long a deletion may wait for the same thing on Harvester before
 	// the status reports it (phase Deleting, and what it waits for; default
@@ -215,6 +234,9 @@ func (r *MachineRequestReconciler) applyDefaults() {
 	}
 	if r.DeletionPollInterval <= 0 {
 		r.DeletionPollInterval = DefaultDeletionPollInterval
+	}
+	if r.WatchedPollInterval <= 0 {
+		r.WatchedPollInterval = DefaultWatchedPollInterval
 	}
 	if r.ConfigGracePeriod <= 0 {
 		r.ConfigGracePeriod = DefaultConfigGracePeriod

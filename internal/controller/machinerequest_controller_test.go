@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -717,4 +718,42 @@ func deletingMachine(t *testing.T) (*fixture, *v1alpha1.MachineRequest) {
 		t.Fatal(err)
 	}
 	return f, mr
+}
+
+// A machine whose objects on Harvester are watched is woken by their events: it is polled only as
+// a safety net (WatchedPollInterval), creating and deleting; one whose objects are read live is
+// polled at the short intervals, since nothing else tells of their changes.
+func TestWatchedMachinesArePolledOnlyAsASafetyNet(t *testing.T) {
+	for _, watched := range []bool{true, false} {
+		t.Run(fmt.Sprintf("watched=%t", watched), func(t *testing.T) {
+			f := newFixture(t, machineRequest(), harvesterPC(v1alpha1.ProviderTypeHarvester))
+			f.machines.ensure = func(*harvester.MachineSpec) (harvester.Observation, error) {
+				return harvester.Observation{VMExists: true, VMCreated: true, VMUID: "vm-uid", ProviderID: "harvester://vm-uid", PrintableStatus: "Starting", Watched: watched}, nil
+			}
+			wantCreating, wantDeleting := f.r.CreatingPollInterval, f.r.DeletionPollInterval
+			if watched {
+				wantCreating, wantDeleting = f.r.WatchedPollInterval, f.r.WatchedPollInterval
+			}
+			res, err := f.reconcile(machineRequest())
+			if err != nil || res.RequeueAfter != wantCreating {
+				t.Fatalf("creating: Reconcile = %+v, %v; want RequeueAfter %s", res, err, wantCreating)
+			}
+
+			d, mr := deletingMachine(t)
+			d.machines.delete = func(harvester.MachineRef) (harvester.Deletion, error) {
+				return harvester.Deletion{Remaining: "VirtualMachine vms/cluster-cp-0", Watched: watched}, nil
+			}
+			d.r.DeletionReportDelay = time.Nanosecond // the second look is past the report: the plain poll
+			if _, err := d.reconcile(mr); err != nil {
+				t.Fatal(err)
+			}
+			res, err = d.reconcile(mr)
+			if err != nil || res.RequeueAfter != wantDeleting {
+				t.Fatalf("deleting: Reconcile = %+v, %v; want RequeueAfter %s", res, err, wantDeleting)
+			}
+		})
+	}
+	if got := pollInterval(true, 2*time.Minute, time.Minute); got != 2*time.Minute {
+		t.Errorf("a watched machine is polled every %s, more often than an unwatched one (2m)", got)
+	}
 }

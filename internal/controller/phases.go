@@ -199,7 +199,7 @@ func (r *MachineRequestReconciler) abandonEmptyHome(ctx context.Context, s *mach
 		return nil, err
 	}
 	if !deletion.Done {
-		return nil, objstatus.Waiting(v1alpha1.ReasonDeleting, r.DeletionPollInterval,
+		return nil, objstatus.Waiting(v1alpha1.ReasonDeleting, pollInterval(deletion.Watched, r.DeletionPollInterval, r.WatchedPollInterval),
 			"%s; removing what an earlier attempt left in Harvester namespace %s before creating the machine where the ProviderConfig points now: waiting for %s",
 			home.moved, home.ref.Namespace, deletion.Remaining)
 	}
@@ -220,7 +220,7 @@ func (s *machineScope) reportMoved(home *machineHome) {
 // is Failed with that diagnosis. It returns when to look again: at the next poll, or when a
 // timeout runs out if that is sooner (no event from Harvester marks the passing of time).
 func (r *MachineRequestReconciler) reportCreating(s *machineScope, vm string, obs harvester.Observation) time.Duration {
-	next := r.CreatingPollInterval
+	next := pollInterval(obs.Watched, r.CreatingPollInterval, r.WatchedPollInterval)
 	until := func(deadline time.Time) {
 		if d := time.Until(deadline); d > 0 && d < next {
 			next = d
@@ -317,7 +317,7 @@ func (r *MachineRequestReconciler) reconcileRunning(ctx context.Context, s *mach
 		}
 		s.SetCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonVMNotReady, msg)
 		s.Degraded(v1alpha1.ReasonVMNotReady, msg)
-		return reconcile.Result{RequeueAfter: r.CreatingPollInterval}, nil
+		return reconcile.Result{RequeueAfter: pollInterval(obs.Watched, r.CreatingPollInterval, r.WatchedPollInterval)}, nil
 	}
 	r.markRunning(ctx, s, vm, obs)
 	s.reportMoved(home)
@@ -356,16 +356,17 @@ func (r *MachineRequestReconciler) reconcileDelete(ctx context.Context, s *machi
 		// Reported only once the same thing has held the deletion up for DeletionReportDelay
 		// past the time it may take by itself (a VM's shutdown grace period; see
 		// deletionStalls); what is left is named, so that the report says by what.
+		poll := pollInterval(deletion.Watched, r.DeletionPollInterval, r.WatchedPollInterval)
 		patience := deletion.ShutdownGrace + r.DeletionReportDelay
 		if held := r.stalls.heldFor(s.mr, deletion.Remaining, time.Now()); held < patience {
-			return reconcile.Result{RequeueAfter: min(r.DeletionPollInterval, patience-held+objstatus.TimerSlack)}, nil
+			return reconcile.Result{RequeueAfter: min(poll, patience-held+objstatus.TimerSlack)}, nil
 		}
 		msg := "Deleting on Harvester; waiting for " + deletion.Remaining
 		s.setPhase(v1alpha1.MachinePhaseDeleting)
 		s.SetCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonDeleting, msg)
 		s.SetCondition(v1alpha1.ConditionProgressing, metav1.ConditionTrue, v1alpha1.ReasonDeleting, msg)
 		s.Healthy()
-		return reconcile.Result{RequeueAfter: r.DeletionPollInterval}, nil
+		return reconcile.Result{RequeueAfter: poll}, nil
 	}
 	log.FromContext(ctx).Info("Deleted VM and disks on Harvester")
 	s.Event(corev1.EventTypeNormal, "Deleted", "Delete",

@@ -9,6 +9,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 )
 
 // While the VM is left, a deletion says how long KubeVirt lets its guest take to shut down: the
@@ -52,6 +54,36 @@ func TestDeletionSaysHowLongTheVMMayTakeToShutDown(t *testing.T) {
 			}
 			if d, err = m.Delete(context.Background(), ref); err != nil || !d.Done || d.ShutdownGrace != 0 {
 				t.Fatalf("Delete = %+v, %v once the VM is gone; want done", d, err)
+			}
+		})
+	}
+}
+
+// A machine's observation and deletion say whether its objects are watched (the owned cache
+// serves the namespace, and its events reach the Notifier), so that the front door polls only as
+// a safety net; read live, they are not, and the front door polls as it must.
+func TestObservationAndDeletionSayWhetherTheMachineIsWatched(t *testing.T) {
+	for name, watched := range map[string]bool{"owned cache serves": true, "read live": false} {
+		t.Run(name, func(t *testing.T) {
+			spec := testSpec()
+			spec.UserData = ""
+			vm := BuildVirtualMachine(spec)
+			vm.Finalizers = []string{kubevirtv1.VirtualMachineControllerFinalizer}
+			c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(vm).Build()
+			var caches map[string]client.Reader
+			if watched {
+				caches = map[string]client.Reader{ownedCache: c}
+			}
+			m := NewCluster(clustercache.NewCluster(c, caches, nil, "https://harvester.example:6443", spec.Namespace)).(*cluster)
+			ref := MachineRef{Owner: spec.Owner, Namespace: spec.Namespace, Name: spec.Name}
+
+			obs, err := m.Observe(context.Background(), ref)
+			if err != nil || !obs.VMExists || obs.Watched != watched {
+				t.Fatalf("Observe = %+v, %v; want the VM, Watched %t", obs, err, watched)
+			}
+			d, err := m.Delete(context.Background(), ref)
+			if err != nil || d.Done || d.Watched != watched {
+				t.Fatalf("Delete = %+v, %v; want the VM left, Watched %t", d, err, watched)
 			}
 		})
 	}

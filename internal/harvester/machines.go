@@ -48,6 +48,8 @@ type Deletion struct {
 	// KubeVirt to 30 s), the time KubeVirt gives its guest to shut down before it stops it. A
 	// deletion waiting that long is not held up. 0 once the VM is gone.
 	ShutdownGrace time.Duration
+	// Watched is true when the machine's objects are watched (see Observation.Watched).
+	Watched bool
 }
 
 // Observation is the state of a machine on Harvester.
@@ -86,6 +88,11 @@ type Observation struct {
 	// DiagnoseAgainAt, if set, is when a diagnosis may have appeared with no change on Harvester
 	// to announce it (see schedulingGrace): the caller looks again then.
 	DiagnoseAgainAt time.Time
+	// Watched is true when the machine's objects are watched: every change of its VM, VMI,
+	// disks and cloud-init Secret that matters reaches the Notifier, so a caller waiting on them
+	// need only poll in case an event was missed. False when the cluster's credentials do not
+	// allow watching them (they are read live, and only polling finds a change).
+	Watched bool
 }
 
 // deletionRetry is how soon to look again at objects that are being deleted.
@@ -507,6 +514,7 @@ func (m *machines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMachine)
 		ProviderID:      ProviderIDPrefix + string(vm.UID),
 		PrintableStatus: string(vm.Status.PrintableStatus),
 		VMCreatedAt:     vm.CreationTimestamp.Time,
+		Watched:         m.cacheFor(vm.Namespace) != nil,
 	}
 	vmi := &kubevirtv1.VirtualMachineInstance{}
 	if err := m.peek(ctx, client.ObjectKeyFromObject(vm), vmi); err != nil {
@@ -559,10 +567,13 @@ func (m *machines) Delete(ctx context.Context, ref MachineRef) (Deletion, error)
 	if m.cacheFor(ref.Namespace) != nil {
 		d, err := m.deleteStep(ctx, ref, false)
 		if err != nil || !d.Done {
+			d.Watched = true
 			return d, err
 		}
 	}
-	return m.deleteStep(ctx, ref, true)
+	d, err := m.deleteStep(ctx, ref, true)
+	d.Watched = m.cacheFor(ref.Namespace) != nil
+	return d, err
 }
 
 // deleteStep deletes the VM, or once it is gone what is left of ours, looking through the cache

@@ -52,6 +52,7 @@ type Options struct {
 	Concurrency             int
 	ClusterAPI              bool
 	CreatingPoll            time.Duration
+	WatchedPoll             time.Duration
 	HealthInterval          time.Duration
 	RecheckInterval         time.Duration
 	ProvisioningTimeout     time.Duration
@@ -102,7 +103,8 @@ func NewFlagSet(output io.Writer) (*flag.FlagSet, *Options) {
 	fs.DurationVar(&o.SyncPeriod, "sync-period", DefaultSyncPeriod, "How often every watched object is reconciled again even if nothing changed (a safety net; the provider's own rechecks are shorter).")
 	fs.IntVar(&o.Concurrency, "max-concurrent-reconciles", DefaultConcurrency, "How many MachineRequests are reconciled in parallel.")
 	fs.BoolVar(&o.ClusterAPI, "cluster-api", true, "Run the Cluster API infrastructure controllers (HarvesterCluster, HarvesterMachine) when the management cluster serves their CRDs and Cluster API's Cluster and Machine; false: never.")
-	fs.DurationVar(&o.CreatingPoll, "creating-poll-interval", controller.DefaultCreatingPollInterval, "How often a Creating machine is looked at again while waiting for its IP address (Harvester's events usually come first).")
+	fs.DurationVar(&o.CreatingPoll, "creating-poll-interval", controller.DefaultCreatingPollInterval, "How often a Creating machine is looked at again while waiting for its IP address, when its objects on Harvester are not watched (credentials without list and watch).")
+	fs.DurationVar(&o.WatchedPoll, "watched-poll-interval", controller.DefaultWatchedPollInterval, "How often a Creating or Deleting machine whose objects on Harvester are watched is looked at again anyway: their changes wake it at once, so this only catches an event that was missed. Never shorter than --creating-poll-interval.")
 	fs.DurationVar(&o.HealthInterval, "health-check-interval", controller.DefaultHealthCheckInterval, "How often a Running machine's VM is checked on Harvester.")
 	fs.DurationVar(&o.ProvisioningTimeout, "provisioning-timeout", controller.DefaultProvisioningTimeout, "How long a machine may take to become Running (from its creation or last retry) before it is Failed with reason ProvisioningTimeout and the diagnosis as its message, so that a caller waiting for Running or Failed (the Butler bootstrap) can act; 0 waits for ever. Transient Harvester errors never make a machine Failed by themselves.")
 	fs.DurationVar(&o.ConfigGracePeriod, "config-grace-period", controller.DefaultConfigGracePeriod, "How long a MachineRequest that has no VM yet, or an ImageSync, waits on a problem only you can fix (missing or unusable credentials, a missing setting, missing permissions, a ProviderConfig not shared, no ButlerConfig) before it becomes Failed with that reason, which the Butler bootstrap acts on. It is retried by itself once the problem is fixed.")
@@ -146,6 +148,7 @@ func (o *Options) Validate() error {
 	positive("max-concurrent-reconciles", o.Concurrency > 0, "at least 1")
 	positive("sync-period", o.SyncPeriod > 0, "a positive duration")
 	positive("creating-poll-interval", o.CreatingPoll > 0, "a positive duration")
+	positive("watched-poll-interval", o.WatchedPoll > 0, "a positive duration")
 	positive("health-check-interval", o.HealthInterval > 0, "a positive duration")
 	positive("provisioning-timeout", o.ProvisioningTimeout >= 0, "zero (wait for ever) or a positive duration")
 	positive("ip-report-timeout", o.IPReportTimeout > 0, "a positive duration")

@@ -156,6 +156,7 @@ func startManager(parent context.Context, cfg *rest.Config) (stop func()) {
 		Recorder:        mgr.GetEventRecorder("butler-provider-harvester"),
 		// Long safety-net polls: the tests pass only if Harvester's events drive the reconciles.
 		CreatingPollInterval:    time.Minute,
+		WatchedPollInterval:     time.Minute,
 		HealthCheckInterval:     time.Minute,
 		DeletionPollInterval:    time.Minute,
 		ProvisioningTimeout:     provisioningTimeout,

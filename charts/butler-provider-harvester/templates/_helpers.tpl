@@ -83,6 +83,7 @@ app.kubernetes.io/part-of: butler
 - --harvester-qps={{ .Values.harvesterAPI.qps }}
 - --harvester-burst={{ .Values.harvesterAPI.burst }}
 - --creating-poll-interval={{ .Values.intervals.creatingPoll }}
+- --watched-poll-interval={{ .Values.intervals.watchedPoll }}
 - --health-check-interval={{ .Values.intervals.healthCheck }}
 - --providerconfig-recheck-interval={{ .Values.intervals.providerConfigRecheck }}
 - --provisioning-timeout={{ .Values.intervals.provisioningTimeout }}
