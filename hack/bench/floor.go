@@ -73,11 +73,7 @@ func measureManagementFloor(ctx context.Context, o options, sc scenario, tb *tes
 	if err := createAll(ctx, tb, o.n, !sc.noUserData); err != nil {
 		return res, err
 	}
-	if err := forEachMachine(o.n, func(i int) error {
-		var err error
-		asDirectProvider(ctx, func(ctx context.Context) { err = placeAndRun(ctx, provider, i) })
-		return err
-	}); err != nil {
+	if err := forEachMachineAsProvider(ctx, o.n, func(ctx context.Context, i int) error { return placeAndRun(ctx, provider, i) }); err != nil {
 		return res, err
 	}
 	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) { return seen.count() == o.n, nil }); err != nil {
@@ -91,11 +87,7 @@ func measureManagementFloor(ctx context.Context, o options, sc scenario, tb *tes
 	if err := (&machineRequests{}).deleteAll(ctx, tb); err != nil {
 		return res, err
 	}
-	if err := forEachMachine(o.n, func(i int) error {
-		var err error
-		asDirectProvider(ctx, func(ctx context.Context) { err = release(ctx, provider, i) })
-		return err
-	}); err != nil {
+	if err := forEachMachineAsProvider(ctx, o.n, func(ctx context.Context, i int) error { return release(ctx, provider, i) }); err != nil {
 		return res, err
 	}
 	if err := counts.waitEmpty(ctx, o.timeout, tb); err != nil {
@@ -108,6 +100,16 @@ func measureManagementFloor(ctx context.Context, o options, sc scenario, tb *tes
 	}
 	res.serverCPU[1] = managementServerCPU(cpuSince(tb, cpuAtStart))
 	return res, nil
+}
+
+// forEachMachineAsProvider runs do for machines 0..n-1 as forEachMachine does, as the
+// provider's work (see asDirectProvider).
+func forEachMachineAsProvider(ctx context.Context, n int, do func(context.Context, int) error) error {
+	return forEachMachine(n, func(i int) error {
+		var err error
+		asDirectProvider(ctx, func(ctx context.Context) { err = do(ctx, i) })
+		return err
+	})
 }
 
 // placeAndRun writes what a provider must of machine i once its VM reports an IP: the finalizer
