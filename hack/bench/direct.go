@@ -37,6 +37,9 @@ type directResult struct {
 	createCPU string
 	// cpu is the CPU seconds of every process, creating and deleting.
 	cpu [2]float64
+	// hvWrites is what the Harvester API server was asked to write per machine, by verb and
+	// resource, creating and deleting: the direct provider's writes and the simulator's.
+	hvWrites string
 	// floor is the management side no MachineRequest provider can avoid (not measured for the
 	// Cluster API front door: floorErr says so, or why it was not measured).
 	floor    floorResult
@@ -92,6 +95,10 @@ func (d *directResult) drive(ctx context.Context, o options, sc scenario, tb *te
 	}
 	defer stop()
 
+	writesAtStart, err := apiServerWrites(ctx, tb.Harvester.Config)
+	if err != nil {
+		return err
+	}
 	cpuAtStart := processCPU(tb)
 	profile := startLabelledCPU()
 	start := time.Now()
@@ -131,6 +138,11 @@ func (d *directResult) drive(ctx context.Context, o options, sc scenario, tb *te
 	d.providerCPUErr = errors.Join(d.providerCPUErr, deleteErr)
 	d.deletion = progress.finish()
 	d.cpu[1] = totalCPU(progress.cpu)
+	writesAtEnd, err := apiServerWrites(ctx, tb.Harvester.Config)
+	if err != nil {
+		return err
+	}
+	d.hvWrites = describeWrites(writesAtStart, writesAtEnd, o.n)
 	return nil
 }
 

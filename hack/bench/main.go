@@ -123,7 +123,7 @@ func run(ctx context.Context, o options) error {
 			if d, err = runDirect(ctx, o, sc, dir); err != nil {
 				return fmt.Errorf("%s, direct: %w", sc.name, err)
 			}
-			fmt.Printf("   direct: all Running in %s, deleted in %s, %d objects left; %s\n   direct, until all Running: CPU %s\n   direct deletion: %s\n   %s\n", d.toRunning.Round(10*time.Millisecond), d.toDeleted.Round(10*time.Millisecond), d.left, d.providerCPUPerMachine(o.n), d.createCPU, d.deletion, d.floorLine(o.n))
+			fmt.Printf("   direct: all Running in %s, deleted in %s, %d objects left; %s\n   direct, until all Running: CPU %s\n   direct deletion: %s\n   direct, Harvester API server writes per machine (the direct provider and the simulator): %s\n   %s\n", d.toRunning.Round(10*time.Millisecond), d.toDeleted.Round(10*time.Millisecond), d.left, d.providerCPUPerMachine(o.n), d.createCPU, d.deletion, d.hvWrites, d.floorLine(o.n))
 			comparisons = append(comparisons, compareWithDirect(r, d))
 		}
 		if withPublished && !sc.clusterAPI { // the published provider has no Cluster API front door
