@@ -154,13 +154,13 @@ func managementServerCPU(cpu map[string]float64) float64 {
 // describe renders the floor per machine and the least ratio to direct it allows.
 func (f floorResult) describe(d directResult, n int) string {
 	perMachine := func(seconds float64) float64 { return 1000 * seconds / float64(n) }
-	client := "its own writes' and watch's CPU not measured: " + fmt.Sprint(f.clientCPUErr)
+	own := "its own writes' and watch's CPU not measured: " + fmt.Sprint(f.clientCPUErr)
 	if f.clientCPUErr == nil {
-		client = fmt.Sprintf("its writes' and watch's own CPU %.1f ms per machine (%.1f + %.1f)",
+		own = fmt.Sprintf("its writes' and watch's own CPU %.1f ms per machine (%.1f + %.1f)",
 			perMachine(f.clientCPU[0]+f.clientCPU[1]), perMachine(f.clientCPU[0]), perMachine(f.clientCPU[1]))
 	}
 	return fmt.Sprintf("management floor (the user's creates and deletes, a watch of MachineRequests, a provider's 3 writes per machine: finalizer with place, status Running, finalizer removed): management API server and etcd %.1f s creating + %.1f s deleting, %s; so no MachineRequest provider can beat %s on this machine",
-		f.serverCPU[0], f.serverCPU[1], client, f.ratios(d))
+		f.serverCPU[0], f.serverCPU[1], own, f.ratios(d))
 }
 
 // ratios is the least create and delete ratio to direct the floor allows (see the file's comment).

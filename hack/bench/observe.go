@@ -253,11 +253,7 @@ func perMachine(start, end map[string]float64, n int) float64 {
 // reconcileCount is how many reconciles of controller ended, whatever their result, from
 // controller-runtime's controller_runtime_reconcile_total.
 func reconcileCount(fams map[string]*dto.MetricFamily, controller string) float64 {
-	var n float64
-	for _, m := range matching(fams["controller_runtime_reconcile_total"], "controller", controller) {
-		n += m.GetCounter().GetValue()
-	}
-	return n
+	return sumOf(fams["controller_runtime_reconcile_total"], "controller", controller)
 }
 
 // scrape reads the metrics at url, uncompressed: the bench reads the manager's every second, and
@@ -297,10 +293,11 @@ func matching(f *dto.MetricFamily, label, value string) []*dto.Metric {
 	return out
 }
 
+// sumOf sums the values (gauges or counters) of f whose label has the value.
 func sumOf(f *dto.MetricFamily, label, value string) float64 {
 	var v float64
 	for _, m := range matching(f, label, value) {
-		v += m.GetGauge().GetValue()
+		v += m.GetGauge().GetValue() + m.GetCounter().GetValue() // a metric is one or the other
 	}
 	return v
 }

@@ -564,7 +564,8 @@ func (m *machines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMachine)
 // however many events it sees. done is true when nothing of ours is left.
 func (m *machines) Delete(ctx context.Context, ref MachineRef) (Deletion, error) {
 	ref.VMUID = ""
-	if m.cacheFor(ref.Namespace) != nil {
+	watched := m.cacheFor(ref.Namespace) != nil
+	if watched {
 		d, err := m.deleteStep(ctx, ref, false)
 		if err != nil || !d.Done {
 			d.Watched = true
@@ -572,7 +573,7 @@ func (m *machines) Delete(ctx context.Context, ref MachineRef) (Deletion, error)
 		}
 	}
 	d, err := m.deleteStep(ctx, ref, true)
-	d.Watched = m.cacheFor(ref.Namespace) != nil
+	d.Watched = watched
 	return d, err
 }
 
