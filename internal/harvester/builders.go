@@ -1,6 +1,8 @@
 package harvester
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"slices"
@@ -9,9 +11,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 const (
@@ -295,4 +299,33 @@ func claimVolume(name, claim string) kubevirtv1.Volume {
 // describe names an object for messages: "<kind> <namespace>/<name>".
 func describe(kind, namespace, name string) string {
 	return fmt.Sprintf("%s %s/%s", kind, namespace, name)
+}
+
+// ownerReference names obj, of kind gvk, as an owner (for garbage collection only).
+func ownerReference(gvk schema.GroupVersionKind, obj client.Object) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: obj.GetName(), UID: obj.GetUID()}
+}
+
+// AnnotationCloudInitHash is the SHA-256 of a cloud-init Secret's data, set by the provider. The
+// provider caches and reads cloud-init Secrets by their metadata only, so that userData (a Talos
+// configuration holds the cluster's keys) never sits in its memory; the hash says whether the data
+// is what the MachineRequest asks for.
+const AnnotationCloudInitHash = "butler.butlerlabs.dev/cloud-init-sha256"
+
+// secretMeta is a Secret's metadata, read without its data.
+func secretMeta(namespace, name string) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
+	return m
+}
+
+// cloudInitHash is the value of AnnotationCloudInitHash for this data.
+func cloudInitHash(data map[string][]byte) string {
+	h := sha256.New()
+	for _, key := range []string{userDataKey, networkDataKey} {
+		v, ok := data[key]
+		_, _ = fmt.Fprintf(h, "%s:%t:%d:", key, ok, len(v))
+		_, _ = h.Write(v)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }

@@ -11,16 +11,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
-
-// The disks of a machine are ours when they carry the machine's ownership label. The one
-// exception is the root disk of a VM created by the published provider (adopted, see adoptable):
-// it was named "<vm>-rootdisk" and labelled only with LabelManagedBy.
-const legacyRootDiskSuffix = "-rootdisk"
 
 // ensureDisks creates the disks that do not exist yet: PVCs, and for an image of the CDI backend a
 // DataVolume as root disk. A disk of ours left by an earlier attempt is reused only if it is still
@@ -51,11 +45,6 @@ func (m *machines) ensureDisks(ctx context.Context, spec *MachineSpec, image Ima
 		}
 	}
 	return &root, nil
-}
-
-// ownerReference names obj, of kind gvk, as an owner (for garbage collection only).
-func ownerReference(gvk schema.GroupVersionKind, obj client.Object) metav1.OwnerReference {
-	return metav1.OwnerReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: obj.GetName(), UID: obj.GetUID()}
 }
 
 // ensureClaim returns the claim, created if the cache has none (a claim that exists after all is
@@ -227,33 +216,6 @@ func (m *machines) replaceDisk(ctx context.Context, disk client.Object, why stri
 	return Waiting(ReasonVMCreating, deletionRetry, "%s: replacing it", why)
 }
 
-// kindOf names the kind of a disk for messages.
-func kindOf(obj client.Object) string {
-	if _, ok := obj.(*cdiv1.DataVolume); ok {
-		return "DataVolume"
-	}
-	return "PersistentVolumeClaim"
-}
-
-// inUseRefusalPrefix starts the message of Harvester's PVC webhook when it refuses to delete a
-// volume a VM uses or owns ("can not delete the volume <name> which is currently attached to
-// VM: <namespace>/<vm>"): 409 Conflict since Harvester v1.8.0, 422 Invalid before. It must be
-// waited on, never retried at once as an optimistic-locking conflict would be.
-const inUseRefusalPrefix = "can not delete the volume "
-
-// inUseRefusal returns Harvester's message when err is its webhook refusing to delete a volume in
-// use ("" otherwise).
-func inUseRefusal(err error) string {
-	if !apierrors.IsConflict(err) && !apierrors.IsInvalid(err) {
-		return ""
-	}
-	msg := statusMessage(err)
-	if i := strings.Index(msg, inUseRefusalPrefix); i >= 0 {
-		return "Harvester refuses to delete it: " + msg[i:]
-	}
-	return ""
-}
-
 // claimUsers maps each of the given PVCs of namespace that a VM mounts to the VMs that mount it.
 // It asks the caches once they have synced, both indexed by the disks VMs mount: the owned one for
 // VMs labelled ours, the volumes one for every other VM of the namespace. That view lags the API
@@ -331,21 +293,6 @@ const vmListPageSize = 100
 // sharedListTimeout bounds a list shared by several callers.
 const sharedListTimeout = 30 * time.Second
 
-// ownedClaims lists the PVCs labelled for this machine, from the cache or live (deletion is
-// complete only when none is left live).
-func (m *machines) ownedClaims(ctx context.Context, ref MachineRef, live bool) ([]corev1.PersistentVolumeClaim, error) {
-	list := &corev1.PersistentVolumeClaimList{}
-	var reader client.Reader = m.c
-	if cached := m.cacheFor(ref.Namespace); cached != nil && !live {
-		reader = cached
-	}
-	if err := reader.List(ctx, list, client.InNamespace(ref.Namespace),
-		client.MatchingLabels{LabelMachineRequestUID: string(ref.Owner.UID)}); err != nil {
-		return nil, classify(err, "list PersistentVolumeClaims in namespace "+ref.Namespace)
-	}
-	return list.Items, nil
-}
-
 // claimsRemovedWith names the claims of vm that Harvester may remove with it: those it mounts that
 // are ours, plus the root disk of an adopted VM of the published provider. Never a volume someone
 // hot-plugged or mounted from elsewhere, nor one another VM mounts too: Harvester's webhook would
@@ -373,39 +320,4 @@ func (m *machines) claimsRemovedWith(ctx context.Context, vm *kubevirtv1.Virtual
 		}
 	}
 	return names, nil
-}
-
-// isLegacyRootDisk recognises the root disk the published provider created for vm.
-func isLegacyRootDisk(pvc *corev1.PersistentVolumeClaim, vm *kubevirtv1.VirtualMachine) bool {
-	return pvc.Name == vm.Name+legacyRootDiskSuffix && pvc.Labels[LabelManagedBy] == ManagedByValue && pvc.Labels[LabelMachineRequestUID] == ""
-}
-
-// mountedClaims lists the PVCs a VM's template mounts, in order.
-func mountedClaims(vm *kubevirtv1.VirtualMachine) []string {
-	if vm.Spec.Template == nil {
-		return nil
-	}
-	var names []string
-	for _, v := range vm.Spec.Template.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil {
-			names = append(names, v.PersistentVolumeClaim.ClaimName)
-		}
-	}
-	return names
-}
-
-func ptrValue(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-// namesOf names the objects.
-func namesOf(objs []client.Object) []string {
-	names := make([]string, 0, len(objs))
-	for _, o := range objs {
-		names = append(names, o.GetName())
-	}
-	return names
 }

@@ -15,9 +15,6 @@ import (
 // Credentials locate a Harvester cluster's kubeconfig and the namespace machines are created in.
 type Credentials = clustercache.Credentials
 
-// ClusterIdentity names a Harvester cluster (see clustercache.ClusterIdentity).
-type ClusterIdentity = clustercache.ClusterIdentity
-
 // Connector hands out the engine of the Harvester cluster that credentials reach.
 type Connector interface {
 	ClusterFor(ctx context.Context, creds Credentials) (Cluster, error)

@@ -2,10 +2,7 @@ package harvester
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
-	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,30 +11,6 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
-
-// AnnotationCloudInitHash is the SHA-256 of a cloud-init Secret's data, set by the provider. The
-// provider caches and reads cloud-init Secrets by their metadata only, so that userData (a Talos
-// configuration holds the cluster's keys) never sits in its memory; the hash says whether the data
-// is what the MachineRequest asks for.
-const AnnotationCloudInitHash = "butler.butlerlabs.dev/cloud-init-sha256"
-
-// secretMeta is a Secret's metadata, read without its data.
-func secretMeta(namespace, name string) *metav1.PartialObjectMetadata {
-	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
-	m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
-	return m
-}
-
-// cloudInitHash is the value of AnnotationCloudInitHash for this data.
-func cloudInitHash(data map[string][]byte) string {
-	h := sha256.New()
-	for _, key := range []string{userDataKey, networkDataKey} {
-		v, ok := data[key]
-		_, _ = fmt.Fprintf(h, "%s:%t:%d:", key, ok, len(v))
-		_, _ = h.Write(v)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
 
 // ensureCloudInitSecret creates the machine's cloud-init Secret, owned by owner (its root disk)
 // when given, or brings ours up to date. A machine without cloud-init data has none.

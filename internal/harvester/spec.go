@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -107,3 +108,6 @@ func diskClaimName(machine string, i int) string { return fmt.Sprintf("%s-%s", m
 
 // NICName is the name of the VM's one network interface; its VMI status entry carries the IP.
 const NICName = "nic-1"
+
+// ClusterIdentity names a Harvester cluster (see clustercache.ClusterIdentity).
+type ClusterIdentity = clustercache.ClusterIdentity

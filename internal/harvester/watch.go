@@ -47,20 +47,6 @@ type Notifier interface {
 	ImageChanged(key types.NamespacedName)
 }
 
-// The caches of each Harvester cluster, in the machines' namespace (see NewWatches).
-const (
-	// ownedCache holds the objects the provider owns and every image.
-	ownedCache = "owned"
-	// warningsCache holds the Warning events, which the diagnosis quotes. It is a cache of its
-	// own: credentials without watch on events (which earlier versions did not need) leave the
-	// owned objects cached, and the diagnosis lists events live instead.
-	warningsCache = "warnings"
-	// volumesCache holds the namespace's VMs that are not ours (someone else's, or a person's),
-	// trimmed to what says which disks they mount: deleting or replacing a disk first asks which
-	// VMs use it, and ours answer from the owned cache (see claimUsers).
-	volumesCache = "volumes"
-)
-
 // NewWatches says what the caches of each Harvester cluster hold, in the machines' namespace: the
 // objects the provider owns, by label (never a cluster-wide Secret cache), and every image; notify,
 // if not nil, hears of every change that matters to them. And, in a cache of their own, the
@@ -108,10 +94,6 @@ func (w watches) Kinds() []clustercache.Watch {
 	return append(out, image)
 }
 
-// eventsByObjectUID indexes events by the UID of the object they are about, under the name of
-// the field selector the API server knows, so that a read matches the same way cached or live.
-const eventsByObjectUID = "involvedObject.uid"
-
 type warningWatches struct{}
 
 func (warningWatches) Name() string { return warningsCache }
@@ -128,10 +110,6 @@ func (warningWatches) Kinds() []clustercache.Watch {
 		return []string{string(o.(*corev1.Event).InvolvedObject.UID)}
 	}}}}}
 }
-
-// vmsByClaim indexes the VMs of the owned and volumes caches by the PVCs they mount (no API server
-// field selector has this name: without the caches, the VMs are listed live, see claimUsers).
-const vmsByClaim = "spec.template.spec.volumes.persistentVolumeClaim.claimName"
 
 // vmsByClaimIndex is the vmsByClaim index of a cache of VMs.
 var vmsByClaimIndex = clustercache.Index{Field: vmsByClaim, Extract: func(o client.Object) []string {

@@ -1,0 +1,121 @@
+package harvester
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+)
+
+func (m *machines) Ensure(ctx context.Context, spec *MachineSpec) (Observation, error) {
+	// The absence of a recorded VM is confirmed: it means the VM was deleted. A VM not created
+	// yet is looked for in the cache alone: if it exists after all, creating it says so.
+	vm, takenOver, err := m.findVM(ctx, spec, spec.VMUID != "")
+	if err != nil {
+		return Observation{}, err
+	}
+	if !isRecordedVM(vm, spec.Ref()) {
+		// The VM this machine was created with is gone: creating another would give the caller
+		// a new machine (a new disk, a new node) without telling it.
+		return Observation{}, vmGone(spec.Ref())
+	}
+	created := false
+	if vm == nil {
+		// The front door's gate and the image decide whether the machine can be created at
+		// all: both are read-only, and checked before the place is recorded and anything is
+		// created, so a request that cannot work leaves nothing behind. Then the disks, the
+		// cloud-init Secret owned by the root disk (so that it goes with the disk, without a
+		// second write to name an owner), and the VM last: it starts only once everything it
+		// mounts is there.
+		if spec.Gate != nil {
+			if err := spec.Gate(); err != nil {
+				return Observation{}, err
+			}
+		}
+		image, err := m.usableImage(ctx, spec)
+		if err != nil {
+			return Observation{}, err
+		}
+		if err := m.record(ctx, spec); err != nil {
+			return Observation{}, err
+		}
+		root, err := m.ensureDisks(ctx, spec, image)
+		if err != nil {
+			return Observation{}, err
+		}
+		if err := m.ensureCloudInitSecret(ctx, spec, root); err != nil {
+			return Observation{}, err
+		}
+		if vm, takenOver, created, err = m.createVM(ctx, spec); err != nil {
+			return Observation{}, err
+		}
+	} else {
+		if err := m.record(ctx, spec); err != nil {
+			return Observation{}, err
+		}
+		if err := m.ensureCloudInitSecret(ctx, spec, nil); err != nil {
+			return Observation{}, err
+		}
+	}
+	obs, err := m.observeVM(ctx, vm)
+	obs.VMCreated, obs.TookOverFrom = created, takenOver
+	return obs, err
+}
+
+// record has the front door store where the machine lives, if it asked to (see MachineSpec.Record).
+func (m *machines) record(ctx context.Context, spec *MachineSpec) error {
+	if spec.Record == nil {
+		return nil
+	}
+	id, err := m.Identity(ctx)
+	if err != nil {
+		return err
+	}
+	return spec.Record(ctx, id)
+}
+
+// findVM returns the machine's VM (nil if there is none), taking over a VM of an earlier
+// MachineRequest of the same name when no VM is recorded (see takeOverSuperseded).
+func (m *machines) findVM(ctx context.Context, spec *MachineSpec, confirmAbsence bool) (*kubevirtv1.VirtualMachine, types.UID, error) {
+	vm, err := m.getOwnedVM(ctx, spec.Ref(), confirmAbsence)
+	if p, ok := AsPermanent(err); ok && p.Reason == ReasonNameTaken && spec.VMUID == "" {
+		return m.takeOverSuperseded(ctx, spec)
+	}
+	return vm, "", err
+}
+
+// usableImage returns the image the root disk is cloned from, if it can be.
+func (m *machines) usableImage(ctx context.Context, spec *MachineSpec) (ImageInfo, error) {
+	image, err := getImage(ctx, m.read, spec.Image)
+	if err != nil {
+		return image, err
+	}
+	if err := checkImageUsable(image, spec.DiskGB); err != nil {
+		return image, err
+	}
+	if image.Backend == BackendCDI {
+		return image, m.checkDataVolumesServed(image)
+	}
+	return image, nil
+}
+
+// createVM creates the machine's VM. If a VM of that name appeared since the cache was looked
+// at, it is looked for again live (ours, an adopted or superseded one, or a NameConflict).
+func (m *machines) createVM(ctx context.Context, spec *MachineSpec) (vm *kubevirtv1.VirtualMachine, takenOver types.UID, created bool, err error) {
+	vm = BuildVirtualMachine(spec)
+	what := describe("VirtualMachine", vm.Namespace, vm.Name)
+	err = m.c.Create(ctx, vm)
+	switch {
+	case err == nil:
+		return vm, "", true, nil
+	case apierrors.IsAlreadyExists(err):
+		vm, takenOver, err = m.findVM(ctx, spec, true)
+		if err == nil && vm == nil {
+			err = fmt.Errorf("create %s: it exists and is gone again, will look again", what)
+		}
+		return vm, takenOver, false, err
+	}
+	return nil, "", false, createError(err, what)
+}
