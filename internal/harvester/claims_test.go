@@ -21,7 +21,7 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 )
 
-func claimsCluster(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *cluster {
+func claimsCluster(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *engine {
 	t.Helper()
 	c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(objs...).WithInterceptorFuncs(funcs).Build()
 	return newTestCluster(c)
@@ -217,6 +217,6 @@ func TestVolumeUsersReadsEveryPage(t *testing.T) {
 }
 
 // newTestCluster is the engine over c, without a cache.
-func newTestCluster(c client.Client) *cluster {
-	return NewCluster(clustercache.NewCluster(c, nil, nil, "https://harvester.example:6443", "")).(*cluster)
+func newTestCluster(c client.Client) *engine {
+	return NewCluster(clustercache.NewCluster(c, nil, nil, "https://harvester.example:6443", "")).(*engine)
 }

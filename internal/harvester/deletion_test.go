@@ -74,7 +74,7 @@ func TestObservationAndDeletionSayWhetherTheMachineIsWatched(t *testing.T) {
 			if watched {
 				caches = map[string]client.Reader{ownedCache: c}
 			}
-			m := NewCluster(clustercache.NewCluster(c, caches, nil, "https://harvester.example:6443", spec.Namespace)).(*cluster)
+			m := NewCluster(clustercache.NewCluster(c, caches, nil, "https://harvester.example:6443", spec.Namespace)).(*engine)
 			ref := MachineRef{Owner: spec.Owner, Namespace: spec.Namespace, Name: spec.Name}
 
 			obs, err := m.Observe(context.Background(), ref)

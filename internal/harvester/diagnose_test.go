@@ -21,7 +21,7 @@ import (
 
 // diagnosisCluster is a Harvester of objs whose event lists may select by involved object, as the
 // API server's field selectors do.
-func diagnosisCluster(t *testing.T, objs ...client.Object) *cluster {
+func diagnosisCluster(t *testing.T, objs ...client.Object) *engine {
 	t.Helper()
 	c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(objs...).
 		WithIndex(&corev1.Event{}, "involvedObject.name", func(o client.Object) []string { return []string{o.(*corev1.Event).InvolvedObject.Name} }).
@@ -271,7 +271,7 @@ func TestWarningsReadFromTheirCacheWhenItServes(t *testing.T) {
 		"only the owned cache": {map[string]client.Reader{ownedCache: cached}, "live"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			m := NewCluster(clustercache.NewCluster(live, tc.caches, nil, "https://harvester.example:6443", "vms")).(*cluster)
+			m := NewCluster(clustercache.NewCluster(live, tc.caches, nil, "https://harvester.example:6443", "vms")).(*engine)
 			if got := m.latestWarning(context.Background(), pvc); got != tc.want {
 				t.Fatalf("warning %q, want %q", got, tc.want)
 			}
