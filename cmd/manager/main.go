@@ -29,7 +29,11 @@ import (
 	platformv1alpha1 "github.com/butlerdotdev/butler-provider-harvester/api/platform/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/clusterapi"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/imagesync"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/machinerequest"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
@@ -104,19 +108,19 @@ func run(ctx context.Context, args []string) error {
 	}
 	// Credentials Secrets are read directly, not through a cache: no cluster-wide Secret watch.
 	// Harvester's informers report changes of our objects there through this channel.
-	harvesterEvents := &controller.HarvesterEvents{}
+	harvesterEvents := &frontdoor.HarvesterEvents{}
 	recorder := newEventRecorder(mgr, "butler-provider-harvester", logger)
 	clusters := harvester.NewClusters(&clustercache.Cache{
 		SecretReader: mgr.GetAPIReader(), QPS: float32(o.HarvesterQPS), Burst: o.HarvesterBurst, Context: ctx,
 	}, harvesterEvents)
-	pcr := &controller.ProviderConfigReconciler{
+	pcr := &providerconfig.ProviderConfigReconciler{
 		Client:          mgr.GetClient(),
 		SecretReader:    mgr.GetAPIReader(),
 		Harvester:       clusters,
 		Recorder:        recorder,
 		RecheckInterval: o.RecheckInterval,
 	}
-	r := &controller.MachineRequestReconciler{
+	r := &machinerequest.MachineRequestReconciler{
 		Client:                  mgr.GetClient(),
 		Harvester:               clusters,
 		HarvesterEvents:         harvesterEvents,
@@ -136,23 +140,23 @@ func run(ctx context.Context, args []string) error {
 	if err := pcr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up ProviderConfig controller: %w", err)
 	}
-	isr := &controller.ImageSyncReconciler{
+	isr := &imagesync.ImageSyncReconciler{
 		Client: mgr.GetClient(), Harvester: clusters, HarvesterEvents: harvesterEvents,
 		Recorder: recorder, ConfigGracePeriod: o.ConfigGracePeriod,
 	}
 	if _, err := isr.SetupWithManager(ctx, mgr, logger); err != nil {
 		return fmt.Errorf("set up ImageSync controller: %w", err)
 	}
-	hmr := &controller.HarvesterMachineReconciler{
+	hmr := &clusterapi.HarvesterMachineReconciler{
 		Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, HarvesterEvents: harvesterEvents, Recorder: recorder, Preflight: pcr,
 		PollInterval: o.CreatingPoll, WatchedPollInterval: o.WatchedPoll, HealthCheckInterval: o.HealthInterval,
 		StartLimits:             harvester.StartLimits{IPReport: o.IPReportTimeout},
 		MaxConcurrentReconciles: o.Concurrency,
 	}
-	hcr := &controller.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr}
+	hcr := &clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr}
 	if !o.ClusterAPI {
 		logger.Info("Cluster API controllers are off (--cluster-api=false)")
-	} else if _, err := controller.SetupClusterAPI(ctx, mgr, logger, hmr, hcr); err != nil {
+	} else if _, err := clusterapi.SetupClusterAPI(ctx, mgr, logger, hmr, hcr); err != nil {
 		return fmt.Errorf("set up Cluster API controllers: %w", err)
 	}
 	if err := metrics.RegisterPhaseCollector(ctrlmetrics.Registry, mgr.GetCache(), mgr.Elected()); err != nil {
@@ -172,7 +176,7 @@ func run(ctx context.Context, args []string) error {
 	}); err != nil {
 		return err
 	}
-	if schema, err := controller.InstalledSchema(restConfig); err != nil {
+	if schema, err := machinerequest.InstalledSchema(restConfig); err != nil {
 		logger.Info("Could not tell which MachineRequest schema is installed; the provider works with either", "reason", err.Error())
 	} else {
 		logger.Info("MachineRequest schema installed", "schema", schema,

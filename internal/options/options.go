@@ -16,7 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
 )
 
 // Defaults that are not the controller's own.
@@ -103,13 +104,13 @@ func NewFlagSet(output io.Writer) (*flag.FlagSet, *Options) {
 	fs.DurationVar(&o.SyncPeriod, "sync-period", DefaultSyncPeriod, "How often every watched object is reconciled again even if nothing changed (a safety net; the provider's own rechecks are shorter).")
 	fs.IntVar(&o.Concurrency, "max-concurrent-reconciles", DefaultConcurrency, "How many MachineRequests are reconciled in parallel.")
 	fs.BoolVar(&o.ClusterAPI, "cluster-api", true, "Run the Cluster API infrastructure controllers (HarvesterCluster, HarvesterMachine) when the management cluster serves their CRDs and Cluster API's Cluster and Machine; false: never.")
-	fs.DurationVar(&o.CreatingPoll, "creating-poll-interval", controller.DefaultCreatingPollInterval, "How often a Creating machine is looked at again while waiting for its IP address, when its objects on Harvester are not watched (credentials without list and watch).")
-	fs.DurationVar(&o.WatchedPoll, "watched-poll-interval", controller.DefaultWatchedPollInterval, "How often a Creating or Deleting machine whose objects on Harvester are watched is looked at again anyway: their changes wake it at once, so this only catches an event that was missed. Never shorter than --creating-poll-interval.")
-	fs.DurationVar(&o.HealthInterval, "health-check-interval", controller.DefaultHealthCheckInterval, "How often a Running machine's VM is checked on Harvester.")
-	fs.DurationVar(&o.ProvisioningTimeout, "provisioning-timeout", controller.DefaultProvisioningTimeout, "How long a machine may take to become Running (from its creation or last retry) before it is Failed with reason ProvisioningTimeout and the diagnosis as its message, so that a caller waiting for Running or Failed (the Butler bootstrap) can act; 0 waits for ever. Transient Harvester errors never make a machine Failed by themselves.")
-	fs.DurationVar(&o.ConfigGracePeriod, "config-grace-period", controller.DefaultConfigGracePeriod, "How long a MachineRequest that has no VM yet, or an ImageSync, waits on a problem only you can fix (missing or unusable credentials, a missing setting, missing permissions, a ProviderConfig not shared, no ButlerConfig) before it becomes Failed with that reason, which the Butler bootstrap acts on. It is retried by itself once the problem is fixed.")
-	fs.DurationVar(&o.IPReportTimeout, "ip-report-timeout", controller.DefaultIPReportTimeout, "How long a running VM may go without reporting an IPv4 address before the diagnosis points at the guest agent and DHCP.")
-	fs.DurationVar(&o.RecheckInterval, "providerconfig-recheck-interval", controller.DefaultRecheckInterval, "How often a ProviderConfig's checks (credentials, image, network, storage, permissions) run again; a changed credentials Secret is noticed within 30s.")
+	fs.DurationVar(&o.CreatingPoll, "creating-poll-interval", frontdoor.DefaultCreatingPollInterval, "How often a Creating machine is looked at again while waiting for its IP address, when its objects on Harvester are not watched (credentials without list and watch).")
+	fs.DurationVar(&o.WatchedPoll, "watched-poll-interval", frontdoor.DefaultWatchedPollInterval, "How often a Creating or Deleting machine whose objects on Harvester are watched is looked at again anyway: their changes wake it at once, so this only catches an event that was missed. Never shorter than --creating-poll-interval.")
+	fs.DurationVar(&o.HealthInterval, "health-check-interval", frontdoor.DefaultHealthCheckInterval, "How often a Running machine's VM is checked on Harvester.")
+	fs.DurationVar(&o.ProvisioningTimeout, "provisioning-timeout", frontdoor.DefaultProvisioningTimeout, "How long a machine may take to become Running (from its creation or last retry) before it is Failed with reason ProvisioningTimeout and the diagnosis as its message, so that a caller waiting for Running or Failed (the Butler bootstrap) can act; 0 waits for ever. Transient Harvester errors never make a machine Failed by themselves.")
+	fs.DurationVar(&o.ConfigGracePeriod, "config-grace-period", frontdoor.DefaultConfigGracePeriod, "How long a MachineRequest that has no VM yet, or an ImageSync, waits on a problem only you can fix (missing or unusable credentials, a missing setting, missing permissions, a ProviderConfig not shared, no ButlerConfig) before it becomes Failed with that reason, which the Butler bootstrap acts on. It is retried by itself once the problem is fixed.")
+	fs.DurationVar(&o.IPReportTimeout, "ip-report-timeout", frontdoor.DefaultIPReportTimeout, "How long a running VM may go without reporting an IPv4 address before the diagnosis points at the guest agent and DHCP.")
+	fs.DurationVar(&o.RecheckInterval, "providerconfig-recheck-interval", providerconfig.DefaultRecheckInterval, "How often a ProviderConfig's checks (credentials, image, network, storage, permissions) run again; a changed credentials Secret is noticed within 30s.")
 	fs.Float64Var(&o.HarvesterQPS, "harvester-qps", clustercache.DefaultQPS, "Requests per second to each Harvester cluster.")
 	fs.IntVar(&o.HarvesterBurst, "harvester-burst", clustercache.DefaultBurst, "Request burst to each Harvester cluster.")
 	fs.Float64Var(&o.KubeQPS, "kube-api-qps", DefaultKubeQPS, "Requests per second to the management cluster's API server.")

@@ -29,7 +29,9 @@ import (
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/clusterapi"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
@@ -160,7 +162,7 @@ func (w *capiWorld) harvesterLeft() (vms, disks, secrets int) {
 	vmList, pvcs, secretList := &kubevirtv1.VirtualMachineList{}, &corev1.PersistentVolumeClaimList{}, &corev1.SecretList{}
 	w.must(w.hv.Client.List(w.ctx, vmList, client.InNamespace("vms")))
 	w.must(w.hv.Client.List(w.ctx, pvcs, client.InNamespace("vms")))
-	w.must(w.hv.Client.List(w.ctx, secretList, client.InNamespace("vms"), client.MatchingLabels{harvester.LabelOwnerKind: controller.OwnerKindHarvesterMachine}))
+	w.must(w.hv.Client.List(w.ctx, secretList, client.InNamespace("vms"), client.MatchingLabels{harvester.LabelOwnerKind: clusterapi.OwnerKindHarvesterMachine}))
 	return len(vmList.Items), len(pvcs.Items), len(secretList.Items)
 }
 
@@ -301,8 +303,8 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 	waitFor(ctx, t, capi, "the Machine to carry the VM's providerID and addresses", func() error {
 		return machineOnHarvester(ctx, c, hv.Client, "vms", machine, &vm, hm)
 	})
-	if vm.Labels[harvester.LabelOwnerKind] != controller.OwnerKindHarvesterMachine {
-		t.Fatalf("VM labels %v, want %s=%s", vm.Labels, harvester.LabelOwnerKind, controller.OwnerKindHarvesterMachine)
+	if vm.Labels[harvester.LabelOwnerKind] != clusterapi.OwnerKindHarvesterMachine {
+		t.Fatalf("VM labels %v, want %s=%s", vm.Labels, harvester.LabelOwnerKind, clusterapi.OwnerKindHarvesterMachine)
 	}
 
 	// The Machine's failure domain: the VM requires its nodes' label, runs on the node in zone-b,
@@ -395,18 +397,18 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 	if err != nil {
 		t.Fatal(err)
 	}
-	events := &controller.HarvesterEvents{}
+	events := &frontdoor.HarvesterEvents{}
 	clusters := harvester.NewClusters(&clustercache.Cache{SecretReader: mgr.GetAPIReader(), Context: ctx}, events)
 	recorder := mgr.GetEventRecorder("butler-provider-harvester")
-	pcr := &controller.ProviderConfigReconciler{Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, Recorder: recorder,
+	pcr := &providerconfig.ProviderConfigReconciler{Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, Recorder: recorder,
 		CredentialsPoll: 500 * time.Millisecond, NotReadyRetry: 500 * time.Millisecond}
 	if err := pcr.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	on, err := controller.SetupClusterAPI(ctx, mgr, mgr.GetLogger(),
-		&controller.HarvesterMachineReconciler{Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, HarvesterEvents: events, Recorder: recorder, Preflight: pcr,
+	on, err := clusterapi.SetupClusterAPI(ctx, mgr, mgr.GetLogger(),
+		&clusterapi.HarvesterMachineReconciler{Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, HarvesterEvents: events, Recorder: recorder, Preflight: pcr,
 			PollInterval: 2 * time.Second, StartLimits: harvester.StartLimits{IPReport: time.Minute}},
-		&controller.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr})
+		&clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr})
 	if err != nil || !on {
 		t.Fatalf("Cluster API controllers on: %v, error %v", on, err)
 	}

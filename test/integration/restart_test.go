@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/machinerequest"
 	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 )
 
@@ -137,11 +137,11 @@ func TestDeletionWithoutCredentialsAfterRestart(t *testing.T) {
 
 // The manager tells which MachineRequest schema is installed: the project's, or Butler's.
 func TestInstalledSchemaDetected(t *testing.T) {
-	want := controller.SchemaButler
+	want := machinerequest.SchemaButler
 	if s := os.Getenv(schemaEnv); s == "" || s == "project" {
-		want = controller.SchemaProject
+		want = machinerequest.SchemaProject
 	}
-	if got, err := controller.InstalledSchema(mgmtCfg); err != nil || got != want {
+	if got, err := machinerequest.InstalledSchema(mgmtCfg); err != nil || got != want {
 		t.Fatalf("InstalledSchema = %q, %v; want %q", got, err, want)
 	}
 }

@@ -30,7 +30,10 @@ import (
 	platformv1alpha1 "github.com/butlerdotdev/butler-provider-harvester/api/platform/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/imagesync"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/machinerequest"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
@@ -148,8 +151,8 @@ func startManager(parent context.Context, cfg *rest.Config) (stop func()) {
 	if err != nil {
 		panic(err)
 	}
-	harvesterEvents := &controller.HarvesterEvents{}
-	r := &controller.MachineRequestReconciler{
+	harvesterEvents := &frontdoor.HarvesterEvents{}
+	r := &machinerequest.MachineRequestReconciler{
 		Client:          mgr.GetClient(),
 		Harvester:       harvester.NewClusters(&clustercache.Cache{SecretReader: mgr.GetAPIReader(), Context: ctx}, harvesterEvents),
 		HarvesterEvents: harvesterEvents,
@@ -169,7 +172,7 @@ func startManager(parent context.Context, cfg *rest.Config) (stop func()) {
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		panic(err)
 	}
-	pcr := &controller.ProviderConfigReconciler{
+	pcr := &providerconfig.ProviderConfigReconciler{
 		Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: r.Harvester,
 		Recorder:        mgr.GetEventRecorder("butler-provider-harvester"),
 		CredentialsPoll: 500 * time.Millisecond, NotReadyRetry: 500 * time.Millisecond,
@@ -177,7 +180,7 @@ func startManager(parent context.Context, cfg *rest.Config) (stop func()) {
 	if err := pcr.SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
-	isr := &controller.ImageSyncReconciler{
+	isr := &imagesync.ImageSyncReconciler{
 		Client: mgr.GetClient(), Harvester: r.Harvester, HarvesterEvents: harvesterEvents,
 		Recorder: mgr.GetEventRecorder("butler-provider-harvester"), ConfigGracePeriod: configGrace,
 	}

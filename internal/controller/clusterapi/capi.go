@@ -1,0 +1,126 @@
+package clusterapi
+
+import (
+	"context"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+)
+
+// What the Cluster API front door reads of Cluster API's own objects (contract v1beta2). They are
+// read as unstructured: Cluster API's modules pin another controller-runtime than this project.
+var (
+	capiClusterGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Cluster"}
+	capiMachineGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Machine"}
+)
+
+// Labels and annotations of Cluster API.
+const (
+	capiClusterNameLabel    = "cluster.x-k8s.io/cluster-name"
+	capiControlPlaneLabel   = "cluster.x-k8s.io/control-plane"
+	capiPausedAnnotation    = "cluster.x-k8s.io/paused"
+	capiWaitingRetry        = frontdoor.ProviderConfigRetry
+	capiOwnerRetryReasonMsg = "no %s of Cluster API owns it yet: Cluster API sets the owner reference when it takes the object on"
+)
+
+// capiCluster is what the front door reads of a Cluster API Cluster.
+type capiCluster struct {
+	Name, Namespace string
+	Paused          bool
+	// InfrastructureName is spec.infrastructureRef.name when it names a HarvesterCluster.
+	InfrastructureName string
+	// InfrastructureProvisioned is status.initialization.infrastructureProvisioned.
+	InfrastructureProvisioned bool
+	// EndpointHost is spec.controlPlaneEndpoint.host.
+	EndpointHost string
+}
+
+// ownerOfKind returns the name of obj's owner of a Cluster API kind, "" if none.
+func ownerOfKind(obj metav1.Object, gvk schema.GroupVersionKind) string {
+	for _, ref := range obj.GetOwnerReferences() {
+		gv, err := schema.ParseGroupVersion(ref.APIVersion)
+		if err == nil && gv.Group == gvk.Group && ref.Kind == gvk.Kind {
+			return ref.Name
+		}
+	}
+	return ""
+}
+
+// getCAPI reads a Cluster API object; found is false when it does not exist, or is not named yet
+// (an infrastructure machine gets its cluster-name label from Cluster API after it is created).
+func getCAPI(ctx context.Context, c client.Reader, gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, bool, error) {
+	if name == "" {
+		return nil, false, nil
+	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, u)
+	if apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	return u, err == nil, err
+}
+
+// readCAPICluster reads the Cluster of the given name, nil if it does not exist.
+func readCAPICluster(ctx context.Context, c client.Reader, namespace, name string) (*capiCluster, error) {
+	u, found, err := getCAPI(ctx, c, capiClusterGVK, namespace, name)
+	if !found {
+		return nil, err
+	}
+	return readCAPIClusterFrom(u), nil
+}
+
+// readCAPIClusterFrom reads what the front door needs of a Cluster.
+func readCAPIClusterFrom(u *unstructured.Unstructured) *capiCluster {
+	cl := &capiCluster{Name: u.GetName(), Namespace: u.GetNamespace()}
+	cl.Paused, _, _ = unstructured.NestedBool(u.Object, "spec", "paused")
+	if kind, _, _ := unstructured.NestedString(u.Object, "spec", "infrastructureRef", "kind"); kind == "HarvesterCluster" {
+		cl.InfrastructureName, _, _ = unstructured.NestedString(u.Object, "spec", "infrastructureRef", "name")
+	}
+	cl.InfrastructureProvisioned, _, _ = unstructured.NestedBool(u.Object, "status", "initialization", "infrastructureProvisioned")
+	cl.EndpointHost, _, _ = unstructured.NestedString(u.Object, "spec", "controlPlaneEndpoint", "host")
+	return cl
+}
+
+// capiClusterOf and capiMachineOf are what the front door reads of a Cluster and a Machine, as
+// values (see capiChangesThatMatter).
+func capiClusterOf(u *unstructured.Unstructured) capiCluster { return *readCAPIClusterFrom(u) }
+
+func capiMachineOf(u *unstructured.Unstructured) capiMachine { return *readCAPIMachineFrom(u) }
+
+// readCAPIMachine reads the Machine of the given name, nil if it does not exist.
+func readCAPIMachine(ctx context.Context, c client.Reader, namespace, name string) (*capiMachine, error) {
+	u, found, err := getCAPI(ctx, c, capiMachineGVK, namespace, name)
+	if !found {
+		return nil, err
+	}
+	return readCAPIMachineFrom(u), nil
+}
+
+// readCAPIMachineFrom reads what the front door needs of a Machine.
+func readCAPIMachineFrom(u *unstructured.Unstructured) *capiMachine {
+	m := &capiMachine{Name: u.GetName()}
+	m.DataSecretName, _, _ = unstructured.NestedString(u.Object, "spec", "bootstrap", "dataSecretName")
+	_, m.ControlPlane = u.GetLabels()[capiControlPlaneLabel]
+	m.FailureDomain, _, _ = unstructured.NestedString(u.Object, "spec", "failureDomain")
+	return m
+}
+
+// capiPaused reports whether Cluster API asks the provider to leave obj alone: its Cluster is
+// paused, or obj carries the paused annotation.
+func capiPaused(cl *capiCluster, obj metav1.Object) bool {
+	_, annotated := obj.GetAnnotations()[capiPausedAnnotation]
+	return annotated || (cl != nil && cl.Paused)
+}
+
+// waitingForOwner is the wait of an object Cluster API has not taken on yet.
+func waitingForOwner(ownerKind string) error {
+	return objstatus.Waiting(infrav1.ReasonWaitingForOwner, capiWaitingRetry, capiOwnerRetryReasonMsg, ownerKind)
+}

@@ -1,0 +1,22 @@
+package clusterapi
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+)
+
+// A HarvesterMachine's user is told what to do through Cluster API, never to edit a MachineRequest.
+func TestHarvesterMachineAdviceNamesNoMachineRequest(t *testing.T) {
+	for reason := range harvesterMachineAdvice {
+		_, advice := harvesterMachineTerms(reason)
+		if strings.Contains(advice, "MachineRequest") || strings.Contains(advice, v1alpha1.AnnotationRetry) || strings.Contains(advice, "spec.machineName") {
+			t.Errorf("%s: HarvesterMachine advice %q names the MachineRequest's fields", reason, advice)
+		}
+	}
+	if _, advice := harvesterMachineTerms(harvester.ReasonVMDeleted); !strings.Contains(advice, "delete the Machine") {
+		t.Errorf("VMDeleted advice %q, want it to say the Machine is replaced", advice)
+	}
+}

@@ -1,0 +1,200 @@
+package clusterapi
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+)
+
+// HarvesterClusterReconciler is the Cluster API front door's cluster reconciler. A
+// HarvesterCluster makes nothing on Harvester: it names the ProviderConfig its machines are made
+// with, and is provisioned (the InfraCluster contract, v1beta2) once that resolves and the control
+// plane endpoint is known. It is held (its finalizer) until its cluster's HarvesterMachines are
+// gone: their deletion needs its ProviderConfig.
+type HarvesterClusterReconciler struct {
+	client.Client
+	Recorder events.EventRecorder
+	// Preflight, if set, lends the ProviderConfigs' checks it may not write to their status.
+	Preflight *providerconfig.ProviderConfigReconciler
+
+	statuses objstatus.Memory[infrav1.HarvesterClusterStatus]
+}
+
+var harvesterClusterStatus = objstatus.Kind[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus]{
+	Name:     "HarvesterCluster",
+	Status:   func(hc *infrav1.HarvesterCluster) *infrav1.HarvesterClusterStatus { return &hc.Status },
+	DeepCopy: (*infrav1.HarvesterClusterStatus).DeepCopy,
+	Fields: func(st *infrav1.HarvesterClusterStatus) objstatus.Fields {
+		return objstatus.Fields{Conditions: &st.Conditions, ObservedGeneration: &st.ObservedGeneration}
+	},
+}
+
+// +kubebuilder:rbac:groups=infrastructure.butlerlabs.dev,resources=harvesterclusters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=infrastructure.butlerlabs.dev,resources=harvesterclusters/status,verbs=get;update;patch
+
+// Reconcile moves one HarvesterCluster one step towards its desired state.
+func (r *HarvesterClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	hc := &infrav1.HarvesterCluster{}
+	if err := r.Get(ctx, req.NamespacedName, hc); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			r.statuses.ForgetKey(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	s := objstatus.New(hc, harvesterClusterStatus, objstatus.Policy{
+		Action: "Provision", FailAction: "Fail", Degrading: frontdoor.DegradingReasons.Has,
+		NewWaitCondition: v1alpha1.ConditionProgressing, TransientReason: v1alpha1.ReasonHarvesterUnavailable,
+	}, r.Recorder, &r.statuses)
+	defer func() {
+		if err := s.WriteStatus(ctx, r.Client); err != nil {
+			retErr = kerrors.NewAggregate([]error{retErr, err})
+		}
+	}()
+	res, err := r.reconcile(ctx, s)
+	return s.Outcome(ctx, res, err)
+}
+
+func (r *HarvesterClusterReconciler) reconcile(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus]) (reconcile.Result, error) {
+	hc := s.Obj
+	var cluster *capiCluster
+	if name := ownerOfKind(hc, capiClusterGVK); name != "" {
+		c, err := readCAPICluster(ctx, r.Client, hc.Namespace, name)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		cluster = c
+	}
+	if capiPaused(cluster, hc) {
+		s.SetCondition(infrav1.ConditionPaused, metav1.ConditionTrue, infrav1.ReasonPaused, "the Cluster or the HarvesterCluster is paused: nothing is changed until it is resumed")
+		return reconcile.Result{}, nil
+	}
+	s.SetCondition(infrav1.ConditionPaused, metav1.ConditionFalse, infrav1.ReasonNotPaused, "")
+	if s.Deleting() {
+		return r.reconcileDelete(ctx, s)
+	}
+	if cluster == nil {
+		return reconcile.Result{}, waitingForOwner("Cluster")
+	}
+	if !controllerutil.ContainsFinalizer(hc, infrav1.HarvesterClusterFinalizer) {
+		patch := client.MergeFromWithOptions(hc.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		controllerutil.AddFinalizer(hc, infrav1.HarvesterClusterFinalizer)
+		if err := s.PatchMeta(ctx, r.Client, patch); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	namespace, name := hc.ProviderConfigKey()
+	pc, err := frontdoor.LoadProviderConfig(ctx, r.Client, client.ObjectKey{Namespace: namespace, Name: name}, r.Preflight)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	t, err := frontdoor.ResolveProviderConfig(pc, namespace+"/"+name, "spec.providerConfigRef")
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := frontdoor.SharedWith(t.ProviderConfig, hc.Namespace, "HarvesterClusters", "spec.providerConfigRef"); err != nil {
+		return reconcile.Result{}, err
+	}
+	hc.Status.FailureDomains = hc.Spec.ContractFailureDomains()
+	if hc.Spec.ControlPlaneEndpoint.Host == "" && cluster.EndpointHost == "" {
+		return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonWaitingForControlPlaneEndpoint, capiWaitingRetry,
+			"neither spec.controlPlaneEndpoint nor Cluster %s/%s's spec.controlPlaneEndpoint is set: set one (for example a kube-vip address on the Harvester network), or use a control plane provider that sets it", cluster.Namespace, cluster.Name)
+	}
+	hc.Status.Initialization.Provisioned = ptr.To(true)
+	msg := fmt.Sprintf("ProviderConfig %s is usable", t.Ref)
+	s.SetCondition(infrav1.ConditionReady, metav1.ConditionTrue, infrav1.ReasonReady, msg)
+	s.SetCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, infrav1.ReasonReady, msg)
+	s.Healthy()
+	return reconcile.Result{}, nil
+}
+
+// reconcileDelete lets the HarvesterCluster go once its cluster has no HarvesterMachine left.
+func (r *HarvesterClusterReconciler) reconcileDelete(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus]) (reconcile.Result, error) {
+	hc := s.Obj
+	if !controllerutil.ContainsFinalizer(hc, infrav1.HarvesterClusterFinalizer) {
+		return reconcile.Result{}, nil
+	}
+	if clusterName := hc.Labels[capiClusterNameLabel]; clusterName != "" {
+		machines := &infrav1.HarvesterMachineList{}
+		if err := r.List(ctx, machines, client.InNamespace(hc.Namespace), client.MatchingLabels{capiClusterNameLabel: clusterName}); err != nil {
+			return reconcile.Result{}, err
+		}
+		if n := len(machines.Items); n > 0 {
+			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, capiWaitingRetry,
+				"waiting for the %d HarvesterMachines of Cluster %s to be deleted (their deletion needs this HarvesterCluster's ProviderConfig)", n, clusterName)
+		}
+	}
+	patch := client.MergeFromWithOptions(hc.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(hc, infrav1.HarvesterClusterFinalizer)
+	if err := s.PatchMeta(ctx, r.Client, patch); err != nil {
+		return reconcile.Result{}, err
+	}
+	s.Release()
+	r.statuses.Forget(hc)
+	return reconcile.Result{}, nil
+}
+
+// SetupWithManager registers the reconciler and its watches.
+func (r *HarvesterClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	cluster, machine := &unstructured.Unstructured{}, &infrav1.HarvesterMachine{}
+	cluster.SetGroupVersionKind(capiClusterGVK)
+	return ctrl.NewControllerManagedBy(mgr).Named("harvestercluster").For(&infrav1.HarvesterCluster{}).
+		// The Cluster's pause and endpoint, and the last HarvesterMachine going, move it on.
+		Watches(cluster, handler.EnqueueRequestsFromMapFunc(infrastructureClusterOf)).
+		Watches(machine, handler.EnqueueRequestsFromMapFunc(r.clusterOfMachine)).
+		WithLogConstructor(func(req *ctrl.Request) logr.Logger {
+			l := mgr.GetLogger().WithValues("controller", "harvestercluster")
+			if req != nil {
+				l = l.WithValues("harvesterCluster", klog.KRef(req.Namespace, req.Name))
+			}
+			return l
+		}).
+		Complete(r)
+}
+
+// infrastructureClusterOf names the HarvesterCluster of a Cluster (its spec.infrastructureRef).
+func infrastructureClusterOf(ctx context.Context, o client.Object) []ctrl.Request {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	cl := readCAPIClusterFrom(u)
+	if cl.InfrastructureName == "" {
+		return nil
+	}
+	return []ctrl.Request{{NamespacedName: client.ObjectKey{Namespace: u.GetNamespace(), Name: cl.InfrastructureName}}}
+}
+
+// clusterOfMachine names the HarvesterClusters of a HarvesterMachine's cluster.
+func (r *HarvesterClusterReconciler) clusterOfMachine(ctx context.Context, o client.Object) []ctrl.Request {
+	clusterName := o.GetLabels()[capiClusterNameLabel]
+	if clusterName == "" {
+		return nil
+	}
+	list := &infrav1.HarvesterClusterList{}
+	if err := r.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingLabels{capiClusterNameLabel: clusterName}); err != nil {
+		return nil
+	}
+	reqs := make([]ctrl.Request, 0, len(list.Items))
+	for _, hc := range list.Items {
+		reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&hc)})
+	}
+	return reqs
+}

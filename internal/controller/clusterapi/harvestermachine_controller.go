@@ -1,0 +1,442 @@
+package clusterapi
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+)
+
+// HarvesterMachineReconciler is the Cluster API front door's machine reconciler: it gives each
+// HarvesterMachine (made by Cluster API from a HarvesterMachineTemplate for a Machine) a VM on
+// Harvester through the engine, as the MachineRequest reconciler does for MachineRequests, and
+// reports it the way the InfraMachine contract (v1beta2) asks: spec.providerID, status.addresses,
+// status.initialization.provisioned and the Ready condition.
+type HarvesterMachineReconciler struct {
+	client.Client
+	// SecretReader reads bootstrap data Secrets uncached (get only): through the cached Client,
+	// the first read would start a watch of every Secret of the cluster, which the provider's RBAC
+	// does not grant.
+	SecretReader client.Reader
+	// Harvester hands out the engine of a ProviderConfig's Harvester cluster.
+	Harvester harvester.Connector
+	// HarvesterEvents, if set, brings the HarvesterMachines whose objects on Harvester changed.
+	HarvesterEvents *frontdoor.HarvesterEvents
+	Recorder        events.EventRecorder
+	// Preflight, if set, lends the ProviderConfigs' checks it may not write to their status.
+	Preflight *providerconfig.ProviderConfigReconciler
+
+	// PollInterval is how often a machine that is not running yet, or is being deleted, is looked
+	// at again when its objects on Harvester are not watched.
+	PollInterval time.Duration
+	// WatchedPollInterval is how often it is looked at again when they are watched: their
+	// changes wake it, so this only catches an event that was missed (see pollInterval).
+	WatchedPollInterval time.Duration
+	// HealthCheckInterval is how often a running machine's VM is checked.
+	HealthCheckInterval time.Duration
+	// StartLimits say when a slow start is reported (see harvester.Assess).
+	StartLimits harvester.StartLimits
+	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
+	MaxConcurrentReconciles int
+
+	managementCluster string
+	statuses          objstatus.Memory[infrav1.HarvesterMachineStatus]
+}
+
+// harvesterMachineStatus is where a HarvesterMachine keeps its status: conditions only, as Cluster
+// API's v1beta2 contract has it (no phase, no terminal failure fields).
+var harvesterMachineStatus = objstatus.Kind[*infrav1.HarvesterMachine, infrav1.HarvesterMachineStatus]{
+	Name:     "HarvesterMachine",
+	Status:   func(hm *infrav1.HarvesterMachine) *infrav1.HarvesterMachineStatus { return &hm.Status },
+	DeepCopy: (*infrav1.HarvesterMachineStatus).DeepCopy,
+	Fields: func(st *infrav1.HarvesterMachineStatus) objstatus.Fields {
+		return objstatus.Fields{Conditions: &st.Conditions, ObservedGeneration: &st.ObservedGeneration}
+	},
+}
+
+// harvesterMachineScope is one reconcile of one HarvesterMachine.
+type harvesterMachineScope struct {
+	*objstatus.Scope[*infrav1.HarvesterMachine, infrav1.HarvesterMachineStatus]
+	hm *infrav1.HarvesterMachine
+}
+
+// +kubebuilder:rbac:groups=infrastructure.butlerlabs.dev,resources=harvestermachines,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=infrastructure.butlerlabs.dev,resources=harvestermachines/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=infrastructure.butlerlabs.dev,resources=harvesterclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines;clusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+
+// Reconcile moves one HarvesterMachine one step towards its desired state.
+func (r *HarvesterMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	hm := &infrav1.HarvesterMachine{}
+	if err := r.Get(ctx, req.NamespacedName, hm); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			r.statuses.ForgetKey(req.NamespacedName)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	s := &harvesterMachineScope{hm: hm, Scope: objstatus.New(hm, harvesterMachineStatus, objstatus.Policy{
+		Action: "Provision", FailAction: "Fail", Degrading: frontdoor.DegradingReasons.Has,
+		NewWaitCondition: v1alpha1.ConditionProgressing, TransientReason: v1alpha1.ReasonHarvesterUnavailable,
+	}, r.Recorder, &r.statuses)}
+	defer func() {
+		if err := s.WriteStatus(ctx, r.Client); err != nil {
+			retErr = kerrors.NewAggregate([]error{retErr, err})
+		}
+	}()
+	res, err := r.reconcile(ctx, s)
+	return frontdoor.AsPoll(s.Outcome(ctx, res, frontdoor.FromEngineIn(err, harvesterMachineTerms)))
+}
+
+func (r *HarvesterMachineReconciler) reconcile(ctx context.Context, s *harvesterMachineScope) (reconcile.Result, error) {
+	hm := s.hm
+	var machine *capiMachine
+	if name := ownerOfKind(hm, capiMachineGVK); name != "" {
+		m, err := readCAPIMachine(ctx, r.Client, hm.Namespace, name)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		machine = m
+	}
+	cluster, err := readCAPICluster(ctx, r.Client, hm.Namespace, hm.Labels[capiClusterNameLabel])
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if capiPaused(cluster, hm) {
+		s.SetCondition(infrav1.ConditionPaused, metav1.ConditionTrue, infrav1.ReasonPaused, "the Cluster or the HarvesterMachine is paused: nothing is changed until it is resumed")
+		return reconcile.Result{}, nil
+	}
+	s.SetCondition(infrav1.ConditionPaused, metav1.ConditionFalse, infrav1.ReasonNotPaused, "")
+	if s.Deleting() {
+		return r.reconcileDelete(ctx, s, cluster)
+	}
+	if machine == nil || cluster == nil {
+		return reconcile.Result{}, waitingForOwner("Machine (and Cluster)")
+	}
+	return r.reconcileNormal(ctx, s, machine, cluster)
+}
+
+// clusterTarget is where the machines of a Cluster are made: its HarvesterCluster, and the target
+// of the ProviderConfig that names.
+type clusterTarget struct {
+	*frontdoor.Target
+	hc *infrav1.HarvesterCluster
+}
+
+// targetOf resolves the ProviderConfig of the machine's cluster, through its HarvesterCluster.
+func (r *HarvesterMachineReconciler) targetOf(ctx context.Context, hm *infrav1.HarvesterMachine, cluster *capiCluster) (*clusterTarget, error) {
+	if cluster == nil || cluster.InfrastructureName == "" {
+		return nil, objstatus.Waiting(infrav1.ReasonWaitingForClusterInfrastructure, capiWaitingRetry,
+			"the HarvesterMachine's Cluster %q does not exist or names no HarvesterCluster in spec.infrastructureRef", hm.Labels[capiClusterNameLabel])
+	}
+	hc := &infrav1.HarvesterCluster{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.InfrastructureName}, hc); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return nil, objstatus.Waiting(infrav1.ReasonWaitingForClusterInfrastructure, capiWaitingRetry,
+				"HarvesterCluster %s/%s of Cluster %s does not exist", cluster.Namespace, cluster.InfrastructureName, cluster.Name)
+		}
+		return nil, err
+	}
+	namespace, name := hc.ProviderConfigKey()
+	pc, err := frontdoor.LoadProviderConfig(ctx, r.Client, client.ObjectKey{Namespace: namespace, Name: name}, r.Preflight)
+	if err != nil {
+		return nil, err
+	}
+	t, err := frontdoor.ResolveProviderConfig(pc, namespace+"/"+name,
+		fmt.Sprintf("spec.providerConfigRef of HarvesterCluster %s/%s", hc.Namespace, hc.Name))
+	if err != nil {
+		return nil, err
+	}
+	return &clusterTarget{Target: t, hc: hc}, nil
+}
+
+func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *harvesterMachineScope, machine *capiMachine, cluster *capiCluster) (reconcile.Result, error) {
+	hm := s.hm
+	t, home, err := r.reach(ctx, hm, cluster)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if home == nil {
+		// Nothing created yet: Cluster API's order first (the contract's).
+		if !cluster.InfrastructureProvisioned {
+			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonWaitingForClusterInfrastructure, capiWaitingRetry,
+				"waiting for Cluster %s/%s's infrastructure to be provisioned", cluster.Namespace, cluster.Name)
+		}
+	}
+	if machine.DataSecretName == "" {
+		return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonWaitingForBootstrapData, capiWaitingRetry,
+			"waiting for the bootstrap provider to set spec.bootstrap.dataSecretName of Machine %s/%s", hm.Namespace, machine.Name)
+	}
+	secret := &corev1.Secret{}
+	if err := r.SecretReader.Get(ctx, client.ObjectKey{Namespace: hm.Namespace, Name: machine.DataSecretName}, secret); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonWaitingForBootstrapData, capiWaitingRetry,
+				"bootstrap data Secret %s/%s (spec.bootstrap.dataSecretName of Machine %s) does not exist yet", hm.Namespace, machine.DataSecretName, machine.Name)
+		}
+		return reconcile.Result{}, err
+	}
+	userData, err := bootstrapUserData(secret)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	spec, err := harvesterMachineSpec(hm, *machine, t.Target, userData, r.managementCluster)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	// The failure domain places the VM when it is created, and only then: a machine whose VM
+	// exists stays where it runs, and keeps the status.failureDomain it was created with, whatever
+	// its Machine or the HarvesterCluster's failure domains say since (the engine never moves or
+	// rewrites a VM, and the gate judges only a machine without one). Cluster API copies
+	// status.failureDomain to the Machine. Nothing recomputes it later: a status lost (clusterctl
+	// move does not carry status) leaves it empty rather than guessed from fields that may have
+	// changed since the VM was placed.
+	var placement error
+	spec.NodeSelector, placement = failureDomainNodes(hm.Namespace, *machine, t.hc)
+	spec.Gate = func() error {
+		if placement != nil {
+			return placement
+		}
+		if err := frontdoor.SharedWith(t.ProviderConfig, hm.Namespace, "HarvesterMachines", "spec.providerConfigRef of their HarvesterCluster"); err != nil {
+			return err
+		}
+		if err := providerconfig.PreflightGate(t.ProviderConfig, hm.Spec.Image == ""); err != nil {
+			return err
+		}
+		hm.Status.FailureDomain = machine.FailureDomain
+		return nil
+	}
+	var engine harvester.Cluster
+	if home == nil {
+		if engine, err = r.Harvester.ClusterFor(ctx, t.Credentials); err != nil {
+			return reconcile.Result{}, err
+		}
+		spec.Record = func(ctx context.Context, id harvester.ClusterIdentity) error {
+			return frontdoor.RecordPlace(ctx, r.Client, s.Scope, hm, "HarvesterMachine", infrav1.HarvesterMachineFinalizer, harvester.PlaceOf(spec, id))
+		}
+	} else {
+		if home.Elsewhere != nil {
+			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonProviderConfigMoved, capiWaitingRetry,
+				"ProviderConfig %s's credentials now reach another Harvester cluster (%s) than the one VM %s/%s lives on (%s)",
+				t.Ref, home.Elsewhere.Server, home.Place.Namespace, home.Place.Name, home.Place.Server)
+		}
+		engine = home.Cluster
+		spec.Namespace, spec.Name = home.Place.Namespace, home.Place.Name
+	}
+	spec.VMUID = types.UID(frontdoor.UIDOfProviderID(hm.Spec.ProviderID))
+	obs, err := engine.Ensure(ctx, spec)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if obs.ProviderID != "" && hm.Spec.ProviderID != obs.ProviderID {
+		if err := r.setProviderID(ctx, s, obs.ProviderID); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
+	vm := fmt.Sprintf("VirtualMachine %s/%s", spec.Namespace, spec.Name)
+	if obs.VMCreated {
+		s.Event(corev1.EventTypeNormal, "Created", "Create", "Created "+vm+" on Harvester")
+	}
+	if obs.Running && obs.Addresses.Primary != "" {
+		hm.Status.Addresses = machineAddresses(spec.Name, obs.Addresses)
+		hm.Status.Initialization.Provisioned = ptr.To(true)
+		msg := fmt.Sprintf("%s is running at %s", vm, obs.Addresses.Primary)
+		s.SetCondition(infrav1.ConditionReady, metav1.ConditionTrue, infrav1.ReasonVMRunning, msg)
+		s.SetCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, infrav1.ReasonVMRunning, msg)
+		s.Healthy()
+		return reconcile.Result{RequeueAfter: r.HealthCheckInterval}, nil
+	}
+	reason, message := infrav1.ReasonVMProvisioning, "Creating "+vm+" on Harvester; waiting for it to run and report an IPv4 address"
+	assessment := harvester.Assess(obs, r.StartLimits, time.Now())
+	if p := assessment.Problem; p != nil {
+		var advice string
+		reason, advice = harvesterMachineTerms(p.Reason)
+		message = p.Message + advice
+	}
+	s.Progressing(reason, message)
+	next := frontdoor.PollInterval(obs.Watched, r.PollInterval, r.WatchedPollInterval)
+	if d := time.Until(assessment.LookAgainAt); !assessment.LookAgainAt.IsZero() && d < next {
+		next = max(d, objstatus.TimerSlack)
+	}
+	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+// reach resolves the machine's ProviderConfig and reaches its recorded place (home is nil when
+// nothing is recorded).
+func (r *HarvesterMachineReconciler) reach(ctx context.Context, hm *infrav1.HarvesterMachine, cluster *capiCluster) (*clusterTarget, *harvester.Home, error) {
+	t, err := r.targetOf(ctx, hm, cluster)
+	if err != nil {
+		return nil, nil, err
+	}
+	home, err := r.homeOf(ctx, hm, t.Target)
+	return t, home, err
+}
+
+// homeOf reaches the recorded place of the machine; nil when nothing is recorded (nothing was
+// created for it).
+func (r *HarvesterMachineReconciler) homeOf(ctx context.Context, hm *infrav1.HarvesterMachine, t *frontdoor.Target) (*harvester.Home, error) {
+	p, err := v1alpha1.DecodePlacement(hm.Annotations)
+	if err != nil {
+		return nil, objstatus.Waiting(infrav1.ReasonPlacementNotRecorded, capiWaitingRetry,
+			"%v: the provider cannot tell where the machine lives; restore the annotation the provider wrote", err)
+	}
+	if p == nil {
+		return nil, nil
+	}
+	return harvester.Locate(ctx, r.Harvester, t.Credentials, &harvester.Place{ClusterID: p.ClusterID, Server: p.Server, Namespace: p.Namespace, Name: p.Name}, hm.Name)
+}
+
+// setProviderID writes spec.providerID (the contract's, immutable once set) as soon as the VM
+// exists: the tenant's Node is matched to its Machine by it.
+func (r *HarvesterMachineReconciler) setProviderID(ctx context.Context, s *harvesterMachineScope, id string) error {
+	patch := client.MergeFrom(s.hm.DeepCopy())
+	s.hm.Spec.ProviderID = id
+	return s.PatchMeta(ctx, r.Client, patch)
+}
+
+func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *harvesterMachineScope, cluster *capiCluster) (reconcile.Result, error) {
+	hm := s.hm
+	if !controllerutil.ContainsFinalizer(hm, infrav1.HarvesterMachineFinalizer) {
+		return reconcile.Result{}, nil
+	}
+	if _, recorded := hm.Annotations[v1alpha1.AnnotationPlacement]; recorded || hm.Spec.ProviderID != "" {
+		t, home, err := r.reach(ctx, hm, cluster)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		if home != nil {
+			if home.Elsewhere != nil {
+				return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry,
+					"the credentials of ProviderConfig %s now reach another Harvester cluster than the one the VM lives on (%s): restore them to delete it", t.Ref, home.Place.Server)
+			}
+			ref := harvester.MachineRef{Owner: harvester.Owner{Kind: OwnerKindHarvesterMachine, Namespace: hm.Namespace, Name: hm.Name, UID: hm.UID, Cluster: r.managementCluster},
+				Namespace: home.Place.Namespace, Name: home.Place.Name, VMUID: types.UID(frontdoor.UIDOfProviderID(hm.Spec.ProviderID))}
+			deletion, err := home.Cluster.Delete(ctx, ref)
+			if err != nil {
+				return reconcile.Result{}, err
+			}
+			if !deletion.Done {
+				return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, frontdoor.PollInterval(deletion.Watched, r.PollInterval, r.WatchedPollInterval), "deleting the machine on Harvester: waiting for %s", deletion.Remaining)
+			}
+		}
+	}
+	patch := client.MergeFromWithOptions(hm.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	controllerutil.RemoveFinalizer(hm, infrav1.HarvesterMachineFinalizer)
+	if err := s.PatchMeta(ctx, r.Client, patch); err != nil {
+		return reconcile.Result{}, err
+	}
+	s.Release()
+	r.statuses.Forget(hm)
+	return reconcile.Result{}, nil
+}
+
+// infrastructureMachineOf names the HarvesterMachine of a Machine (its spec.infrastructureRef).
+func infrastructureMachineOf(_ context.Context, o client.Object) []ctrl.Request {
+	u, ok := o.(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	if kind, _, _ := unstructured.NestedString(u.Object, "spec", "infrastructureRef", "kind"); kind != "HarvesterMachine" {
+		return nil
+	}
+	name, _, _ := unstructured.NestedString(u.Object, "spec", "infrastructureRef", "name")
+	return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: u.GetNamespace(), Name: name}}}
+}
+
+// machinesOfCluster names the HarvesterMachines of a Cluster.
+func (r *HarvesterMachineReconciler) machinesOfCluster(ctx context.Context, o client.Object) []ctrl.Request {
+	return r.machinesOfClusterNamed(ctx, o.GetNamespace(), o.GetName())
+}
+
+// machinesOfHarvesterCluster names the HarvesterMachines of a HarvesterCluster's Cluster (Cluster
+// API labels the HarvesterCluster with its name): a failure domain added or changed there moves
+// on the machines that wait for it.
+func (r *HarvesterMachineReconciler) machinesOfHarvesterCluster(ctx context.Context, o client.Object) []ctrl.Request {
+	name := o.GetLabels()[capiClusterNameLabel]
+	if name == "" {
+		return nil
+	}
+	return r.machinesOfClusterNamed(ctx, o.GetNamespace(), name)
+}
+
+// machinesOfClusterNamed names the HarvesterMachines of the Cluster of that name (by Cluster API's
+// cluster-name label).
+func (r *HarvesterMachineReconciler) machinesOfClusterNamed(ctx context.Context, namespace, cluster string) []ctrl.Request {
+	list := &infrav1.HarvesterMachineList{}
+	if err := r.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{capiClusterNameLabel: cluster}); err != nil {
+		return nil
+	}
+	reqs := make([]ctrl.Request, 0, len(list.Items))
+	for _, hm := range list.Items {
+		reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&hm)})
+	}
+	return reqs
+}
+
+// SetupWithManager registers the reconciler and its watches.
+func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	if r.PollInterval <= 0 {
+		r.PollInterval = frontdoor.DefaultCreatingPollInterval
+	}
+	if r.WatchedPollInterval <= 0 {
+		r.WatchedPollInterval = frontdoor.DefaultWatchedPollInterval
+	}
+	if r.HealthCheckInterval <= 0 {
+		r.HealthCheckInterval = frontdoor.DefaultHealthCheckInterval
+	}
+	if r.StartLimits.StartGrace <= 0 {
+		r.StartLimits.StartGrace = frontdoor.DefaultStartGracePeriod
+	}
+	if r.StartLimits.IPReport <= 0 {
+		r.StartLimits.IPReport = frontdoor.DefaultIPReportTimeout
+	}
+	r.managementCluster = frontdoor.IdentifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
+	machine, cluster := &unstructured.Unstructured{}, &unstructured.Unstructured{}
+	machine.SetGroupVersionKind(capiMachineGVK)
+	cluster.SetGroupVersionKind(capiClusterGVK)
+	b := ctrl.NewControllerManagedBy(mgr).Named("harvestermachine").For(&infrav1.HarvesterMachine{}).
+		// A Machine's bootstrap data arriving or its failure domain changing, a Cluster's
+		// infrastructure or pause changing, and a HarvesterCluster's spec (its failure domains)
+		// changing move their HarvesterMachines on.
+		Watches(machine, handler.EnqueueRequestsFromMapFunc(infrastructureMachineOf),
+			builder.WithPredicates(capiChangesThatMatter(capiMachineOf, infrastructureMachineOf))).
+		Watches(cluster, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster),
+			builder.WithPredicates(capiChangesThatMatter(capiClusterOf, nil))).
+		Watches(&infrav1.HarvesterCluster{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfHarvesterCluster),
+			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+	if r.HarvesterEvents != nil {
+		b = b.WatchesRawSource(r.HarvesterEvents.MachineSource(OwnerKindHarvesterMachine))
+	}
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles, ReconciliationTimeout: frontdoor.ReconcileTimeout}).
+		WithLogConstructor(func(req *ctrl.Request) logr.Logger {
+			l := mgr.GetLogger().WithValues("controller", "harvestermachine")
+			if req != nil {
+				l = l.WithValues("harvesterMachine", klog.KRef(req.Namespace, req.Name))
+			}
+			return l
+		}).
+		Complete(r)
+}

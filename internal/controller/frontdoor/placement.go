@@ -1,0 +1,46 @@
+package frontdoor
+
+import (
+	"context"
+	"strings"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+)
+
+// RecordPlace stores where the machine of obj (of any front door's kind) lives in
+// AnnotationPlacement, with finalizer, in one write locked on the resourceVersion, and checks the
+// API server's answer (see recordPlacement).
+func RecordPlace[O client.Object, S any](ctx context.Context, c client.Client, s *objstatus.Scope[O, S], obj O, kind, finalizer string, place harvester.Place) error {
+	p := v1alpha1.Placement{ClusterID: place.ClusterID, Server: place.Server, Namespace: place.Namespace, Name: place.Name}
+	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
+	controllerutil.AddFinalizer(obj, finalizer)
+	annotations := obj.GetAnnotations()
+	if annotations == nil {
+		annotations = map[string]string{}
+	}
+	annotations[v1alpha1.AnnotationPlacement] = v1alpha1.EncodePlacement(p)
+	obj.SetAnnotations(annotations)
+	if err := s.PatchMeta(ctx, c, patch); err != nil {
+		return err
+	}
+	// obj is the server's answer now.
+	got, err := v1alpha1.DecodePlacement(obj.GetAnnotations())
+	if err != nil || got == nil || *got != p || !controllerutil.ContainsFinalizer(obj, finalizer) {
+		return objstatus.Waiting(v1alpha1.ReasonPlacementNotRecorded, ProviderConfigRetry,
+			"the API server did not keep annotation %s or finalizer %s on the %s: nothing is created until they persist; check the admission webhooks and policies that change %ss",
+			v1alpha1.AnnotationPlacement, finalizer, kind, kind)
+	}
+	log.FromContext(ctx).V(1).Info("Recorded the machine's place", "cluster", p.Server, "namespace", p.Namespace, "name", p.Name)
+	return nil
+}
+
+// UIDOfProviderID returns the VM UID of a providerID ("harvester://<uid>", or the bare UID the
+// published provider wrote).
+func UIDOfProviderID(id string) string {
+	return strings.TrimPrefix(id, harvester.ProviderIDPrefix)
+}

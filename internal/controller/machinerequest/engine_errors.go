@@ -1,0 +1,32 @@
+package machinerequest
+
+import (
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+)
+
+// The engine speaks its own words (harvester.Reason*) and has its own error classes. At the
+// boundary they become the front door's (objstatus.WaitingError, objstatus.PermanentError), in
+// the reasons of the front door's API and with the advice only its users can follow (which field
+// to change, which annotation to set). The MachineRequest's reasons are spelled as the engine's
+// except where frontdoor.APIReason says otherwise.
+
+// machineRequestAdvice is what a MachineRequest's user can do about an engine reason, added to the
+// engine's message.
+var machineRequestAdvice = map[string]string{
+	harvester.ReasonVMDeleted: ": set annotation " + v1alpha1.AnnotationRetry +
+		"=true on the MachineRequest (or change its spec) to create a new VM, or delete the MachineRequest",
+	harvester.ReasonNameTaken: "; choose another spec.machineName, or delete that object on Harvester",
+	harvester.ReasonNameTakenByAnotherManagementCluster: ". If that cluster is gone (a bootstrap run again), hand the machine over with its VM, disks and cloud-init Secret: set annotation " +
+		v1alpha1.AnnotationHandOver + "=true on this MachineRequest",
+}
+
+// machineRequestTerms is an engine reason in the MachineRequest's words, and the advice for it.
+func machineRequestTerms(engineReason string) (reason, advice string) {
+	return frontdoor.APIReason(engineReason), machineRequestAdvice[engineReason]
+}
+
+// asMachineRequestError is an error as a MachineRequest reports it: the engine's in the
+// MachineRequest's reasons, with its advice.
+func asMachineRequestError(err error) error { return frontdoor.FromEngineIn(err, machineRequestTerms) }
