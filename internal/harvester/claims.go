@@ -204,7 +204,7 @@ func (m *machines) replaceDisk(ctx context.Context, disk client.Object, why stri
 	}
 	if u := users[disk.GetName()]; len(u) > 0 {
 		return Waiting(ReasonDiskInUse, deletionRetry,
-			"%s and cannot be replaced: %s uses it. Detach it from there or delete it, or change the MachineRequest's spec back", why, strings.Join(u, ", "))
+			"%s and cannot be replaced: %s uses it. Detach it from there or delete it, or give the machine back the disks it was created with", why, strings.Join(u, ", "))
 	}
 	uid := disk.GetUID()
 	if err := m.c.Delete(ctx, disk, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {

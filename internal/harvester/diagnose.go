@@ -108,7 +108,7 @@ func schedulingAdvice(vm *kubevirtv1.VirtualMachine, why string) string {
 			describeNodeSelection(vm)))
 	}
 	if !mismatch || strings.Contains(why, "Insufficient") {
-		advice = append(advice, "Free CPU or memory on Harvester, or give the machine fewer CPUs or less memory (spec.cpu and spec.memoryMB of a MachineRequest, spec.cpu and spec.memory of a HarvesterMachine)")
+		advice = append(advice, "Free CPU or memory on Harvester, or give the machine fewer CPUs or less memory")
 	}
 	return strings.Join(advice, ". ")
 }
@@ -266,7 +266,7 @@ func (m *machines) diagnoseDisks(ctx context.Context, vm *kubevirtv1.VirtualMach
 				continue // CDI creates the PVC of a DataVolume in a moment
 			}
 			return &Diagnosis{ReasonVolumeMissing, fmt.Sprintf(
-				"PersistentVolumeClaim %s/%s (disk %s) was deleted outside the provider: the VM cannot start; delete and recreate the MachineRequest", vm.Namespace, name, v.Name)}
+				"PersistentVolumeClaim %s/%s (disk %s) was deleted outside the provider: the VM cannot start", vm.Namespace, name, v.Name)}
 		case err != nil:
 			continue
 		case pvc.Status.Phase != corev1.ClaimPending:

@@ -34,7 +34,7 @@ func getImage(ctx context.Context, get getFunc, ref ObjectRef) (ImageInfo, error
 	if err := get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, u); err != nil {
 		if apierrors.IsNotFound(err) {
 			return ImageInfo{}, Permanent(ReasonImageNotFound,
-				"VirtualMachineImage %s does not exist on Harvester: upload it, or set spec.image (or the ProviderConfig's harvester.imageName) to an existing image", ref)
+				"VirtualMachineImage %s does not exist on Harvester: upload it, or name an existing image", ref)
 		}
 		return ImageInfo{}, classify(err, "get VirtualMachineImage "+ref.String())
 	}
@@ -102,7 +102,7 @@ func checkImageImported(info ImageInfo) error {
 	switch {
 	case info.ImportFailure != "" && !info.Imported:
 		return Permanent(ReasonImageImportFailed,
-			"Harvester failed to import VirtualMachineImage %s (%s): fix or re-upload the image, then retry the MachineRequest", info.Ref, info.ImportFailure)
+			"Harvester failed to import VirtualMachineImage %s (%s): fix or re-upload the image", info.Ref, info.ImportFailure)
 	case !info.Imported:
 		return Waiting(ReasonImageNotReady, imageNotReadyRetry,
 			"VirtualMachineImage %s is not imported yet; waiting for Harvester to finish the import", info.Ref)

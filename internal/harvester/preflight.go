@@ -138,7 +138,7 @@ func (m *preflight) Preflight(ctx context.Context, spec PreflightSpec) (version 
 func (m *preflight) checkImage(ctx context.Context, ref *ObjectRef) (*ImageInfo, Check) {
 	c := Check{Type: CheckImage}
 	if ref == nil {
-		c.OK, c.Reason, c.Message = true, ReasonNoDefaultImage, "no default image (harvester.imageName): every MachineRequest must set spec.image"
+		c.OK, c.Reason, c.Message = true, ReasonNoDefaultImage, "no default image (harvester.imageName): every machine must name its own image"
 		return nil, c
 	}
 	info, err := getImage(ctx, m.live, *ref)

@@ -16,8 +16,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 )
 
 // ConflictRetry is how soon an object that changed under us is looked at again.
@@ -53,6 +51,18 @@ type Kind[O client.Object, S any] struct {
 	// Written, if set, is told of each status written: before is what was stored, after the
 	// server's answer.
 	Written func(obj O, before, after *S)
+	// Conditions are the kind's condition types for what every kind reports, as its API package
+	// declares and documents them.
+	Conditions Conditions
+}
+
+// Conditions names, in a kind's API, the conditions every kind reports: its summary (Ready),
+// whether it is being worked on (Progressing) and whether it needs attention (Degraded, with the
+// reason it gives when it does not). The package writes no condition type of its own.
+type Conditions struct {
+	Ready, Progressing, Degraded string
+	// AsExpected is the reason of Degraded=False.
+	AsExpected string
 }
 
 // Policy is how one kind judges the outcome of a reconcile. Its data says which waits need the
@@ -162,20 +172,20 @@ func (s *Scope[O, S]) Condition(condType string) *metav1.Condition {
 // Progressing records that the object is being worked on and what it waits for: Ready is False
 // (see Policy.KeepNotReady) and Progressing True.
 func (s *Scope[O, S]) Progressing(reason, message string) {
-	if c := s.Condition(v1alpha1.ConditionReady); !s.policy.KeepNotReady || c == nil || c.Status != metav1.ConditionFalse {
-		s.SetCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, message)
+	if c := s.Condition(s.kind.Conditions.Ready); !s.policy.KeepNotReady || c == nil || c.Status != metav1.ConditionFalse {
+		s.SetCondition(s.kind.Conditions.Ready, metav1.ConditionFalse, reason, message)
 	}
-	s.SetCondition(v1alpha1.ConditionProgressing, metav1.ConditionTrue, reason, message)
+	s.SetCondition(s.kind.Conditions.Progressing, metav1.ConditionTrue, reason, message)
 }
 
 // Healthy clears Degraded.
 func (s *Scope[O, S]) Healthy() {
-	s.SetCondition(v1alpha1.ConditionDegraded, metav1.ConditionFalse, v1alpha1.ReasonAsExpected, "")
+	s.SetCondition(s.kind.Conditions.Degraded, metav1.ConditionFalse, s.kind.Conditions.AsExpected, "")
 }
 
 // Degraded says what needs attention.
 func (s *Scope[O, S]) Degraded(reason, message string) {
-	s.SetCondition(v1alpha1.ConditionDegraded, metav1.ConditionTrue, reason, message)
+	s.SetCondition(s.kind.Conditions.Degraded, metav1.ConditionTrue, reason, message)
 }
 
 // Fail makes the object Failed for this generation, with a Warning event the first time.
@@ -186,8 +196,8 @@ func (s *Scope[O, S]) Fail(reason, message string) {
 	if f.FailureReason != nil {
 		*f.FailureReason, *f.FailureMessage = reason, message
 	}
-	s.SetCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, reason, message)
-	s.SetCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, reason, message)
+	s.SetCondition(s.kind.Conditions.Ready, metav1.ConditionFalse, reason, message)
+	s.SetCondition(s.kind.Conditions.Progressing, metav1.ConditionFalse, reason, message)
 	s.Degraded(reason, message)
 	if first {
 		s.Event(corev1.EventTypeWarning, reason, s.policy.FailAction, message)
@@ -204,8 +214,8 @@ func (s *Scope[O, S]) failedFor() string {
 		return *f.FailureReason
 	}
 	// A kind without a phase fails in its conditions: Ready and Progressing False for the reason.
-	if c := s.Condition(v1alpha1.ConditionProgressing); c != nil && c.Status == metav1.ConditionFalse {
-		if r := s.Condition(v1alpha1.ConditionReady); r != nil && r.Status == metav1.ConditionFalse && r.Reason == c.Reason {
+	if c := s.Condition(s.kind.Conditions.Progressing); c != nil && c.Status == metav1.ConditionFalse {
+		if r := s.Condition(s.kind.Conditions.Ready); r != nil && r.Status == metav1.ConditionFalse && r.Reason == c.Reason {
 			return r.Reason
 		}
 	}
@@ -293,7 +303,7 @@ func (s *Scope[O, S]) wait(w *WaitingError) ctrl.Result {
 	s.Observed()
 	next := w.RetryAfter
 	if p.Configuration != nil && p.Configuration(w.Reason) && !s.Deleting() && (p.GraceApplies == nil || p.GraceApplies()) {
-		left := graceLeft(*s.fields().Conditions, p.Grace)
+		left := graceLeft(*s.fields().Conditions, s.kind.Conditions.Degraded, p.Grace)
 		if left <= 0 {
 			s.Fail(w.Reason, fmt.Sprintf(p.GraceExpired, w.Message, p.Grace))
 			return ctrl.Result{}
@@ -314,8 +324,8 @@ func (s *Scope[O, S]) wait(w *WaitingError) ctrl.Result {
 // last transition to True (all of it if Degraded is not True): a problem only the user can fix
 // becomes a failure once it has lasted that long, so that a caller waiting for Failed can act,
 // while a Secret created just after the object that needs it still works.
-func graceLeft(conditions []metav1.Condition, grace time.Duration) time.Duration {
-	c := meta.FindStatusCondition(conditions, v1alpha1.ConditionDegraded)
+func graceLeft(conditions []metav1.Condition, degraded string, grace time.Duration) time.Duration {
+	c := meta.FindStatusCondition(conditions, degraded)
 	if c == nil || c.Status != metav1.ConditionTrue {
 		return grace
 	}

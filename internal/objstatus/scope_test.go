@@ -32,6 +32,8 @@ var testKind = Kind[*v1alpha1.ImageSync, v1alpha1.ImageSyncStatus]{
 			FailureReason: &st.FailureReason, FailureMessage: &st.FailureMessage, ObservedGeneration: &st.ObservedGeneration}
 	},
 	FailedPhase: string(v1alpha1.ImageSyncPhaseFailed),
+	Conditions: Conditions{Ready: v1alpha1.ConditionReady, Progressing: v1alpha1.ConditionProgressing,
+		Degraded: v1alpha1.ConditionDegraded, AsExpected: v1alpha1.ReasonAsExpected},
 }
 
 const (

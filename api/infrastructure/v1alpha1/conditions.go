@@ -12,7 +12,19 @@ const (
 	// ConditionPaused is True while the object is paused: its Cluster's spec.paused is true, or
 	// it carries the annotation cluster.x-k8s.io/paused. A paused object is not reconciled.
 	ConditionPaused = "Paused"
+	// ConditionProgressing is True while the provider works towards what the spec asks (creating
+	// the VM, waiting for its address, deleting it) and False once it got there or cannot go on;
+	// its reason and message are Ready's while Ready is False. Same as the MachineRequest's.
+	ConditionProgressing = "Progressing"
+	// ConditionDegraded is True when something needs a person to act (a ProviderConfig problem,
+	// missing permissions, a name taken on Harvester, a VM Harvester cannot start): the reason
+	// and message say what and how to fix it. False with ReasonAsExpected otherwise. Same as the
+	// MachineRequest's.
+	ConditionDegraded = "Degraded"
 )
+
+// ReasonAsExpected (Degraded=False): nothing needs attention.
+const ReasonAsExpected = "AsExpected"
 
 // Reasons of the Paused condition (those of Cluster API's own objects).
 const (

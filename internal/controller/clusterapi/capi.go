@@ -16,6 +16,13 @@ import (
 
 // What the Cluster API front door reads of Cluster API's own objects (contract v1beta2). They are
 // read as unstructured: Cluster API's modules pin another controller-runtime than this project.
+// infrastructureConditions are the conditions HarvesterClusters and HarvesterMachines report
+// besides Paused, as api/infrastructure/v1alpha1/conditions.go declares them.
+var infrastructureConditions = objstatus.Conditions{
+	Ready: infrav1.ConditionReady, Progressing: infrav1.ConditionProgressing,
+	Degraded: infrav1.ConditionDegraded, AsExpected: infrav1.ReasonAsExpected,
+}
+
 var (
 	capiClusterGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Cluster"}
 	capiMachineGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Machine"}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/apiconsts"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
@@ -19,4 +20,10 @@ func TestHarvesterMachineAdviceNamesNoMachineRequest(t *testing.T) {
 	if _, advice := harvesterMachineTerms(harvester.ReasonVMDeleted); !strings.Contains(advice, "delete the Machine") {
 		t.Errorf("VMDeleted advice %q, want it to say the Machine is replaced", advice)
 	}
+}
+
+// The conditions every HarvesterCluster and HarvesterMachine reports (besides Paused) are
+// declared and documented in their API package: objstatus writes them by these names.
+func TestConditionsAreDeclaredInTheAPI(t *testing.T) {
+	apiconsts.RequireConditions(t, "../../../api/infrastructure/v1alpha1/conditions.go", infrastructureConditions)
 }

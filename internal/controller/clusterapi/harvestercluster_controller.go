@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
@@ -45,6 +44,7 @@ var harvesterClusterStatus = objstatus.Kind[*infrav1.HarvesterCluster, infrav1.H
 	Fields: func(st *infrav1.HarvesterClusterStatus) objstatus.Fields {
 		return objstatus.Fields{Conditions: &st.Conditions, ObservedGeneration: &st.ObservedGeneration}
 	},
+	Conditions: infrastructureConditions,
 }
 
 // +kubebuilder:rbac:groups=infrastructure.butlerlabs.dev,resources=harvesterclusters,verbs=get;list;watch;update;patch
@@ -61,7 +61,7 @@ func (r *HarvesterClusterReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	}
 	s := objstatus.New(hc, harvesterClusterStatus, objstatus.Policy{
 		Action: "Provision", FailAction: "Fail", Degrading: frontdoor.DegradingReasons.Has,
-		NewWaitCondition: v1alpha1.ConditionProgressing, TransientReason: v1alpha1.ReasonHarvesterUnavailable,
+		NewWaitCondition: infrav1.ConditionProgressing, TransientReason: infrav1.ReasonHarvesterUnavailable,
 	}, r.Recorder, &r.statuses)
 	defer func() {
 		if err := s.WriteStatus(ctx, r.Client); err != nil {
@@ -120,7 +120,7 @@ func (r *HarvesterClusterReconciler) reconcile(ctx context.Context, s *objstatus
 	hc.Status.Initialization.Provisioned = ptr.To(true)
 	msg := fmt.Sprintf("ProviderConfig %s is usable", t.Ref)
 	s.SetCondition(infrav1.ConditionReady, metav1.ConditionTrue, infrav1.ReasonReady, msg)
-	s.SetCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, infrav1.ReasonReady, msg)
+	s.SetCondition(infrav1.ConditionProgressing, metav1.ConditionFalse, infrav1.ReasonReady, msg)
 	s.Healthy()
 	return reconcile.Result{}, nil
 }

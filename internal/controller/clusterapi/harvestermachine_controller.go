@@ -76,6 +76,7 @@ var harvesterMachineStatus = objstatus.Kind[*infrav1.HarvesterMachine, infrav1.H
 	Fields: func(st *infrav1.HarvesterMachineStatus) objstatus.Fields {
 		return objstatus.Fields{Conditions: &st.Conditions, ObservedGeneration: &st.ObservedGeneration}
 	},
+	Conditions: infrastructureConditions,
 }
 
 // harvesterMachineScope is one reconcile of one HarvesterMachine.
@@ -101,7 +102,7 @@ func (r *HarvesterMachineReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	}
 	s := &harvesterMachineScope{hm: hm, Scope: objstatus.New(hm, harvesterMachineStatus, objstatus.Policy{
 		Action: "Provision", FailAction: "Fail", Degrading: frontdoor.DegradingReasons.Has,
-		NewWaitCondition: v1alpha1.ConditionProgressing, TransientReason: v1alpha1.ReasonHarvesterUnavailable,
+		NewWaitCondition: infrav1.ConditionProgressing, TransientReason: infrav1.ReasonHarvesterUnavailable,
 	}, r.Recorder, &r.statuses)}
 	defer func() {
 		if err := s.WriteStatus(ctx, r.Client); err != nil {
@@ -265,7 +266,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 		hm.Status.Initialization.Provisioned = ptr.To(true)
 		msg := fmt.Sprintf("%s is running at %s", vm, obs.Addresses.Primary)
 		s.SetCondition(infrav1.ConditionReady, metav1.ConditionTrue, infrav1.ReasonVMRunning, msg)
-		s.SetCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, infrav1.ReasonVMRunning, msg)
+		s.SetCondition(infrav1.ConditionProgressing, metav1.ConditionFalse, infrav1.ReasonVMRunning, msg)
 		s.Healthy()
 		return reconcile.Result{RequeueAfter: r.HealthCheckInterval}, nil
 	}

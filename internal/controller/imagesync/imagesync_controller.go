@@ -323,6 +323,7 @@ var imageSyncStatus = objstatus.Kind[*v1alpha1.ImageSync, v1alpha1.ImageSyncStat
 			FailureReason: &st.FailureReason, FailureMessage: &st.FailureMessage, ObservedGeneration: &st.ObservedGeneration}
 	},
 	FailedPhase: string(v1alpha1.ImageSyncPhaseFailed),
+	Conditions:  frontdoor.ButlerConditions,
 }
 
 // newScope starts a reconcile of is. Its policy: every wait is on something only the user can

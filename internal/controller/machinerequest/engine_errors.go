@@ -17,7 +17,11 @@ import (
 var machineRequestAdvice = map[string]string{
 	harvester.ReasonVMDeleted: ": set annotation " + v1alpha1.AnnotationRetry +
 		"=true on the MachineRequest (or change its spec) to create a new VM, or delete the MachineRequest",
-	harvester.ReasonNameTaken: "; choose another spec.machineName, or delete that object on Harvester",
+	harvester.ReasonNameTaken:         "; choose another spec.machineName, or delete that object on Harvester",
+	harvester.ReasonVMUnschedulable:   ". A MachineRequest's CPUs and memory are its spec.cpu and spec.memoryMB",
+	harvester.ReasonImageNotFound:     " in the MachineRequest's spec.image (or, when it names none, the ProviderConfig's harvester.imageName)",
+	harvester.ReasonVolumeMissing:     "; delete and recreate the MachineRequest",
+	harvester.ReasonImageImportFailed: ", then set annotation " + v1alpha1.AnnotationRetry + "=true on the MachineRequest to retry it",
 	harvester.ReasonNameTakenByAnotherManagementCluster: ". If that cluster is gone (a bootstrap run again), hand the machine over with its VM, disks and cloud-init Secret: set annotation " +
 		v1alpha1.AnnotationHandOver + "=true on this MachineRequest",
 }

@@ -2,58 +2,34 @@ package machinerequest
 
 import (
 	"errors"
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/apiconsts"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
-// stringConstants returns the string constants of a Go file whose names start with prefix.
-func stringConstants(t *testing.T, file, prefix string) map[string]string {
-	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]string{}
-	for _, decl := range f.Decls {
-		g, ok := decl.(*ast.GenDecl)
-		if !ok || g.Tok != token.CONST {
-			continue
-		}
-		for _, spec := range g.Specs {
-			v := spec.(*ast.ValueSpec)
-			for i, name := range v.Names {
-				if !strings.HasPrefix(name.Name, prefix) || i >= len(v.Values) {
-					continue
-				}
-				if lit, ok := v.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
-					out[name.Name], _ = strconv.Unquote(lit.Value)
-				}
-			}
-		}
-	}
-	return out
-}
-
 // Every reason of the engine becomes a reason the MachineRequest's API documents: a reason added to
 // the engine without its MachineRequest spelling fails here.
 func TestEveryEngineReasonIsAMachineRequestReason(t *testing.T) {
-	documented := map[string]bool{}
-	for _, v := range stringConstants(t, "../../../api/v1alpha1/conditions.go", "Reason") {
-		documented[v] = true
+	declared, err := apiconsts.Read("../../../api/v1alpha1/conditions.go", "Reason")
+	if err != nil {
+		t.Fatal(err)
 	}
-	engine := stringConstants(t, "../../harvester/reasons.go", "Reason")
+	documented := apiconsts.Values(declared, false)
+	engine, err := apiconsts.Read("../../harvester/reasons.go", "Reason")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(engine) < 20 {
 		t.Fatalf("found %d engine reasons: the test no longer reads internal/harvester/reasons.go", len(engine))
 	}
-	for name, reason := range engine {
+	for name, c := range engine {
+		reason := c.Value
 		got, _ := machineRequestTerms(reason)
 		if !documented[got] {
 			t.Errorf("harvester.%s (%q) becomes %q, which api/v1alpha1/conditions.go does not declare: map it in frontdoor.apiReasons", name, reason, got)
@@ -79,4 +55,10 @@ func TestEngineErrorsGetTheMachineRequestsWordsAndAdvice(t *testing.T) {
 	if got := asMachineRequestError(own); !errors.Is(got, own) {
 		t.Fatalf("the front door's own error was rewritten: %v", got)
 	}
+}
+
+// The conditions every MachineRequest and ImageSync reports are declared and documented in their
+// API package.
+func TestConditionsAreDeclaredInTheAPI(t *testing.T) {
+	apiconsts.RequireConditions(t, "../../../api/v1alpha1/conditions.go", frontdoor.ButlerConditions)
 }

@@ -44,6 +44,7 @@ var machineStatus = objstatus.Kind[*v1alpha1.MachineRequest, v1alpha1.MachineReq
 			FailureReason: &st.FailureReason, FailureMessage: &st.FailureMessage, ObservedGeneration: &st.ObservedGeneration}
 	},
 	FailedPhase: string(v1alpha1.MachinePhaseFailed),
+	Conditions:  frontdoor.ButlerConditions,
 	// Observed only once the status that says Running is stored, so that a failed patch (and
 	// its retry) does not count the machine twice.
 	Written: func(mr *v1alpha1.MachineRequest, before, after *v1alpha1.MachineRequestStatus) {
