@@ -113,14 +113,14 @@ func run(ctx context.Context, args []string) error {
 	clusters := harvester.NewClusters(&clustercache.Cache{
 		SecretReader: mgr.GetAPIReader(), QPS: float32(o.HarvesterQPS), Burst: o.HarvesterBurst, Context: ctx,
 	}, harvesterEvents)
-	pcr := &providerconfig.ProviderConfigReconciler{
+	pcr := &providerconfig.Reconciler{
 		Client:          mgr.GetClient(),
 		SecretReader:    mgr.GetAPIReader(),
 		Harvester:       clusters,
 		Recorder:        recorder,
 		RecheckInterval: o.RecheckInterval,
 	}
-	r := &machinerequest.MachineRequestReconciler{
+	r := &machinerequest.Reconciler{
 		Client:                  mgr.GetClient(),
 		Harvester:               clusters,
 		HarvesterEvents:         harvesterEvents,
@@ -140,7 +140,7 @@ func run(ctx context.Context, args []string) error {
 	if err := pcr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up ProviderConfig controller: %w", err)
 	}
-	isr := &imagesync.ImageSyncReconciler{
+	isr := &imagesync.Reconciler{
 		Client: mgr.GetClient(), Harvester: clusters, HarvesterEvents: harvesterEvents,
 		Recorder: recorder, ConfigGracePeriod: o.ConfigGracePeriod,
 	}

@@ -400,7 +400,7 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 	events := &frontdoor.HarvesterEvents{}
 	clusters := harvester.NewClusters(&clustercache.Cache{SecretReader: mgr.GetAPIReader(), Context: ctx}, events)
 	recorder := mgr.GetEventRecorder("butler-provider-harvester")
-	pcr := &providerconfig.ProviderConfigReconciler{Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, Recorder: recorder,
+	pcr := &providerconfig.Reconciler{Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, Recorder: recorder,
 		CredentialsPoll: 500 * time.Millisecond, NotReadyRetry: 500 * time.Millisecond}
 	if err := pcr.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)

@@ -338,7 +338,7 @@ func TestImageSyncControllerOffWhenUnavailable(t *testing.T) {
 			}
 			var lines []string
 			logger := funcr.New(func(_, args string) { lines = append(lines, args) }, funcr.Options{})
-			on, err := (&imagesync.ImageSyncReconciler{Client: mgr.GetClient()}).SetupWithManager(context.Background(), mgr, logger)
+			on, err := (&imagesync.Reconciler{Client: mgr.GetClient()}).SetupWithManager(context.Background(), mgr, logger)
 			if err != nil || on || len(lines) != 1 || !strings.Contains(lines[0], tc.want) {
 				t.Fatalf("on %v, err %v, log %q", on, err, lines)
 			}

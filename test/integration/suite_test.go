@@ -152,7 +152,7 @@ func startManager(parent context.Context, cfg *rest.Config) (stop func()) {
 		panic(err)
 	}
 	harvesterEvents := &frontdoor.HarvesterEvents{}
-	r := &machinerequest.MachineRequestReconciler{
+	r := &machinerequest.Reconciler{
 		Client:          mgr.GetClient(),
 		Harvester:       harvester.NewClusters(&clustercache.Cache{SecretReader: mgr.GetAPIReader(), Context: ctx}, harvesterEvents),
 		HarvesterEvents: harvesterEvents,
@@ -172,7 +172,7 @@ func startManager(parent context.Context, cfg *rest.Config) (stop func()) {
 	if err := r.SetupWithManager(ctx, mgr); err != nil {
 		panic(err)
 	}
-	pcr := &providerconfig.ProviderConfigReconciler{
+	pcr := &providerconfig.Reconciler{
 		Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: r.Harvester,
 		Recorder:        mgr.GetEventRecorder("butler-provider-harvester"),
 		CredentialsPoll: 500 * time.Millisecond, NotReadyRetry: 500 * time.Millisecond,
@@ -180,7 +180,7 @@ func startManager(parent context.Context, cfg *rest.Config) (stop func()) {
 	if err := pcr.SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
-	isr := &imagesync.ImageSyncReconciler{
+	isr := &imagesync.Reconciler{
 		Client: mgr.GetClient(), Harvester: r.Harvester, HarvesterEvents: harvesterEvents,
 		Recorder: mgr.GetEventRecorder("butler-provider-harvester"), ConfigGracePeriod: configGrace,
 	}

@@ -32,7 +32,7 @@ type HarvesterClusterReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
 	// Preflight, if set, lends the ProviderConfigs' checks it may not write to their status.
-	Preflight *providerconfig.ProviderConfigReconciler
+	Preflight *providerconfig.Reconciler
 
 	statuses objstatus.Memory[infrav1.HarvesterClusterStatus]
 }

@@ -48,7 +48,7 @@ type HarvesterMachineReconciler struct {
 	HarvesterEvents *frontdoor.HarvesterEvents
 	Recorder        events.EventRecorder
 	// Preflight, if set, lends the ProviderConfigs' checks it may not write to their status.
-	Preflight *providerconfig.ProviderConfigReconciler
+	Preflight *providerconfig.Reconciler
 
 	// PollInterval is how often a machine that is not running yet, or is being deleted, is looked
 	// at again when its objects on Harvester are not watched.

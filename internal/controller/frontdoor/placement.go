@@ -4,12 +4,13 @@ import (
 	"context"
 	"strings"
 
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // RecordPlace stores where the machine of obj (of any front door's kind) lives in

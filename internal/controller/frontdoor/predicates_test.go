@@ -3,9 +3,10 @@ package frontdoor
 import (
 	"testing"
 
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 )
 
 func TestUpdatesThatMatter(t *testing.T) {

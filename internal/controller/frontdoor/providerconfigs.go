@@ -9,7 +9,7 @@ import (
 )
 
 // ProviderConfigChecks lends a ProviderConfig read from the API server the checks its reconciler
-// could not write to its status (providerconfig.ProviderConfigReconciler, which lends nothing
+// could not write to its status (providerconfig.Reconciler, which lends nothing
 // when nil): a front door then judges it by the same checks wherever the manager may not write
 // ProviderConfig status.
 type ProviderConfigChecks interface {

@@ -86,6 +86,8 @@ func (t *Target) DefaultImage() (*harvester.ObjectRef, error) {
 	return &ref, nil
 }
 
+// InvalidProviderConfig is the wait of an object whose ProviderConfig (pcRef) has a problem only
+// its author can fix: the message names the ProviderConfig, the field and the fix (problem).
 func InvalidProviderConfig(pcRef, problem string) error {
 	return objstatus.Waiting(v1alpha1.ReasonInvalidProviderConfig, ProviderConfigRetry, "ProviderConfig %s %s", pcRef, problem)
 }

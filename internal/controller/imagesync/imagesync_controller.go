@@ -38,13 +38,13 @@ import (
 // (credentials without list and watch): Harvester's image events normally wake the ImageSync.
 const imageSafetyPoll = time.Minute
 
-// ImageSyncReconciler puts the image an ImageSync names on Harvester: it creates a
+// Reconciler puts the image an ImageSync names on Harvester: it creates a
 // VirtualMachineImage that Harvester downloads from the Butler Image Factory (the URL comes from
 // the ButlerConfig "butler"), and reports it Ready with status.providerImageRef, which the Butler
 // bootstrap gives every MachineRequest as spec.image. Only ImageSyncs whose ProviderConfig says
 // provider "harvester" are touched, by the same rule as MachineRequests. It never deletes an image:
 // VM disks are cloned from it, and other ImageSyncs may share it.
-type ImageSyncReconciler struct {
+type Reconciler struct {
 	client.Client
 	Harvester harvester.Connector
 	// HarvesterEvents, if set, brings the ImageSyncs whose image changed on Harvester (it is the
@@ -64,7 +64,7 @@ type ImageSyncReconciler struct {
 // +kubebuilder:rbac:groups=butler.butlerlabs.dev,resources=butlerconfigs,verbs=get;list;watch
 
 // Reconcile moves one ImageSync towards Ready.
-func (r *ImageSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	is := &v1alpha1.ImageSync{}
 	if err := r.Get(ctx, req.NamespacedName, is); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -111,7 +111,7 @@ func (r *ImageSyncReconciler) Reconcile(ctx context.Context, req ctrl.Request) (
 
 // patchFinalizer adds or removes our finalizer, locked so that finalizers other controllers
 // added meanwhile stay (a merge patch replaces the whole list).
-func (r *ImageSyncReconciler) patchFinalizer(ctx context.Context, is *v1alpha1.ImageSync, change func(client.Object, string) bool) error {
+func (r *Reconciler) patchFinalizer(ctx context.Context, is *v1alpha1.ImageSync, change func(client.Object, string) bool) error {
 	patch := client.MergeFromWithOptions(is.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	if !change(is, v1alpha1.ImageSyncFinalizer) {
 		return nil
@@ -119,7 +119,7 @@ func (r *ImageSyncReconciler) patchFinalizer(ctx context.Context, is *v1alpha1.I
 	return client.IgnoreNotFound(r.Patch(ctx, is, patch))
 }
 
-func (r *ImageSyncReconciler) reconcilePhase(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (reconcile.Result, error) {
+func (r *Reconciler) reconcilePhase(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (reconcile.Result, error) {
 	switch s.is.Status.Phase {
 	case v1alpha1.ImageSyncPhaseFailed:
 		why, retry, err := r.retryable(ctx, s, pc)
@@ -141,7 +141,7 @@ func (r *ImageSyncReconciler) reconcilePhase(ctx context.Context, s *imageSyncSc
 
 // target is where the ImageSync's image goes: the client of the ProviderConfig's Harvester
 // cluster, and the image's name in its harvester.namespace.
-func (r *ImageSyncReconciler) target(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (harvester.Cluster, harvester.ObjectRef, error) {
+func (r *Reconciler) target(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (harvester.Cluster, harvester.ObjectRef, error) {
 	// pc is nil when it was deleted after we took the ImageSync on (we hold its finalizer).
 	namespace, name := s.is.ProviderConfigKey()
 	t, err := frontdoor.ResolveProviderConfig(pc, namespace+"/"+name, "spec.providerConfigRef")
@@ -162,7 +162,7 @@ func (r *ImageSyncReconciler) target(ctx context.Context, s *imageSyncScope, pc 
 }
 
 // sync creates the image if needed and follows its import.
-func (r *ImageSyncReconciler) sync(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (reconcile.Result, error) {
+func (r *Reconciler) sync(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (reconcile.Result, error) {
 	if s.is.Spec.TransferMode == v1alpha1.TransferModeProxy {
 		return reconcile.Result{}, objstatus.Permanent(v1alpha1.ReasonUnsupportedTransferMode,
 			"spec.transferMode is %q: Harvester downloads images from the factory itself; set spec.transferMode to %q (the default)", v1alpha1.TransferModeProxy, v1alpha1.TransferModeDirect)
@@ -204,7 +204,7 @@ func (r *ImageSyncReconciler) sync(ctx context.Context, s *imageSyncScope, pc *v
 }
 
 // factoryURL reads the Image Factory's URL from the ButlerConfig "butler".
-func (r *ImageSyncReconciler) factoryURL(ctx context.Context) (string, error) {
+func (r *Reconciler) factoryURL(ctx context.Context) (string, error) {
 	bc := &platformv1alpha1.ButlerConfig{}
 	err := r.Get(ctx, client.ObjectKey{Name: platformv1alpha1.ButlerConfigName}, bc)
 	switch {
@@ -244,7 +244,7 @@ func asImageSyncError(err error) error {
 
 // checkReady keeps a Ready ImageSync Ready while its image exists: neither a later ButlerConfig
 // change nor a Harvester outage flips it. An image deleted on Harvester is created again.
-func (r *ImageSyncReconciler) checkReady(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (reconcile.Result, error) {
+func (r *Reconciler) checkReady(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (reconcile.Result, error) {
 	ref, err := harvester.ParseObjectRef(s.is.Status.ProviderImageRef, "")
 	if err != nil {
 		return r.resync(ctx, s, pc, "status.providerImageRef "+s.is.Status.ProviderImageRef+" is not <namespace>/<name>")
@@ -262,7 +262,7 @@ func (r *ImageSyncReconciler) checkReady(ctx context.Context, s *imageSyncScope,
 }
 
 // resync takes a Ready ImageSync whose image is gone back to Pending and creates the image again.
-func (r *ImageSyncReconciler) resync(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig, why string) (reconcile.Result, error) {
+func (r *Reconciler) resync(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig, why string) (reconcile.Result, error) {
 	s.Event(corev1.EventTypeWarning, v1alpha1.ReasonImageMissing, "Sync", why+"; creating it again")
 	s.is.Status.ProviderImageRef = ""
 	s.setPhase(v1alpha1.ImageSyncPhasePending)
@@ -275,7 +275,7 @@ func (r *ImageSyncReconciler) resync(ctx context.Context, s *imageSyncScope, pc 
 // retryable says whether a Failed ImageSync should be tried again, and why: its spec changed or
 // the retry annotation is set, or what made it fail is gone (the ButlerConfig exists, the
 // credentials work, the image Harvester gave up on was deleted to be downloaded again).
-func (r *ImageSyncReconciler) retryable(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (string, bool, error) {
+func (r *Reconciler) retryable(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (string, bool, error) {
 	if s.is.Status.ObservedGeneration != s.is.Generation {
 		return "the spec changed", true, nil
 	}
@@ -330,7 +330,7 @@ var imageSyncStatus = objstatus.Kind[*v1alpha1.ImageSync, v1alpha1.ImageSyncStat
 // fix (the ButlerConfig, the ProviderConfig, credentials, permissions): it says so in Degraded,
 // with a Warning event when it begins, and becomes Failed after the grace period. Ready, once
 // False, keeps saying what first took the image away until it is Ready again.
-func (r *ImageSyncReconciler) newScope(is *v1alpha1.ImageSync) *imageSyncScope {
+func (r *Reconciler) newScope(is *v1alpha1.ImageSync) *imageSyncScope {
 	grace := r.ConfigGracePeriod
 	if grace <= 0 {
 		grace = frontdoor.DefaultConfigGracePeriod
@@ -372,7 +372,7 @@ const (
 // SetupWithManager registers the controller if the cluster has the ImageSync and ButlerConfig
 // kinds and the manager may read them; otherwise the controller stays off, which one log line
 // says, and MachineRequests are served as usual. It reports whether the controller is on.
-func (r *ImageSyncReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, logger logr.Logger) (bool, error) {
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, logger logr.Logger) (bool, error) {
 	if why := imageSyncUnavailable(ctx, mgr); why != "" {
 		logger.Info("ImageSync controller is off: "+why+"; MachineRequests are served as usual. Restart the manager once this is fixed", "controller", "imagesync")
 		return false, nil
@@ -414,7 +414,7 @@ func (r *ImageSyncReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Man
 }
 
 // byIndex maps an object to the ImageSyncs whose index value is key(object).
-func (r *ImageSyncReconciler) byIndex(index string, key func(client.Object) string) handler.MapFunc {
+func (r *Reconciler) byIndex(index string, key func(client.Object) string) handler.MapFunc {
 	return func(ctx context.Context, o client.Object) []ctrl.Request {
 		list := &v1alpha1.ImageSyncList{}
 		if err := r.List(ctx, list, client.MatchingFields{index: key(o)}); err != nil {
@@ -426,7 +426,7 @@ func (r *ImageSyncReconciler) byIndex(index string, key func(client.Object) stri
 }
 
 // all maps a ButlerConfig change to every ImageSync: there is one ButlerConfig.
-func (r *ImageSyncReconciler) all(ctx context.Context, _ client.Object) []ctrl.Request {
+func (r *Reconciler) all(ctx context.Context, _ client.Object) []ctrl.Request {
 	list := &v1alpha1.ImageSyncList{}
 	if err := r.List(ctx, list); err != nil {
 		log.FromContext(ctx).Error(err, "Listing ImageSyncs")

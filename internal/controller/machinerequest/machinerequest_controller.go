@@ -27,9 +27,9 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
-// MachineRequestReconciler provisions a VM on Harvester for each MachineRequest whose
+// Reconciler provisions a VM on Harvester for each MachineRequest whose
 // ProviderConfig has provider "harvester".
-type MachineRequestReconciler struct {
+type Reconciler struct {
 	client.Client
 	// Harvester hands out the engine of the Harvester cluster of a ProviderConfig.
 	Harvester harvester.Connector
@@ -41,7 +41,7 @@ type MachineRequestReconciler struct {
 	// Preflight, if set, is the reconciler of the ProviderConfigs' checks: where it may not write
 	// them to the ProviderConfig's status (the Butler CLI's RBAC), they are read from it, and
 	// their changes wake the MachineRequests, so that the checks still gate new machines.
-	Preflight *providerconfig.ProviderConfigReconciler
+	Preflight *providerconfig.Reconciler
 
 	// CreatingPollInterval is how often a Creating machine is looked at again when its objects on
 	// Harvester are not watched (see WatchedPollInterval).
@@ -100,7 +100,7 @@ type MachineRequestReconciler struct {
 // +kubebuilder:rbac:groups="",resources=namespaces,resourceNames=kube-system,verbs=get
 
 // Reconcile moves one MachineRequest one step towards its desired state.
-func (r *MachineRequestReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	mr := &v1alpha1.MachineRequest{}
 	if err := r.Get(ctx, req.NamespacedName, mr); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -152,7 +152,7 @@ func isOurs(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) bool {
 }
 
 // providerConfigFor returns the MachineRequest's ProviderConfig, or nil if it does not exist.
-func (r *MachineRequestReconciler) providerConfigFor(ctx context.Context, mr *v1alpha1.MachineRequest) (*v1alpha1.ProviderConfig, error) {
+func (r *Reconciler) providerConfigFor(ctx context.Context, mr *v1alpha1.MachineRequest) (*v1alpha1.ProviderConfig, error) {
 	namespace, name := mr.ProviderConfigKey()
 	return frontdoor.LoadProviderConfig(ctx, r.Client, client.ObjectKey{Namespace: namespace, Name: name}, r.Preflight)
 }
@@ -161,7 +161,7 @@ func (r *MachineRequestReconciler) providerConfigFor(ctx context.Context, mr *v1
 const providerRefIndex = "spec.providerRef"
 
 // SetupWithManager registers the reconciler and its watches.
-func (r *MachineRequestReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	r.applyDefaults()
 	r.managementCluster = frontdoor.IdentifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.MachineRequest{}, providerRefIndex, func(o client.Object) []string {
@@ -192,7 +192,7 @@ func (r *MachineRequestReconciler) SetupWithManager(ctx context.Context, mgr ctr
 		Complete(r)
 }
 
-func (r *MachineRequestReconciler) applyDefaults() {
+func (r *Reconciler) applyDefaults() {
 	if r.CreatingPollInterval <= 0 {
 		r.CreatingPollInterval = frontdoor.DefaultCreatingPollInterval
 	}
@@ -221,7 +221,7 @@ func (r *MachineRequestReconciler) applyDefaults() {
 
 // requestsForProviderConfig wakes the MachineRequests that use a ProviderConfig when it changes,
 // appears or disappears.
-func (r *MachineRequestReconciler) requestsForProviderConfig(ctx context.Context, o client.Object) []ctrl.Request {
+func (r *Reconciler) requestsForProviderConfig(ctx context.Context, o client.Object) []ctrl.Request {
 	list := &v1alpha1.MachineRequestList{}
 	if err := r.List(ctx, list, client.MatchingFields{providerRefIndex: o.GetNamespace() + "/" + o.GetName()}); err != nil {
 		log.FromContext(ctx).Error(err, "Listing MachineRequests of ProviderConfig", "providerConfig", klog.KObj(o))

@@ -109,7 +109,7 @@ type fixture struct {
 	factory  *fakeFactory
 	machines *fakeMachines
 	recorder *events.FakeRecorder
-	r        *MachineRequestReconciler
+	r        *Reconciler
 }
 
 func newScheme(t *testing.T) *runtime.Scheme {
@@ -145,7 +145,7 @@ func newFixture(t *testing.T, objs ...client.Object) *fixture {
 		identity: testCluster,
 	}
 	f := &fixture{t: t, client: c, machines: m, factory: &fakeFactory{machines: m}, recorder: events.NewFakeRecorder(100)}
-	f.r = &MachineRequestReconciler{Client: c, Harvester: f.factory, Recorder: f.recorder}
+	f.r = &Reconciler{Client: c, Harvester: f.factory, Recorder: f.recorder}
 	f.r.applyDefaults()
 	return f
 }

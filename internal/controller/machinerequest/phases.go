@@ -29,7 +29,7 @@ func hasFinalizer(mr *v1alpha1.MachineRequest) bool {
 // ensureFinalizer adds our finalizer to a machine that waits before its place is recorded. The patch carries
 // the resourceVersion: a merge patch replaces the whole list, and must not drop a finalizer
 // another controller added since our copy was read (a conflict is retried).
-func (r *MachineRequestReconciler) ensureFinalizer(ctx context.Context, s *machineScope) error {
+func (r *Reconciler) ensureFinalizer(ctx context.Context, s *machineScope) error {
 	if s.Released() || hasFinalizer(s.mr) {
 		return nil
 	}
@@ -39,7 +39,7 @@ func (r *MachineRequestReconciler) ensureFinalizer(ctx context.Context, s *machi
 }
 
 // reconcileNormal runs the phase the MachineRequest is in.
-func (r *MachineRequestReconciler) reconcileNormal(ctx context.Context, s *machineScope) (reconcile.Result, error) {
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *machineScope) (reconcile.Result, error) {
 	if s.pc != nil && s.pc.Spec.Provider != v1alpha1.ProviderTypeHarvester && !s.placed() {
 		// Its ProviderConfig now names another provider and nothing was ever created here:
 		// hand it over instead of holding it with a finalizer nobody will remove.
@@ -93,7 +93,7 @@ func (r *MachineRequestReconciler) reconcileNormal(ctx context.Context, s *machi
 // passed since. "" if not (or the failure was not about configuration). It runs when the
 // ProviderConfig changes (its watch), which is also how a fixed credentials Secret shows: the
 // ProviderConfig's checks notice it.
-func (r *MachineRequestReconciler) configFixed(ctx context.Context, s *machineScope) string {
+func (r *Reconciler) configFixed(ctx context.Context, s *machineScope) string {
 	if !configReasons[s.mr.Status.FailureReason] {
 		return ""
 	}
@@ -116,7 +116,7 @@ func (r *MachineRequestReconciler) configFixed(ctx context.Context, s *machineSc
 
 // reconcileProvisioning creates what is missing on Harvester (Pending -> Creating) and waits for
 // the VM to report an IP address (Creating -> Running).
-func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s *machineScope) (reconcile.Result, error) {
+func (r *Reconciler) reconcileProvisioning(ctx context.Context, s *machineScope) (reconcile.Result, error) {
 	spec, creds, err := machineSpecFor(s.mr, s.pc, r.managementCluster)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -190,7 +190,7 @@ func (r *MachineRequestReconciler) reconcileProvisioning(ctx context.Context, s 
 // was to live, and forgets that place once nothing of ours is left there (the next record
 // replaces it). It keeps the home if a VM of ours is there after all (created just before its
 // UID could be recorded).
-func (r *MachineRequestReconciler) abandonEmptyHome(ctx context.Context, s *machineScope, home *machineHome) (*machineHome, error) {
+func (r *Reconciler) abandonEmptyHome(ctx context.Context, s *machineScope, home *machineHome) (*machineHome, error) {
 	obs, err := home.Cluster.Observe(ctx, home.ref)
 	if err != nil || obs.VMExists {
 		return home, err
@@ -220,7 +220,7 @@ func (s *machineScope) reportMoved(home *machineHome) {
 // (with a Warning event when that changes). Once the provisioning timeout has passed the machine
 // is Failed with that diagnosis. It returns when to look again: at the next poll, or when a
 // timeout runs out if that is sooner (no event from Harvester marks the passing of time).
-func (r *MachineRequestReconciler) reportCreating(s *machineScope, vm string, obs harvester.Observation) time.Duration {
+func (r *Reconciler) reportCreating(s *machineScope, vm string, obs harvester.Observation) time.Duration {
 	next := frontdoor.PollInterval(obs.Watched, r.CreatingPollInterval, r.WatchedPollInterval)
 	until := func(deadline time.Time) {
 		if d := time.Until(deadline); d > 0 && d < next {
@@ -271,7 +271,7 @@ func notRunningMessage(vm string, obs harvester.Observation) string {
 	return fmt.Sprintf("%s is not running (status %s)", vm, status)
 }
 
-func (r *MachineRequestReconciler) markRunning(ctx context.Context, s *machineScope, vm string, obs harvester.Observation) {
+func (r *Reconciler) markRunning(ctx context.Context, s *machineScope, vm string, obs harvester.Observation) {
 	s.mr.Status.IPAddress = obs.Addresses.Primary
 	s.mr.Status.IPAddresses = obs.Addresses.All
 	s.mr.Status.MACAddress = obs.Addresses.MAC
@@ -291,7 +291,7 @@ func vmName(namespace, name string) string { return "VirtualMachine " + namespac
 
 // reconcileRunning is the periodic health check of a Running machine: the VM must still exist
 // (else Failed VMDeleted), and the status follows its addresses.
-func (r *MachineRequestReconciler) reconcileRunning(ctx context.Context, s *machineScope) (reconcile.Result, error) {
+func (r *Reconciler) reconcileRunning(ctx context.Context, s *machineScope) (reconcile.Result, error) {
 	home, err := r.reachableHome(ctx, s)
 	if err != nil {
 		return reconcile.Result{}, err
@@ -327,7 +327,7 @@ func (r *MachineRequestReconciler) reconcileRunning(ctx context.Context, s *mach
 
 // reconcileDelete removes the machine from Harvester, where it lives, and then releases the
 // finalizer.
-func (r *MachineRequestReconciler) reconcileDelete(ctx context.Context, s *machineScope) (reconcile.Result, error) {
+func (r *Reconciler) reconcileDelete(ctx context.Context, s *machineScope) (reconcile.Result, error) {
 	if !hasFinalizer(s.mr) {
 		return reconcile.Result{}, nil
 	}
@@ -381,7 +381,7 @@ func (r *MachineRequestReconciler) reconcileDelete(ctx context.Context, s *machi
 // machine that went further was served by the published provider or a version of this one that
 // recorded nothing before it created: what it left is where its ProviderConfig points, and the
 // deletion must reach it there (else it is blocked, and says how to get out of it).
-func (r *MachineRequestReconciler) unrecordedHome(ctx context.Context, s *machineScope) (*machineHome, error) {
+func (r *Reconciler) unrecordedHome(ctx context.Context, s *machineScope) (*machineHome, error) {
 	if nothingCreated(s.mr.Status) {
 		return nil, nil
 	}
@@ -455,7 +455,7 @@ func sameCondition(s *machineScope, reason, msg string) bool {
 }
 
 // consumeRetryAnnotation removes the retry annotation, so that one annotation is one retry.
-func (r *MachineRequestReconciler) consumeRetryAnnotation(ctx context.Context, s *machineScope) error {
+func (r *Reconciler) consumeRetryAnnotation(ctx context.Context, s *machineScope) error {
 	patch := client.MergeFrom(s.mr.DeepCopy())
 	delete(s.mr.Annotations, v1alpha1.AnnotationRetry)
 	return s.PatchMeta(ctx, r.Client, patch)
@@ -463,7 +463,7 @@ func (r *MachineRequestReconciler) consumeRetryAnnotation(ctx context.Context, s
 
 // handOver removes our finalizer from a MachineRequest that another provider serves now and for
 // which nothing was ever created on Harvester.
-func (r *MachineRequestReconciler) handOver(ctx context.Context, s *machineScope) error {
+func (r *Reconciler) handOver(ctx context.Context, s *machineScope) error {
 	log.FromContext(ctx).Info("ProviderConfig names another provider and nothing was created on Harvester: releasing the MachineRequest", "provider", s.pc.Spec.Provider)
 	s.Event(corev1.EventTypeNormal, "Released", "Release",
 		fmt.Sprintf("ProviderConfig %s now says provider %q and nothing was created on Harvester: the Harvester provider lets go of this MachineRequest", providerConfigRef(s.mr), s.pc.Spec.Provider))
@@ -472,7 +472,7 @@ func (r *MachineRequestReconciler) handOver(ctx context.Context, s *machineScope
 
 // removeFinalizer removes our finalizer, locked like ensureFinalizer so that finalizers other
 // controllers added meanwhile stay.
-func (r *MachineRequestReconciler) removeFinalizer(ctx context.Context, s *machineScope) error {
+func (r *Reconciler) removeFinalizer(ctx context.Context, s *machineScope) error {
 	patch := client.MergeFromWithOptions(s.mr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(s.mr, v1alpha1.MachineRequestFinalizer)
 	if err := s.PatchMeta(ctx, r.Client, patch); err != nil {

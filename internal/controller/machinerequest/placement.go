@@ -52,7 +52,7 @@ func (h *machineHome) unreachable(s *machineScope) error {
 // recorded in the annotation, has a providerID or a status.placement but no annotation: its
 // place (the one in status.placement, else where the ProviderConfig points now) is recorded in
 // the annotation from then on.
-func (r *MachineRequestReconciler) homeOf(ctx context.Context, s *machineScope) (*machineHome, error) {
+func (r *Reconciler) homeOf(ctx context.Context, s *machineScope) (*machineHome, error) {
 	p, err := s.mr.RecordedPlacement()
 	if err != nil {
 		return nil, objstatus.Waiting(v1alpha1.ReasonPlacementNotRecorded, frontdoor.ProviderConfigRetry,
@@ -109,7 +109,7 @@ func (r *MachineRequestReconciler) homeOf(ctx context.Context, s *machineScope) 
 
 // reachableHome is homeOf for a machine that must be reached where it lives: observed while
 // Running, or deleted.
-func (r *MachineRequestReconciler) reachableHome(ctx context.Context, s *machineScope) (*machineHome, error) {
+func (r *Reconciler) reachableHome(ctx context.Context, s *machineScope) (*machineHome, error) {
 	home, err := r.homeOf(ctx, s)
 	if err == nil && home != nil && home.Elsewhere != nil {
 		return nil, home.unreachable(s)
@@ -121,14 +121,14 @@ func (r *MachineRequestReconciler) reachableHome(ctx context.Context, s *machine
 // resourceVersion (a merge patch replaces the whole list of finalizers), and checks the API
 // server's answer: if the annotation did not persist as sent (a webhook or policy dropped or
 // changed it), nothing may be created, since nothing would find it again.
-func (r *MachineRequestReconciler) recordPlacement(ctx context.Context, s *machineScope, place harvester.Place) error {
+func (r *Reconciler) recordPlacement(ctx context.Context, s *machineScope, place harvester.Place) error {
 	return frontdoor.RecordPlace(ctx, r.Client, s.Scope, s.mr, "MachineRequest", v1alpha1.MachineRequestFinalizer, place)
 }
 
 // forgetPlacement removes the recorded place of a machine without a VM that starts afresh
 // elsewhere (locked like recordPlacement), so that a machine that then waits, before its new
 // place is recorded, does not leave the old one again on every reconcile.
-func (r *MachineRequestReconciler) forgetPlacement(ctx context.Context, s *machineScope) error {
+func (r *Reconciler) forgetPlacement(ctx context.Context, s *machineScope) error {
 	patch := client.MergeFromWithOptions(s.mr.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	delete(s.mr.Annotations, v1alpha1.AnnotationPlacement)
 	s.mr.Status.Placement = nil //nolint:staticcheck // SA1019: an earlier version's record goes too
@@ -137,7 +137,7 @@ func (r *MachineRequestReconciler) forgetPlacement(ctx context.Context, s *machi
 
 // recordPlacementFor is the MachineSpec.Record of a machine with nothing recorded: its place is
 // the cluster the engine reached and the namespace and name of the spec.
-func (r *MachineRequestReconciler) recordPlacementFor(s *machineScope, spec *harvester.MachineSpec) func(context.Context, harvester.ClusterIdentity) error {
+func (r *Reconciler) recordPlacementFor(s *machineScope, spec *harvester.MachineSpec) func(context.Context, harvester.ClusterIdentity) error {
 	return func(ctx context.Context, id harvester.ClusterIdentity) error {
 		return r.recordPlacement(ctx, s, harvester.PlaceOf(spec, id))
 	}

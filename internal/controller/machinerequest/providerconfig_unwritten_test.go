@@ -42,7 +42,7 @@ func TestChecksGateMachinesWithoutStatusWrites(t *testing.T) {
 			return c.SubResource(sub).Patch(ctx, obj, p, opts...)
 		}}).Build()
 	f.client, f.r.Client = c, c
-	pcr := &providerconfig.ProviderConfigReconciler{Client: c, SecretReader: c, Harvester: f.factory, Recorder: f.recorder,
+	pcr := &providerconfig.Reconciler{Client: c, SecretReader: c, Harvester: f.factory, Recorder: f.recorder,
 		RecheckInterval: providerconfig.DefaultRecheckInterval, CredentialsPoll: providerconfig.DefaultCredentialsPoll, NotReadyRetry: time.Nanosecond} // validates every time
 	f.r.Preflight = pcr
 	wake := pcr.UnwrittenChanges() // as the MachineRequest controller's watch does

@@ -44,12 +44,12 @@ var preflightChecks = []string{
 	v1alpha1.ConditionImageReady, v1alpha1.ConditionStorageReady,
 }
 
-// ProviderConfigReconciler validates harvester ProviderConfigs before and while MachineRequests
+// Reconciler validates harvester ProviderConfigs before and while MachineRequests
 // use them: credentials, default image, network, storage classes and permissions, each a
 // condition, and Ready when all pass. It re-checks every RecheckInterval, and within
 // CredentialsPoll of a change to the credentials Secret (which it reads, but never watches: the
 // manager has no list or watch permission on Secrets).
-type ProviderConfigReconciler struct {
+type Reconciler struct {
 	client.Client
 	// SecretReader reads credentials Secrets uncached (get only).
 	SecretReader client.Reader
@@ -84,7 +84,7 @@ type lastValidation struct {
 // +kubebuilder:rbac:groups=butler.butlerlabs.dev,resources=providerconfigs/status,verbs=get;update;patch
 
 // Reconcile validates one ProviderConfig, when it is due.
-func (r *ProviderConfigReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	pc := &v1alpha1.ProviderConfig{}
 	if err := r.Get(ctx, req.NamespacedName, pc); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -138,7 +138,7 @@ func (r *ProviderConfigReconciler) Reconcile(ctx context.Context, req ctrl.Reque
 
 // due reports whether a full validation should run now: never done, the spec or the Secret
 // changed, the last one failed and its retry period passed, or the recheck interval passed.
-func (r *ProviderConfigReconciler) due(pc *v1alpha1.ProviderConfig, secretVersion string) (lastValidation, bool) {
+func (r *Reconciler) due(pc *v1alpha1.ProviderConfig, secretVersion string) (lastValidation, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	last, ok := r.seen[client.ObjectKeyFromObject(pc)]
@@ -152,7 +152,7 @@ func (r *ProviderConfigReconciler) due(pc *v1alpha1.ProviderConfig, secretVersio
 	return last, time.Since(last.at) >= period-time.Second
 }
 
-func (r *ProviderConfigReconciler) remember(pc *v1alpha1.ProviderConfig, v lastValidation) {
+func (r *Reconciler) remember(pc *v1alpha1.ProviderConfig, v lastValidation) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.seen == nil {
@@ -163,14 +163,14 @@ func (r *ProviderConfigReconciler) remember(pc *v1alpha1.ProviderConfig, v lastV
 }
 
 // forget drops what is remembered of a ProviderConfig that is gone or no longer harvester's.
-func (r *ProviderConfigReconciler) forget(key types.NamespacedName) {
+func (r *Reconciler) forget(key types.NamespacedName) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.seen, key)
 }
 
 // secretVersion is the credentials Secret's resourceVersion ("" if it cannot be read).
-func (r *ProviderConfigReconciler) secretVersion(ctx context.Context, creds harvester.Credentials) string {
+func (r *Reconciler) secretVersion(ctx context.Context, creds harvester.Credentials) string {
 	s := &metav1.PartialObjectMetadata{}
 	s.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Secret"))
 	if creds.SecretName == "" || r.SecretReader.Get(ctx, client.ObjectKey{Namespace: creds.SecretNamespace, Name: creds.SecretName}, s) != nil {
@@ -180,7 +180,7 @@ func (r *ProviderConfigReconciler) secretVersion(ctx context.Context, creds harv
 }
 
 // validate runs the checks; a ProviderConfig that cannot even name its credentials fails them all.
-func (r *ProviderConfigReconciler) validate(ctx context.Context, creds harvester.Credentials, spec harvester.PreflightSpec, specErr error) (string, []harvester.Check) {
+func (r *Reconciler) validate(ctx context.Context, creds harvester.Credentials, spec harvester.PreflightSpec, specErr error) (string, []harvester.Check) {
 	if specErr == nil {
 		cluster, err := r.Harvester.ClusterFor(ctx, creds)
 		if err == nil {
@@ -291,7 +291,7 @@ func PreflightGate(pc *v1alpha1.ProviderConfig, usesDefaultImage bool) error {
 }
 
 // SetupWithManager registers the reconciler.
-func (r *ProviderConfigReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.RecheckInterval <= 0 {
 		r.RecheckInterval = DefaultRecheckInterval
 	}

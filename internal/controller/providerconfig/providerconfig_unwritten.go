@@ -12,8 +12,8 @@ import (
 
 // Deployments made for the published provider (the Butler CLI's manifest, the published chart)
 // do not let the manager write ProviderConfig status. The checks must still gate MachineRequests:
-// the ProviderConfigReconciler keeps the status it could not write with its last validation, the
-// MachineRequestReconciler reads it from there (MachineRequestReconciler.Preflight) in place of
+// the Reconciler keeps the status it could not write with its last validation, the
+// MachineRequest front door reads it from there (machinerequest.Reconciler.Preflight) in place of
 // the ProviderConfig's own, and is woken when it changes, as the status's watch would wake it.
 
 // unwrittenWakeBuffer bounds the ProviderConfigs waiting to wake their MachineRequests. A wake
@@ -23,7 +23,7 @@ const unwrittenWakeBuffer = 64
 
 // statusNotWritten keeps pc's status, which the manager was refused (err) to write, and says so
 // once: the same refusal every validation would otherwise be an error loop.
-func (r *ProviderConfigReconciler) statusNotWritten(ctx context.Context, pc *v1alpha1.ProviderConfig, err error) *v1alpha1.ProviderConfigStatus {
+func (r *Reconciler) statusNotWritten(ctx context.Context, pc *v1alpha1.ProviderConfig, err error) *v1alpha1.ProviderConfigStatus {
 	if r.statusForbidden.CompareAndSwap(false, true) {
 		log.FromContext(ctx).Info("The manager may not write ProviderConfig status (no patch on providerconfigs/status, as in the Butler CLI's RBAC): "+
 			"the checks are kept in memory, still gate MachineRequests, and are reported by events only. Grant it to see them in the ProviderConfigs' status. Logged once",
@@ -34,7 +34,7 @@ func (r *ProviderConfigReconciler) statusNotWritten(ctx context.Context, pc *v1a
 
 // WithUnwrittenChecks gives pc, read from the API server, the status of its last validation if
 // that could not be written. A nil reconciler leaves pc as it is.
-func (r *ProviderConfigReconciler) WithUnwrittenChecks(pc *v1alpha1.ProviderConfig) {
+func (r *Reconciler) WithUnwrittenChecks(pc *v1alpha1.ProviderConfig) {
 	if r == nil {
 		return
 	}
@@ -48,7 +48,7 @@ func (r *ProviderConfigReconciler) WithUnwrittenChecks(pc *v1alpha1.ProviderConf
 }
 
 // UnwrittenChanges delivers the ProviderConfigs whose unwritten checks changed.
-func (r *ProviderConfigReconciler) UnwrittenChanges() <-chan event.GenericEvent {
+func (r *Reconciler) UnwrittenChanges() <-chan event.GenericEvent {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.unwrittenWake == nil {
@@ -57,9 +57,9 @@ func (r *ProviderConfigReconciler) UnwrittenChanges() <-chan event.GenericEvent 
 	return r.unwrittenWake
 }
 
-// wakeMachineRequests tells the MachineRequestReconciler, if it listens, that pc's unwritten
+// wakeMachineRequests tells the MachineRequest front door, if it listens, that pc's unwritten
 // checks changed. It never blocks a ProviderConfig's reconcile.
-func (r *ProviderConfigReconciler) wakeMachineRequests(pc *v1alpha1.ProviderConfig) {
+func (r *Reconciler) wakeMachineRequests(pc *v1alpha1.ProviderConfig) {
 	r.mu.Lock()
 	wake := r.unwrittenWake
 	r.mu.Unlock()
