@@ -131,3 +131,17 @@ func capiPaused(cl *capiCluster, obj metav1.Object) bool {
 func waitingForOwner(ownerKind string) error {
 	return objstatus.Waiting(infrav1.ReasonWaitingForOwner, capiWaitingRetry, capiOwnerRetryReasonMsg, ownerKind)
 }
+
+// capiMachine is what the HarvesterMachine front door reads of the Cluster API Machine that owns
+// a HarvesterMachine (read as unstructured: the project does not import Cluster API's modules).
+type capiMachine struct {
+	Name string
+	// DataSecretName is spec.bootstrap.dataSecretName: empty until the bootstrap provider has
+	// written the machine's bootstrap data.
+	DataSecretName string
+	// ControlPlane is set for control plane machines (label cluster.x-k8s.io/control-plane).
+	ControlPlane bool
+	// FailureDomain is spec.failureDomain: where Cluster API (or the user) places the machine,
+	// one of the HarvesterCluster's failure domains; empty for anywhere.
+	FailureDomain string
+}

@@ -17,20 +17,6 @@ import (
 // OwnerKindHarvesterMachine is the owner kind of the objects a HarvesterMachine has on Harvester.
 const OwnerKindHarvesterMachine = "HarvesterMachine"
 
-// capiMachine is what the HarvesterMachine front door reads of the Cluster API Machine that owns
-// a HarvesterMachine (read as unstructured: the project does not import Cluster API's modules).
-type capiMachine struct {
-	Name string
-	// DataSecretName is spec.bootstrap.dataSecretName: empty until the bootstrap provider has
-	// written the machine's bootstrap data.
-	DataSecretName string
-	// ControlPlane is set for control plane machines (label cluster.x-k8s.io/control-plane).
-	ControlPlane bool
-	// FailureDomain is spec.failureDomain: where Cluster API (or the user) places the machine,
-	// one of the HarvesterCluster's failure domains; empty for anywhere.
-	FailureDomain string
-}
-
 // Keys of a Cluster API bootstrap data Secret (Cluster API's bootstrap provider contract).
 const (
 	bootstrapValueKey  = "value"

@@ -397,19 +397,6 @@ func (r *Reconciler) unrecordedHome(ctx context.Context, s *machineScope) (*mach
 	return &machineHome{Home: &harvester.Home{Cluster: cluster}, ref: harvester.MachineRef{Owner: ownerOf(s.mr, r.managementCluster), Namespace: creds.Namespace, Name: s.mr.Spec.MachineName}}, nil
 }
 
-// nothingCreated reports whether the status of a machine without a recorded place shows that
-// nothing can have been created for it: it never got past Pending, or failed on its
-// configuration (which is checked before anything is created).
-func nothingCreated(st v1alpha1.MachineRequestStatus) bool {
-	switch st.Phase {
-	case "", v1alpha1.MachinePhasePending:
-		return true
-	case v1alpha1.MachinePhaseFailed:
-		return configReasons[st.FailureReason]
-	}
-	return false
-}
-
 // describeHome names the machine's VM for messages: where it lives if recorded.
 func describeHome(s *machineScope) string {
 	if p, _ := s.mr.RecordedPlacement(); p != nil {

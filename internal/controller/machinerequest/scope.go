@@ -148,3 +148,16 @@ var configReasons = objstatus.Reasons{
 	v1alpha1.ReasonProviderConfigNotShared: true,
 	v1alpha1.ReasonProviderConfigNotReady:  true,
 }
+
+// nothingCreated reports whether the status of a machine without a recorded place shows that
+// nothing can have been created for it: it never got past Pending, or failed on its
+// configuration (which is checked before anything is created).
+func nothingCreated(st v1alpha1.MachineRequestStatus) bool {
+	switch st.Phase {
+	case "", v1alpha1.MachinePhasePending:
+		return true
+	case v1alpha1.MachinePhaseFailed:
+		return configReasons[st.FailureReason]
+	}
+	return false
+}
