@@ -15,6 +15,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -167,6 +168,7 @@ func TestClusterAPIHostedControlPlaneSetsEndpoint(t *testing.T) {
 	if ok, err := allowed(ctx, c, steward, "get harvesterclusters"); err != nil || ok {
 		t.Fatalf("Steward's release RBAC alone lets it get HarvesterClusters (%v, %v): the test would not show that steward-rbac.yaml is needed", ok, err)
 	}
+	requireStewardCannotReadWithGetAndPatchOnly(ctx, t, w, cluster)
 	role, binding := stewardRBAC(ctx, t, assets)
 	w.must(c.Create(ctx, role))
 	w.must(c.Create(ctx, binding))
@@ -180,16 +182,7 @@ func TestClusterAPIHostedControlPlaneSetsEndpoint(t *testing.T) {
 		}
 	}
 
-	// Steward's manager client: unstructured reads from its informer cache.
-	stewardConfig := rest.CopyConfig(w.cfg)
-	stewardConfig.Impersonate = *steward
-	informers, err := cache.New(stewardConfig, cache.Options{Scheme: w.scheme})
-	w.must(err)
-	cacheCtx, stopCache := context.WithCancel(ctx)
-	t.Cleanup(stopCache)
-	go func() { _ = informers.Start(cacheCtx) }()
-	sc, err := client.New(stewardConfig, client.Options{Scheme: w.scheme, Cache: &client.CacheOptions{Reader: informers, Unstructured: true}})
-	w.must(err)
+	sc, _ := stewardClient(ctx, t, w, steward)
 
 	const host = "10.40.0.200" // the address of the hosted API server's Service
 	data, err := stewardPatchGenericCluster(ctx, c, sc, cluster, host, 6443)
@@ -239,6 +232,58 @@ func TestClusterAPIHostedControlPlaneSetsEndpoint(t *testing.T) {
 	}
 }
 
+// stewardClient is a client as the Steward control plane provider's manager builds it (main.go:
+// NewClient with options.Cache.Unstructured = true): reads, unstructured ones included, come from
+// an informer cache, which lists and watches each kind it is asked for; it acts as user. stop ends
+// its informers.
+func stewardClient(ctx context.Context, t *testing.T, w *capiWorld, user *rest.ImpersonationConfig) (c client.Client, stop func()) {
+	t.Helper()
+	config := rest.CopyConfig(w.cfg)
+	config.Impersonate = *user
+	informers, err := cache.New(config, cache.Options{Scheme: w.scheme})
+	w.must(err)
+	cacheCtx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go func() { _ = informers.Start(cacheCtx) }()
+	if !informers.WaitForCacheSync(ctx) {
+		t.Fatal("Steward's cache did not start")
+	}
+	c, err = client.New(config, client.Options{Scheme: w.scheme, Cache: &client.CacheOptions{Reader: informers, Unstructured: true}})
+	w.must(err)
+	return c, stop
+}
+
+// requireStewardCannotReadWithGetAndPatchOnly shows why steward-rbac.yaml grants list and watch
+// besides get and patch: a ServiceAccount bound by Steward's release ClusterRole and a ClusterRole
+// with only get and patch of HarvesterClusters reads the Cluster, but Steward's client cannot read
+// the HarvesterCluster (its informer cannot list it) and patches nothing.
+func requireStewardCannotReadWithGetAndPatchOnly(ctx context.Context, t *testing.T, w *capiWorld, cluster *unstructured.Unstructured) {
+	t.Helper()
+	const name = "steward-get-patch-only"
+	user := testbed.ServiceAccountUser(stewardNamespace, name)
+	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: stewardNamespace, Name: name}}
+	w.must(w.c.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{infrav1.GroupVersion.Group}, Resources: []string{"harvesterclusters"}, Verbs: []string{"get", "patch"}}}}))
+	for _, role := range []string{name, "capi-steward-manager-role"} {
+		w.must(w.c.Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name + "-" + role}, Subjects: subject,
+			RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role}}))
+	}
+	w.must(waitAllowed(ctx, w.c, map[*rest.ImpersonationConfig]string{user: "patch harvesterclusters"}))
+	w.must(waitAllowed(ctx, w.c, map[*rest.ImpersonationConfig]string{user: "list clusters.cluster.x-k8s.io"}))
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	sc, stop := stewardClient(ctx, t, w, user)
+	defer stop() // its informer would go on trying to list
+	if _, err := stewardPatchGenericCluster(short, w.c, sc, cluster, "10.40.0.199", 6443); err == nil || !strings.Contains(err.Error(), "cannot retrieve the HarvesterCluster") {
+		t.Fatalf("Steward's client with get and patch only: %v, want it unable to read the HarvesterCluster", err)
+	}
+	hc := &infrav1.HarvesterCluster{}
+	w.must(w.c.Get(ctx, types.NamespacedName{Namespace: cluster.GetNamespace(), Name: cluster.GetName()}, hc))
+	if hc.Spec.ControlPlaneEndpoint.Host != "" {
+		t.Fatalf("the HarvesterCluster got endpoint %q", hc.Spec.ControlPlaneEndpoint.Host)
+	}
+}
+
 // stewardPatchGenericCluster does what the Steward control plane provider's patchGenericCluster
 // (controllers/stewardcontrolplane_controller_cluster_patch.go @78fc830, patchStatus false, as for
 // a kind of --dynamic-infrastructure-clusters) does with its manager's client sc: it reads the
@@ -256,11 +301,12 @@ func stewardPatchGenericCluster(ctx context.Context, admin, sc client.Client, cl
 		return nil, fmt.Errorf("get the Cluster: %w", err)
 	}
 	ref, _, _ := unstructured.NestedStringMap(cl.Object, "spec", "infrastructureRef")
-	crd := &apiextensionsv1.CustomResourceDefinition{}
+	crd := &unstructured.Unstructured{}
+	crd.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
 	if err := admin.Get(ctx, client.ObjectKey{Name: "harvesterclusters." + ref["apiGroup"]}, crd); err != nil {
 		return nil, err
 	}
-	version := crd.Labels["cluster.x-k8s.io/v1beta2"]
+	version := crd.GetLabels()["cluster.x-k8s.io/v1beta2"]
 	if ref["kind"] != "HarvesterCluster" || version == "" {
 		return nil, fmt.Errorf("infrastructureRef %v, contract label %q", ref, version)
 	}
