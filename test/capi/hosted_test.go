@@ -330,8 +330,8 @@ func stewardPatchGenericCluster(ctx context.Context, admin, sc client.Client, cl
 // stewardPatchHelper patches after as sigs.k8s.io/cluster-api/util/patch's Helper.Patch does for an
 // unstructured object (which implements neither of its conditions setters) whose status did not
 // change; read in cluster-api v1.14.2 util/patch (patch.go: Patch, calculateChanges, shouldPatch,
-// patch, calculatePatch; utils.go: unsafeUnstructuredCopy), as in v1.10.4, which Steward builds
-// with. The project's module cannot import that package: it requires sigs.k8s.io/cluster-api/api
+// patch, calculatePatch; utils.go: unsafeUnstructuredCopy) and in v1.10.4, which Steward builds
+// with (its patch sends client.MergeFrom(before) of the same objects: the same data). The project's module cannot import that package: it requires sigs.k8s.io/cluster-api/api
 // only, and the cluster-api module itself pins another controller-runtime (hack/tools/capi is
 // its own module for that reason). The helper computes the top-level fields that differ (a merge
 // patch of before against after); if any besides status does, it sends one JSON merge patch
