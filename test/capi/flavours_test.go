@@ -2,6 +2,8 @@ package capi
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,9 +16,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -375,4 +380,106 @@ func TestClusterAPIKubeadmFlavourKubeVIPUsesSuperAdminDuringInit(t *testing.T) {
 			t.Errorf("%s: after kubeadm the kube-vip manifest is not as written (admin.conf):\n%s", node.name, after)
 		}
 	}
+}
+
+var clusterResourceSetGVK = schema.GroupVersionKind{Group: "addons.cluster.x-k8s.io", Version: "v1beta2", Kind: "ClusterResourceSet"}
+
+// TestClusterAPIClusterResourceSetInstallsHarvesterAddons has the real Cluster API core manager's
+// ClusterResourceSet controller apply the kubeadm flavour's ClusterResourceSet and ConfigMaps (as
+// clusterctl renders them) to a tenant cluster: a second API server that Cluster API reaches by
+// the Cluster's kubeconfig Secret, where the test plays the kubelets. The Cluster carries the
+// flavour's label; its control plane Machine runs on the simulated Harvester, so Cluster API
+// counts the control plane initialized. The credentials Secret is written as the contract says
+// the provider writes it (<cluster>-harvester-cloud-config, type addons.cluster.x-k8s.io/resource-set,
+// key cloud-config.yaml holding the tenant's Secret kube-system/cloud-config). The tenant cluster
+// then has that Secret with its kubeconfig, Harvester's cloud provider and CSI driver (created by
+// the API server, not dry-run) and the ClusterResourceSet reports ResourcesApplied; a renewed
+// kubeconfig reaches the tenant's Secret (strategy Reconcile).
+func TestClusterAPIClusterResourceSetInstallsHarvesterAddons(t *testing.T) {
+	assets := requireAssets(t)
+	w := startCAPIWorld(t)
+	ctx, c, hv := w.ctx, w.c, w.hv
+	tenantAPI, err := testbed.StartTenant(ctx, c, ns, tenant.Name)
+	t.Cleanup(func() { _ = tenantAPI.Stop() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubelets, err := testbed.PlayKubelets(ctx, hv.Config, "vms", tenantAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kubelets.Stop)
+
+	_, config := clusterctlRepository(ctx, t)
+	flavour := generateFlavour(ctx, t, assets, config, "")
+	cluster := w.tenantCluster()
+	label, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": only(t, "kubeadm flavour", flavour, "Cluster").GetLabels()}})
+	w.must(err)
+	w.must(c.Patch(ctx, cluster, client.RawPatch(types.MergePatchType, label)))
+
+	credentials := func(kubeconfig string) *corev1.Secret {
+		inner, err := yaml.Marshal(&corev1.Secret{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: tenantCloudConfig},
+			Data:       map[string][]byte{tenantCloudConfig: []byte(kubeconfig)}})
+		w.must(err)
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tenant.Name + cloudConfigSecretSuffix},
+			Type: "addons.cluster.x-k8s.io/resource-set", Data: map[string][]byte{"cloud-config.yaml": inner}}
+	}
+	first := string(hv.Kubeconfig)
+	w.must(c.Create(ctx, credentials(first)))
+	for _, o := range flavour {
+		if o.GetKind() == "ClusterResourceSet" || o.GetKind() == "ConfigMap" {
+			w.must(c.Create(ctx, o, client.FieldValidation("Strict")))
+		}
+	}
+	cpInfra, cp := tenant.ControlPlaneMachine("tenant-cp-0")
+	w.must(testbed.CreateAll(ctx, c, cpInfra, cp))
+
+	tc := tenantAPI.Client
+	wantSecret := func(kubeconfig string) error {
+		s := &corev1.Secret{}
+		if err := tc.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: tenantCloudConfig}, s); err != nil {
+			return err
+		}
+		if string(s.Data[tenantCloudConfig]) != kubeconfig {
+			return fmt.Errorf("the tenant's Secret kube-system/%s holds another kubeconfig (%d bytes)", tenantCloudConfig, len(s.Data[tenantCloudConfig]))
+		}
+		return nil
+	}
+	waitFor(ctx, t, w.capi, "the ClusterResourceSet to install the credentials, the cloud provider and the CSI driver in the tenant cluster", func() error {
+		if err := wantSecret(first); err != nil {
+			return err
+		}
+		for _, o := range []client.Object{
+			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "harvester-cloud-provider"}},
+			&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "harvester-csi-driver"}},
+			&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "harvester-csi-driver-controllers"}},
+			&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "harvester"}},
+			&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "driver.harvesterhci.io"}},
+		} {
+			if err := tc.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+				return fmt.Errorf("%T %s: %w", o, o.GetName(), err)
+			}
+		}
+		crs := &unstructured.Unstructured{}
+		crs.SetGroupVersionKind(clusterResourceSetGVK)
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: tenant.Name + "-harvester-addons"}, crs); err != nil {
+			return err
+		}
+		conditions, _, _ := unstructured.NestedSlice(crs.Object, "status", "conditions")
+		for _, cond := range conditions {
+			if m, _ := cond.(map[string]any); m["type"] == "ResourcesApplied" && m["status"] == "True" {
+				return nil
+			}
+		}
+		return fmt.Errorf("ClusterResourceSet conditions %v", conditions)
+	})
+
+	// The provider renews the kubeconfig: strategy Reconcile applies it again.
+	renewed := first + "# renewed\n"
+	s := &corev1.Secret{}
+	w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: tenant.Name + cloudConfigSecretSuffix}, s))
+	s.Data = credentials(renewed).Data
+	w.must(c.Update(ctx, s))
+	waitFor(ctx, t, w.capi, "the renewed kubeconfig to reach the tenant cluster", func() error { return wantSecret(renewed) })
 }
