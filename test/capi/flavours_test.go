@@ -17,6 +17,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
@@ -389,10 +390,11 @@ var clusterResourceSetGVK = schema.GroupVersionKind{Group: "addons.cluster.x-k8s
 // clusterctl renders them) to a tenant cluster: a second API server that Cluster API reaches by
 // the Cluster's kubeconfig Secret, where the test plays the kubelets. The Cluster carries the
 // flavour's label; its control plane Machine runs on the simulated Harvester, so Cluster API
-// counts the control plane initialized. The credentials Secret is written as the contract says
-// the provider writes it (<cluster>-harvester-cloud-config, type addons.cluster.x-k8s.io/resource-set,
-// key cloud-config.yaml holding the tenant's Secret kube-system/cloud-config). The tenant cluster
-// then has that Secret with its kubeconfig, Harvester's cloud provider and CSI driver (created by
+// counts the control plane initialized. The cloud provider is applied before the credentials
+// exist; then the credentials Secret is written as the contract says the provider writes it
+// (<cluster>-harvester-cloud-config, type addons.cluster.x-k8s.io/resource-set, key
+// cloud-config.yaml holding the tenant's Secret kube-system/cloud-config). The tenant cluster then
+// has that Secret with its kubeconfig, Harvester's cloud provider and CSI driver (created by
 // the API server, not dry-run) and the ClusterResourceSet reports ResourcesApplied; a renewed
 // kubeconfig reaches the tenant's Secret (strategy Reconcile).
 func TestClusterAPIClusterResourceSetInstallsHarvesterAddons(t *testing.T) {
@@ -425,8 +427,6 @@ func TestClusterAPIClusterResourceSetInstallsHarvesterAddons(t *testing.T) {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tenant.Name + cloudConfigSecretSuffix},
 			Type: "addons.cluster.x-k8s.io/resource-set", Data: map[string][]byte{"cloud-config.yaml": inner}}
 	}
-	first := string(hv.Kubeconfig)
-	w.must(c.Create(ctx, credentials(first)))
 	for _, o := range flavour {
 		if o.GetKind() == "ClusterResourceSet" || o.GetKind() == "ConfigMap" {
 			w.must(c.Create(ctx, o, client.FieldValidation("Strict")))
@@ -435,7 +435,16 @@ func TestClusterAPIClusterResourceSetInstallsHarvesterAddons(t *testing.T) {
 	cpInfra, cp := tenant.ControlPlaneMachine("tenant-cp-0")
 	w.must(testbed.CreateAll(ctx, c, cpInfra, cp))
 
+	// Before the provider has written the credentials: the rest is applied, the Secret is not.
 	tc := tenantAPI.Client
+	waitFor(ctx, t, w.capi, "the ClusterResourceSet to install the cloud provider before the credentials exist", func() error {
+		return tc.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "harvester-cloud-provider"}, &appsv1.Deployment{})
+	})
+	if err := tc.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: tenantCloudConfig}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the tenant's Secret kube-system/%s before the provider wrote it: %v", tenantCloudConfig, err)
+	}
+	first := string(hv.Kubeconfig)
+	w.must(c.Create(ctx, credentials(first)))
 	wantSecret := func(kubeconfig string) error {
 		s := &corev1.Secret{}
 		if err := tc.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: tenantCloudConfig}, s); err != nil {
