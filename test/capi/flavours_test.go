@@ -306,7 +306,8 @@ func only(t *testing.T, what string, objs []*unstructured.Unstructured, kind str
 // node (/run/kubeadm/kubeadm-join-config.yaml instead): on the init node kube-vip's kubeconfig
 // hostPath is super-admin.conf while kubeadm runs and admin.conf again after it (the manifest
 // exactly as written); a joining node keeps admin.conf throughout. The path inside the container
-// stays /etc/kubernetes/admin.conf.
+// stays /etc/kubernetes/admin.conf (where kube-vip reads it), and the Pod makes the name
+// kubernetes, which kube-vip dials, the local API server.
 func TestClusterAPIKubeadmFlavourKubeVIPUsesSuperAdminDuringInit(t *testing.T) {
 	assets := requireAssets(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -333,6 +334,11 @@ func TestClusterAPIKubeadmFlavourKubeVIPUsesSuperAdminDuringInit(t *testing.T) {
 		}
 		if len(pod.Spec.Volumes) != 1 || pod.Spec.Volumes[0].HostPath == nil || len(pod.Spec.Containers) != 1 || len(pod.Spec.Containers[0].VolumeMounts) != 1 {
 			t.Fatalf("the kube-vip Pod has volumes %+v and containers %+v, want one hostPath kubeconfig mounted once", pod.Spec.Volumes, pod.Spec.Containers)
+		}
+		if !slices.ContainsFunc(pod.Spec.HostAliases, func(a corev1.HostAlias) bool {
+			return a.IP == "127.0.0.1" && slices.Contains(a.Hostnames, "kubernetes")
+		}) {
+			t.Errorf("the kube-vip Pod has host aliases %+v: kube-vip dials kubernetes:6443, which must be the local API server (127.0.0.1)", pod.Spec.HostAliases)
 		}
 		if !pinnedImage.MatchString(pod.Spec.Containers[0].Image) {
 			t.Errorf("kube-vip image %q is not pinned by version", pod.Spec.Containers[0].Image)
