@@ -157,10 +157,11 @@ release-artifacts: ## dist/: the Helm chart package and install.yaml (kustomize)
 	$(KUSTOMIZE) build config/default | sed 's|ghcr.io/butlerdotdev/butler-provider-harvester:v[0-9.]*|ghcr.io/butlerdotdev/butler-provider-harvester:$(VERSION)|' > dist/install.yaml
 
 .PHONY: infrastructure-components
-infrastructure-components: ## dist/clusterctl/: infrastructure-components.yaml (kustomize config/clusterctl), metadata.yaml and the cluster templates, for a clusterctl repository of VERSION.
+infrastructure-components: ## dist/clusterctl/: infrastructure-components.yaml (kustomize config/clusterctl), metadata.yaml, the cluster templates and the opt-in steward-rbac.yaml (config/steward), for a clusterctl repository of VERSION.
 	@echo "$(VERSION)" | grep -Eq '^v[0-9]+\.[0-9]+\.[0-9]+$$' || { echo "VERSION=$(VERSION) is not vX.Y.Z"; exit 1; }
 	rm -rf dist/clusterctl && mkdir -p dist/clusterctl
 	$(KUSTOMIZE) build config/clusterctl | sed 's|ghcr.io/butlerdotdev/butler-provider-harvester:v[0-9.]*|ghcr.io/butlerdotdev/butler-provider-harvester:$(VERSION)|' > dist/clusterctl/infrastructure-components.yaml
+	$(KUSTOMIZE) build config/steward > dist/clusterctl/steward-rbac.yaml
 	cp metadata.yaml templates/cluster-template*.yaml dist/clusterctl/
 
 .PHONY: docker-build

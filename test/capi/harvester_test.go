@@ -44,7 +44,8 @@ func repoRoot() string {
 
 // capiWorld is a management API server with this provider's CRDs and Cluster API's, the real
 // Cluster API core manager, this provider's controllers, and a simulated Harvester with a VM
-// network and an image; namespace ns holds the credentials and a ProviderConfig "harvester".
+// network and an image; namespace ns holds the credentials and a ProviderConfig "harvester". The
+// API server also serves the CRDs of the directories moreCRDs.
 type capiWorld struct {
 	t    *testing.T
 	ctx  context.Context
@@ -60,14 +61,14 @@ type capiWorld struct {
 
 const ns = "tenants"
 
-func startCAPIWorld(t *testing.T) *capiWorld {
+func startCAPIWorld(t *testing.T, moreCRDs ...string) *capiWorld {
 	t.Helper()
 	assets := requireAssets(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
-	env := &envtest.Environment{ErrorIfCRDPathMissing: true, CRDDirectoryPaths: []string{
+	env := &envtest.Environment{ErrorIfCRDPathMissing: true, CRDDirectoryPaths: append([]string{
 		testbed.ClusterAPICRDs(assets), filepath.Join(repoRoot(), "config", "crd", "bases"), filepath.Join(repoRoot(), "config", "crd", "infrastructure"),
-	}}
+	}, moreCRDs...)}
 	cfg, err := env.Start()
 	if err != nil {
 		t.Fatalf("start the management API server: %v", err)

@@ -26,11 +26,15 @@ const providerName = "butler-harvester"
 
 // TestClusterAPITemplatesRenderWithClusterctl builds a local clusterctl repository as `make
 // infrastructure-components` does (components from config/clusterctl, metadata.yaml, the cluster
-// templates), has the real clusterctl generate a cluster from each flavor with only the documented
-// variables, and checks that nothing is left unset, that every object is there, and (kubeadm
-// flavor, whose providers' CRDs come with Cluster API) that the API server accepts every object
-// of it against the real CRDs with strict field validation (an unknown field is refused, not
-// pruned). The talos flavor's providers are not Go modules served here: it is rendered only.
+// templates), has the real clusterctl generate a cluster from each flavour (kubeadm, talos,
+// hosted) with only the documented variables, and checks that nothing is left unset, that every
+// object is there, and that the API server accepts every object whose CRD it serves (Cluster API
+// core's with the ClusterResourceSet, the kubeadm providers', this provider's, and Steward's
+// StewardControlPlane from test/testdata/steward) with strict field validation (an unknown field
+// is refused, not pruned). The Talos providers are not Go modules served here: the talos
+// flavour's TalosControlPlane and TalosConfigTemplate are checked by their shape only. Each
+// flavour's ClusterResourceSet (checkAddons) and the manifests it applies in the tenant cluster
+// (built-in kinds, accepted under strict validation too) are checked as well.
 func TestClusterAPITemplatesRenderWithClusterctl(t *testing.T) {
 	assets := requireAssets(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -45,34 +49,21 @@ func TestClusterAPITemplatesRenderWithClusterctl(t *testing.T) {
 		if o.GetKind() == "CustomResourceDefinition" && strings.HasSuffix(o.GetName(), ".infrastructure.butlerlabs.dev") && o.GetLabels()["cluster.x-k8s.io/v1beta2"] != "v1alpha1" {
 			t.Errorf("CRD %s lacks the contract label cluster.x-k8s.io/v1beta2: v1alpha1 (labels %v)", o.GetName(), o.GetLabels())
 		}
+		if strings.Contains(o.GetName(), "steward") {
+			t.Errorf("infrastructure-components.yaml has %s %s: the Steward RBAC is opt-in (config/steward, steward-rbac.yaml)", o.GetKind(), o.GetName())
+		}
 	}
 
-	generate := func(flavor string) []*unstructured.Unstructured {
-		t.Helper()
-		args := []string{"generate", "cluster", "tenant", "--infrastructure", providerName + ":" + providerVersion,
-			"--kubernetes-version", "v1.33.1", "--control-plane-machine-count", "3", "--worker-machine-count", "2", "--target-namespace", "tenants"}
-		if flavor != "" {
-			args = append(args, "--flavor", flavor)
-		}
-		out := runClusterctl(ctx, t, assets, config, []string{"CONTROL_PLANE_ENDPOINT_IP=10.40.0.250", "HARVESTER_PROVIDER_CONFIG=harvester",
-			"HARVESTER_IMAGE=vms/ubuntu", "TALOS_VERSION=v1.9"}, args...)
-		if strings.Contains(string(out), "${") {
-			t.Fatalf("flavor %q left a variable unset:\n%s", flavor, out)
-		}
-		objs, err := testbed.DecodeManifests(out)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return objs
+	flavours := map[string][]*unstructured.Unstructured{}
+	for _, flavour := range []string{"", "talos", "hosted"} {
+		flavours[flavour] = generateFlavour(ctx, t, assets, config, flavour)
 	}
-
-	kubeadm := generate("")
-	requireKinds(t, "the kubeadm flavor", kubeadm, "Cluster", "HarvesterCluster", "HarvesterMachineTemplate", "KubeadmControlPlane", "KubeadmConfigTemplate", "MachineDeployment")
-	talos := generate("talos")
-	requireKinds(t, "the talos flavor", talos, "Cluster", "HarvesterCluster", "HarvesterMachineTemplate", "TalosControlPlane", "TalosConfigTemplate", "MachineDeployment")
+	requireKinds(t, "the kubeadm flavour", flavours[""], "Cluster", "HarvesterCluster", "HarvesterMachineTemplate", "KubeadmControlPlane", "KubeadmConfigTemplate", "MachineDeployment", "ClusterResourceSet", "ConfigMap")
+	requireKinds(t, "the talos flavour", flavours["talos"], "Cluster", "HarvesterCluster", "HarvesterMachineTemplate", "TalosControlPlane", "TalosConfigTemplate", "MachineDeployment", "ClusterResourceSet", "ConfigMap")
+	requireKinds(t, "the hosted flavour", flavours["hosted"], "Cluster", "HarvesterCluster", "StewardControlPlane", "HarvesterMachineTemplate", "KubeadmConfigTemplate", "MachineDeployment", "ClusterResourceSet", "ConfigMap")
 
 	env := &envtest.Environment{ErrorIfCRDPathMissing: true, CRDDirectoryPaths: []string{
-		testbed.ClusterAPICRDs(assets), filepath.Join(assets, "kubeadm-crds"), filepath.Join(repoRoot(), "config", "crd", "infrastructure"),
+		testbed.ClusterAPICRDs(assets), filepath.Join(assets, "kubeadm-crds"), filepath.Join(repoRoot(), "config", "crd", "infrastructure"), stewardCRDs(),
 	}}
 	cfg, err := env.Start()
 	if err != nil {
@@ -86,11 +77,55 @@ func TestClusterAPITemplatesRenderWithClusterctl(t *testing.T) {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenants"}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range kubeadm {
-		if err := c.Create(ctx, o, client.DryRunAll, client.FieldValidation("Strict")); err != nil {
-			t.Errorf("the API server refuses the kubeadm flavor's %s %s: %v", o.GetKind(), o.GetName(), err)
+	for _, flavour := range []string{"", "talos", "hosted"} {
+		name := flavourName(flavour)
+		for _, o := range flavours[flavour] {
+			if o.GetAPIVersion() == "controlplane.cluster.x-k8s.io/v1alpha3" || o.GetAPIVersion() == "bootstrap.cluster.x-k8s.io/v1alpha3" {
+				continue // Talos's kinds: no CRD here
+			}
+			if err := c.Create(ctx, o, client.DryRunAll, client.FieldValidation("Strict")); err != nil {
+				t.Errorf("the API server refuses the %s's %s %s: %v", name, o.GetKind(), o.GetName(), err)
+			}
 		}
+		checkAddons(ctx, t, c, name, flavours[flavour])
 	}
+	requireSameAddons(t, flavours)
+	checkTalosVIP(t, flavours["talos"])
+	checkHostedFlavour(t, flavours["hosted"])
+}
+
+// generateFlavour has the real clusterctl generate cluster "tenant" in namespace "tenants" from a
+// flavour ("" is the default, kubeadm) with only the variables the templates' headers call
+// required, and checks that nothing is left unset.
+func generateFlavour(ctx context.Context, t *testing.T, assets, config, flavour string) []*unstructured.Unstructured {
+	t.Helper()
+	args := []string{"generate", "cluster", "tenant", "--infrastructure", providerName + ":" + providerVersion,
+		"--kubernetes-version", "v1.33.1", "--control-plane-machine-count", "3", "--worker-machine-count", "2", "--target-namespace", "tenants"}
+	if flavour != "" {
+		args = append(args, "--flavor", flavour)
+	}
+	// Only the variables each flavour's header calls required.
+	env := map[string][]string{
+		"":       {"CONTROL_PLANE_ENDPOINT_IP=10.40.0.250", "HARVESTER_PROVIDER_CONFIG=harvester", "HARVESTER_IMAGE=vms/ubuntu"},
+		"talos":  {"CONTROL_PLANE_ENDPOINT_IP=10.40.0.250", "HARVESTER_PROVIDER_CONFIG=harvester", "HARVESTER_IMAGE=vms/talos", "TALOS_VERSION=v1.9"},
+		"hosted": {"HARVESTER_PROVIDER_CONFIG=harvester", "HARVESTER_IMAGE=vms/ubuntu"},
+	}[flavour]
+	out := runClusterctl(ctx, t, assets, config, env, args...)
+	if strings.Contains(string(out), "${") {
+		t.Fatalf("flavour %q left a variable unset:\n%s", flavour, out)
+	}
+	objs, err := testbed.DecodeManifests(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
+}
+
+func flavourName(flavour string) string {
+	if flavour == "" {
+		return "kubeadm flavour"
+	}
+	return flavour + " flavour"
 }
 
 func requireKinds(t *testing.T, what string, objs []*unstructured.Unstructured, kinds ...string) {
@@ -123,8 +158,12 @@ func clusterctlRepository(ctx context.Context, t *testing.T) (components []byte,
 	}
 	components = kustomizeBuild(ctx, t, "config/clusterctl")
 	writeFile(t, filepath.Join(repo, "infrastructure-components.yaml"), components)
-	for _, name := range []string{"metadata.yaml", "templates/cluster-template.yaml", "templates/cluster-template-talos.yaml"} {
-		data, err := os.ReadFile(filepath.Join(root, name))
+	templates, err := filepath.Glob(filepath.Join(root, "templates", "cluster-template*.yaml"))
+	if err != nil || len(templates) < 3 {
+		t.Fatalf("templates/cluster-template*.yaml: %v, %v", templates, err)
+	}
+	for _, name := range append([]string{filepath.Join(root, "metadata.yaml")}, templates...) {
+		data, err := os.ReadFile(name)
 		if err != nil {
 			t.Fatal(err)
 		}
