@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
@@ -32,6 +34,12 @@ type HarvesterClusterReconciler struct {
 	Recorder events.EventRecorder
 	// Preflight, if set, lends the ProviderConfigs' checks it may not write to their status.
 	Preflight *ProviderConfigReconciler
+	// Harvester, if set, makes the tenant clusters' Harvester credentials (spec.guestCredentials;
+	// harvestercluster_guest.go), which SecretReader (live, get only) reads back.
+	Harvester    harvester.Connector
+	SecretReader client.Reader
+	// GuestRecheckInterval is how often delivered credentials are checked (default a minute).
+	GuestRecheckInterval time.Duration
 
 	statuses objstatus.Memory[infrav1.HarvesterClusterStatus]
 }
@@ -117,6 +125,7 @@ func (r *HarvesterClusterReconciler) reconcile(ctx context.Context, s *objstatus
 		return reconcile.Result{}, err
 	}
 	hc.Status.FailureDomains = hc.Spec.ContractFailureDomains()
+	guest := r.guestPhase(ctx, s, cluster.Name, t)
 	if hc.Spec.ControlPlaneEndpoint.Host == "" && cluster.EndpointHost == "" {
 		return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonWaitingForControlPlaneEndpoint, capiWaitingRetry,
 			"neither spec.controlPlaneEndpoint nor Cluster %s/%s's spec.controlPlaneEndpoint is set: set one (for example a kube-vip address on the Harvester network), or use a control plane provider that sets it", cluster.Namespace, cluster.Name)
@@ -126,7 +135,7 @@ func (r *HarvesterClusterReconciler) reconcile(ctx context.Context, s *objstatus
 	s.SetCondition(infrav1.ConditionReady, metav1.ConditionTrue, infrav1.ReasonReady, msg)
 	s.SetCondition(v1alpha1.ConditionProgressing, metav1.ConditionFalse, infrav1.ReasonReady, msg)
 	s.Healthy()
-	return reconcile.Result{}, nil
+	return guest, nil
 }
 
 // reconcileDelete lets the HarvesterCluster go once its cluster has no HarvesterMachine left.
@@ -144,6 +153,10 @@ func (r *HarvesterClusterReconciler) reconcileDelete(ctx context.Context, s *obj
 			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, capiWaitingRetry,
 				"waiting for the %d HarvesterMachines of Cluster %s to be deleted (their deletion needs this HarvesterCluster's ProviderConfig)", n, clusterName)
 		}
+	}
+	// No credential outlives its cluster.
+	if err := r.guestDeleteStep(ctx, hc, hc.Labels[capiClusterNameLabel]); err != nil {
+		return reconcile.Result{}, err
 	}
 	patch := client.MergeFromWithOptions(hc.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(hc, infrav1.HarvesterClusterFinalizer)

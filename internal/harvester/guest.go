@@ -1,6 +1,7 @@
 package harvester
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -60,9 +61,11 @@ type GuestSpec struct {
 	// Namespace is the VMs' namespace on Harvester: where the identity lives, what its binding
 	// to the cloud provider's role covers, and its kubeconfig's context namespace.
 	Namespace string
-	// Rotate re-issues the token: the token Secret is deleted, which revokes its token, and made
-	// again.
-	Rotate bool
+	// RevokeToken, if set, is a token issued before that is to be replaced (the credentials it
+	// was issued with changed): while the token Secret holds it, the Secret is deleted, which
+	// revokes it, and made again. A token Secret that already holds another (or none yet) is kept,
+	// so that asking again while the new token is being filled in does not revoke that one.
+	RevokeToken []byte
 }
 
 // GuestNames are the names of a guest identity's objects on Harvester.
@@ -324,7 +327,8 @@ func (m *remote) ensureGuestToken(ctx context.Context, spec GuestSpec, sa *corev
 		return nil, false, classify(err, "get "+what)
 	case !isGuestOf(secret, spec.Owner) || secret.Type != corev1.SecretTypeServiceAccountToken:
 		return nil, false, Permanent(ReasonNameTaken, "%s exists on Harvester and was not made for %s: the provider never changes it; delete or rename it", what, spec.Owner)
-	case spec.Rotate || secret.Annotations[corev1.ServiceAccountUIDKey] != string(sa.UID):
+	case len(spec.RevokeToken) > 0 && bytes.Equal(secret.Data[corev1.ServiceAccountTokenKey], spec.RevokeToken),
+		secret.Annotations[corev1.ServiceAccountUIDKey] != string(sa.UID):
 		// Deleting the Secret revokes its token: the API server accepts a Secret-based token
 		// only while its Secret exists.
 		if err := m.c.Delete(ctx, secret, client.Preconditions{UID: &secret.UID}); client.IgnoreNotFound(err) != nil {
@@ -393,10 +397,13 @@ func (c *cluster) DeleteGuest(ctx context.Context, owner Owner, namespace string
 		case !isGuestOf(obj, owner):
 			continue // not ours: never deleted
 		}
-		left++
 		uid := obj.GetUID()
 		if err := c.remote.c.Delete(ctx, obj, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
 			return false, classify(err, "delete "+what)
+		}
+		// None of them has finalizers: each is gone at once, unless someone holds it.
+		if err := c.remote.c.Get(ctx, client.ObjectKeyFromObject(obj), obj); !apierrors.IsNotFound(err) {
+			left++
 		}
 	}
 	return left == 0, nil

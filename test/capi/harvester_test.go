@@ -406,7 +406,8 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 	on, err := controller.SetupClusterAPI(ctx, mgr, mgr.GetLogger(),
 		&controller.HarvesterMachineReconciler{Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, HarvesterEvents: events, Recorder: recorder, Preflight: pcr,
 			PollInterval: 2 * time.Second, StartLimits: harvester.StartLimits{IPReport: time.Minute}},
-		&controller.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr})
+		&controller.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr,
+			Harvester: clusters, SecretReader: mgr.GetAPIReader(), GuestRecheckInterval: 2 * time.Second})
 	if err != nil || !on {
 		t.Fatalf("Cluster API controllers on: %v, error %v", on, err)
 	}
