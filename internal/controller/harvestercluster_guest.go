@@ -203,7 +203,9 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 		set(metav1.ConditionFalse, infrav1.ReasonGuestPermissionsMissing,
 			"ProviderConfig %s's credentials may not: %s. Grant them on Harvester (config/harvester/guest-rbac.yaml, see docs/harvester-rbac.md), or set spec.guestCredentials to None and give the tenant cluster Secret %s/%s yourself; the cluster's machines are made either way, but their Nodes get no providerID without it",
 			t.ref, harvester.DescribePermissions(missing), tenantCloudConfigNamespace, tenantCloudConfigName)
-		return reconcile.Result{RequeueAfter: guestBlockedRetry}
+		// Granted on Harvester, which is not watched: looked at again as often as a delivered
+		// identity is.
+		return reconcile.Result{RequeueAfter: r.guestRecheck()}
 	}
 	creds, err := guests.EnsureGuest(ctx, harvester.GuestSpec{Owner: owner, Namespace: namespace, RevokeToken: revoke})
 	if err != nil {
