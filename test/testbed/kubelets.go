@@ -36,12 +36,12 @@ type Kubelets struct {
 	// WithAdminCloudProvider).
 	adminCloudProvider bool
 	namespace          string
-	tenant    client.Client
-	vms       client.Reader // the Harvester namespace's VMs and VMIs, from the informers
-	nodes     client.Reader // the tenant's Nodes, from the informer
-	queue     workqueue.TypedRateLimitingInterface[string]
-	stop      context.CancelFunc
-	workers   sync.WaitGroup
+	tenant             client.Client
+	vms                client.Reader // the Harvester namespace's VMs and VMIs, from the informers
+	nodes              client.Reader // the tenant's Nodes, from the informer
+	queue              workqueue.TypedRateLimitingInterface[string]
+	stop               context.CancelFunc
+	workers            sync.WaitGroup
 
 	mu sync.Mutex
 	// seenRunning is when the player first saw each VMI running, registered when its Node was
