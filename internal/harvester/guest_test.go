@@ -2,6 +2,7 @@ package harvester
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"os"
@@ -11,9 +12,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 )
@@ -216,4 +221,113 @@ func grantedBy(t *testing.T, path string) []string {
 		}
 	}
 	return granted
+}
+
+// fillToken plays kube-controller-manager's token controller on a fake client.
+func fillToken(t *testing.T, c client.Client, namespace, name, token string) {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, s); err != nil {
+		t.Fatal(err)
+	}
+	s.Data = map[string][]byte{corev1.ServiceAccountTokenKey: []byte(token)}
+	if err := c.Update(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEnsureGuest(t *testing.T) {
+	ctx := context.Background()
+	o := guestOwner()
+	names := GuestNamesFor(o, "vms")
+	spec := GuestSpec{Owner: o, Namespace: "vms"}
+
+	t.Run("made, pending, issued, kept, revoked", func(t *testing.T) {
+		c := fake.NewClientBuilder().WithScheme(remoteScheme).Build()
+		g := newTestCluster(c)
+		_, err := g.EnsureGuest(ctx, spec)
+		if w, ok := AsWaiting(err); !ok || w.Reason != ReasonGuestTokenPending {
+			t.Fatalf("before the token is filled in: %v", err)
+		}
+		for _, obj := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.RoleBinding{}} {
+			if err := c.Get(ctx, client.ObjectKey{Namespace: "vms", Name: names.ServiceAccount}, obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Get(ctx, client.ObjectKey{Name: names.ClusterRoleBinding}, &rbacv1.ClusterRoleBinding{}); err != nil {
+			t.Fatal(err)
+		}
+		fillToken(t, c, "vms", names.TokenSecret, "t1")
+		creds, err := g.EnsureGuest(ctx, spec)
+		if err != nil || string(tokenIn(t, creds.Kubeconfig)) != "t1" || creds.Source == "" {
+			t.Fatalf("issued: %v %v", creds.Source, err)
+		}
+		if ok, err := g.GuestTokenValid(ctx, o, "vms", creds.Kubeconfig); !ok || err != nil {
+			t.Fatalf("GuestTokenValid %v %v", ok, err)
+		}
+		// Asking to revoke another token keeps this one.
+		again, err := g.EnsureGuest(ctx, GuestSpec{Owner: o, Namespace: "vms", RevokeToken: []byte("t0")})
+		if err != nil || again.Issued || string(tokenIn(t, again.Kubeconfig)) != "t1" {
+			t.Fatalf("kept: issued %v, %v", again.Issued, err)
+		}
+		// Revoking this one deletes its Secret and makes another, whose token is pending.
+		_, err = g.EnsureGuest(ctx, GuestSpec{Owner: o, Namespace: "vms", RevokeToken: []byte("t1")})
+		if w, ok := AsWaiting(err); !ok || w.Reason != ReasonGuestTokenPending {
+			t.Fatalf("revoked: %v", err)
+		}
+		if ok, _ := g.GuestTokenValid(ctx, o, "vms", creds.Kubeconfig); ok {
+			t.Fatal("the revoked token is still valid")
+		}
+		// Deleted: everything of ours goes.
+		done, err := g.DeleteGuest(ctx, o, "vms")
+		if err != nil || !done {
+			t.Fatalf("DeleteGuest %v %v", done, err)
+		}
+		for _, list := range []client.ObjectList{&corev1.ServiceAccountList{}, &corev1.SecretList{}, &rbacv1.RoleBindingList{}, &rbacv1.ClusterRoleBindingList{}} {
+			if err := c.List(ctx, list); err != nil {
+				t.Fatal(err)
+			}
+			if items, _ := meta.ExtractList(list); len(items) != 0 {
+				t.Fatalf("left: %v", items)
+			}
+		}
+	})
+
+	t.Run("a name taken by another is never changed or deleted", func(t *testing.T) {
+		theirs := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: names.ServiceAccount}}
+		c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(theirs).Build()
+		g := newTestCluster(c)
+		_, err := g.EnsureGuest(ctx, spec)
+		if p, ok := AsPermanent(err); !ok || p.Reason != ReasonNameTaken || !strings.Contains(p.Message, "ServiceAccount vms/"+names.ServiceAccount) {
+			t.Fatalf("%v", err)
+		}
+		if done, err := g.DeleteGuest(ctx, o, "vms"); err != nil || !done {
+			t.Fatalf("DeleteGuest %v %v", done, err)
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(theirs), theirs); err != nil {
+			t.Fatalf("theirs: %v", err)
+		}
+	})
+
+	t.Run("found again after a move (another UID)", func(t *testing.T) {
+		c := fake.NewClientBuilder().WithScheme(remoteScheme).Build()
+		g := newTestCluster(c)
+		_, _ = g.EnsureGuest(ctx, spec)
+		fillToken(t, c, "vms", names.TokenSecret, "t1")
+		moved := o
+		moved.UID = "uid-2"
+		creds, err := g.EnsureGuest(ctx, GuestSpec{Owner: moved, Namespace: "vms"})
+		if err != nil || string(tokenIn(t, creds.Kubeconfig)) != "t1" {
+			t.Fatalf("after a move: %v", err)
+		}
+	})
+}
+
+func tokenIn(t *testing.T, kubeconfig []byte) []byte {
+	t.Helper()
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []byte(cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo].Token)
 }

@@ -1,0 +1,68 @@
+package controller
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+)
+
+// The delivered Secret follows the fixed contract the cluster templates' ClusterResourceSets are
+// written against.
+func TestBuildGuestCloudConfigSecret(t *testing.T) {
+	hc := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "infra-1", UID: "hc-uid"}}
+	kubeconfig := []byte("apiVersion: v1\nkind: Config\n")
+	s, err := buildGuestCloudConfigSecret(hc, "tenant", kubeconfig, "src", "vms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, check := range map[string]func() bool{
+		"named after the Cluster, in the HarvesterCluster's namespace": func() bool {
+			return s.Namespace == "tenants" && s.Name == "tenant-harvester-cloud-config"
+		},
+		"of the ClusterResourceSet type": func() bool { return s.Type == "addons.cluster.x-k8s.io/resource-set" },
+		"labelled with the Cluster's name": func() bool {
+			return len(s.Labels) == 1 && s.Labels["cluster.x-k8s.io/cluster-name"] == "tenant"
+		},
+		"controlled by the HarvesterCluster": func() bool {
+			c := metav1.GetControllerOf(s)
+			return c != nil && c.Kind == "HarvesterCluster" && c.Name == "infra-1" && c.UID == "hc-uid" && c.APIVersion == infrav1.GroupVersion.String()
+		},
+		"one key": func() bool { return len(s.Data) == 1 && s.Data["cloud-config.yaml"] != nil },
+		"records its source and namespace": func() bool {
+			return s.Annotations[annotationGuestSource] == "src" && s.Annotations[annotationGuestNamespace] == "vms"
+		},
+		"reads back": func() bool { return string(deliveredKubeconfig(s)) == string(kubeconfig) },
+	} {
+		if !check() {
+			t.Errorf("%s: %+v", name, s)
+		}
+	}
+	embedded := &corev1.Secret{}
+	if err := yaml.UnmarshalStrict(s.Data["cloud-config.yaml"], embedded); err != nil {
+		t.Fatal(err)
+	}
+	if embedded.APIVersion != "v1" || embedded.Kind != "Secret" || embedded.Namespace != "kube-system" || embedded.Name != "cloud-config" ||
+		embedded.Type != corev1.SecretTypeOpaque || len(embedded.Data) != 1 || string(embedded.Data["cloud-config"]) != string(kubeconfig) {
+		t.Fatalf("embedded manifest %+v", embedded)
+	}
+}
+
+func TestDeliveredToken(t *testing.T) {
+	for name, tc := range map[string]struct {
+		kubeconfig, want string
+	}{
+		"token": {"apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {cluster: h, user: u}\nusers:\n- name: u\n  user: {token: abc}\n", "abc"},
+		"none":  {"apiVersion: v1\nkind: Config\n", ""},
+		"junk":  {"{", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := string(deliveredToken([]byte(tc.kubeconfig))); got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
