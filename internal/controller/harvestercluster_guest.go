@@ -44,7 +44,7 @@ const (
 	// guestCloudConfigKey is its one data key: the YAML of the Secret to apply in the tenant.
 	guestCloudConfigKey = "cloud-config.yaml"
 	// clusterResourceSetSecretType is the type ClusterResourceSets accept Secrets of.
-	clusterResourceSetSecretType corev1.SecretType = "addons.cluster.x-k8s.io/resource-set"
+	clusterResourceSetSecretType corev1.SecretType = "addons.cluster.x-k8s.io/resource-set" //nolint:gosec // G101: a Secret type, not a credential
 	// tenantCloudConfigNamespace, tenantCloudConfigName and tenantCloudConfigKey are the Secret in
 	// the tenant cluster, and its key, that the cloud provider and CSI driver mount.
 	tenantCloudConfigNamespace = metav1.NamespaceSystem
@@ -172,15 +172,16 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 	if delivered != nil {
 		kubeconfig := deliveredKubeconfig(delivered)
 		recorded := delivered.Annotations[annotationGuestNamespace]
-		if recorded != "" && recorded != namespace {
+		switch {
+		case recorded != "" && recorded != namespace:
 			// The ProviderConfig's namespace changed: the identity of the old one goes first (the
 			// record of where it is is the delivered Secret, rewritten only after).
-			if _, err := guests.DeleteGuest(ctx, owner, recorded); err != nil {
-				set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed,
-					"delete the credentials made in Harvester namespace %s before ProviderConfig %s moved to %s: %v", recorded, t.ref, namespace, err)
+			if done, err := guests.DeleteGuest(ctx, owner, recorded); err != nil || !done {
+				set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsPending,
+					"deleting the credentials made in Harvester namespace %s before ProviderConfig %s moved to %s (%v)", recorded, t.ref, namespace, err)
 				return reconcile.Result{RequeueAfter: guestFailedRetry}
 			}
-		} else if delivered.Annotations[annotationGuestSource] == source && kubeconfig != nil {
+		case delivered.Annotations[annotationGuestSource] == source && kubeconfig != nil:
 			valid, err := guests.GuestTokenValid(ctx, owner, namespace, kubeconfig)
 			if err != nil {
 				set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "check the token on Harvester: %v", err)
@@ -190,7 +191,7 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 				r.issued(s, clusterName, namespace, owner, t)
 				return reconcile.Result{RequeueAfter: r.guestRecheck()}
 			}
-		} else {
+		default:
 			// Issued from other credentials: the token those credentials' owner made is
 			// revoked and a new one issued.
 			revoke = deliveredToken(kubeconfig)

@@ -52,7 +52,7 @@ const (
 // filled in yet (it does so within a second or two).
 const guestTokenRetry = 2 * time.Second
 
-// ReasonGuestTokenPending: the token Secret exists but has no token yet.
+// ReasonGuestTokenPending means the token Secret exists but has no token yet.
 const ReasonGuestTokenPending = "GuestTokenPending"
 
 // GuestSpec is the guest identity of one owner.

@@ -82,7 +82,7 @@ func TestClusterAPIGuestCredentials(t *testing.T) {
 		phase, _, _ := unstructured.NestedString(cp.Object, "status", "phase")
 		node, _, _ := unstructured.NestedString(cp.Object, "status", "nodeRef", "name")
 		if phase != "Running" || node != "tenant-cp-0" {
-			return fmt.Errorf("Machine phase %q, nodeRef %q (cloud provider: %v)", phase, node, cloudProvider.Err())
+			return fmt.Errorf("Machine phase %q, nodeRef %q (cloud provider: %w)", phase, node, cloudProvider.Err())
 		}
 		return nil
 	})
@@ -118,7 +118,7 @@ func TestClusterAPIGuestCredentials(t *testing.T) {
 		})
 		waitFor(ctx, t, w.capi, "the old token refused", func() error {
 			if err := whoAmI(ctx, kubeconfig); !apierrors.IsUnauthorized(err) {
-				return fmt.Errorf("the old token: %v", err)
+				return fmt.Errorf("the old token: %w", err)
 			}
 			return nil
 		})
@@ -154,7 +154,7 @@ func TestClusterAPIGuestCredentials(t *testing.T) {
 	// The API server caches a token's authentication for a few seconds.
 	waitFor(ctx, t, w.capi, "the delivered token refused once the Cluster is gone", func() error {
 		if err := whoAmI(ctx, kubeconfig); !apierrors.IsUnauthorized(err) {
-			return fmt.Errorf("the delivered token: %v", err)
+			return fmt.Errorf("the delivered token: %w", err)
 		}
 		return nil
 	})
@@ -227,7 +227,7 @@ func TestClusterAPIGuestCredentialsNeedTheGuestRole(t *testing.T) {
 // vms instead of default (the world's ProviderConfig's namespace).
 func (w *capiWorld) applyOnHarvester(file string) {
 	w.t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot(), "config", "harvester", file)) //nolint:gosec // G304: a manifest of the repository
+	data, err := os.ReadFile(filepath.Join(repoRoot(), "config", "harvester", file))
 	w.must(err)
 	objs, err := testbed.DecodeManifests(data)
 	w.must(err)
@@ -527,7 +527,7 @@ func playerRefusesBadCredentials(ctx context.Context, t *testing.T, w *capiWorld
 	waitFor(ctx, t, w.capi, "the control player to set the providerID", func() error {
 		w.must(other.Client.Get(ctx, client.ObjectKeyFromObject(node), node))
 		if !strings.HasPrefix(node.Spec.ProviderID, harvester.ProviderIDPrefix) {
-			return fmt.Errorf("providerID %q (player: %v)", node.Spec.ProviderID, player.Err())
+			return fmt.Errorf("providerID %q (player: %w)", node.Spec.ProviderID, player.Err())
 		}
 		return nil
 	})

@@ -27,9 +27,9 @@ const (
 	// in the Cluster's namespace.
 	CloudConfigSecretSuffix = "-harvester-cloud-config"
 	// CloudConfigSecretKey is its key: the YAML of the Secret a ClusterResourceSet applies.
-	CloudConfigSecretKey = "cloud-config.yaml"
+	CloudConfigSecretKey = "cloud-config.yaml" //nolint:gosec // G101: a key name, not a credential
 	// ClusterResourceSetSecretType is the type a ClusterResourceSet takes Secrets of.
-	ClusterResourceSetSecretType corev1.SecretType = "addons.cluster.x-k8s.io/resource-set"
+	ClusterResourceSetSecretType corev1.SecretType = "addons.cluster.x-k8s.io/resource-set" //nolint:gosec // G101: a Secret type, not a credential
 	// TenantCloudConfigNamespace, TenantCloudConfigName and TenantCloudConfigKey are the Secret and
 	// key the cloud provider mounts as /etc/kubernetes/cloud-config (and the CSI driver as
 	// /etc/csi/cloud-config) in the tenant cluster.
@@ -133,14 +133,14 @@ func (p *CloudProvider) applyResourceSet(ctx context.Context) error {
 		return fmt.Errorf("read Secret %s/%s: %w", p.namespace, name, err)
 	}
 	if delivered.Type != ClusterResourceSetSecretType {
-		return fmt.Errorf("Secret %s/%s is of type %q, not %s: a ClusterResourceSet does not apply it", p.namespace, name, delivered.Type, ClusterResourceSetSecretType)
+		return fmt.Errorf("the Secret %s/%s is of type %q, not %s: a ClusterResourceSet does not apply it", p.namespace, name, delivered.Type, ClusterResourceSetSecretType)
 	}
 	manifest := &corev1.Secret{}
 	if err := yaml.UnmarshalStrict(delivered.Data[CloudConfigSecretKey], manifest); err != nil {
-		return fmt.Errorf("Secret %s/%s key %s is not a Secret manifest: %w", p.namespace, name, CloudConfigSecretKey, err)
+		return fmt.Errorf("the Secret %s/%s key %s is not a Secret manifest: %w", p.namespace, name, CloudConfigSecretKey, err)
 	}
 	if manifest.APIVersion != "v1" || manifest.Kind != "Secret" || manifest.Namespace != TenantCloudConfigNamespace || manifest.Name != TenantCloudConfigName {
-		return fmt.Errorf("Secret %s/%s carries %s %s %s/%s, not v1 Secret %s/%s", p.namespace, name, manifest.APIVersion, manifest.Kind,
+		return fmt.Errorf("the Secret %s/%s carries %s %s %s/%s, not v1 Secret %s/%s", p.namespace, name, manifest.APIVersion, manifest.Kind,
 			manifest.Namespace, manifest.Name, TenantCloudConfigNamespace, TenantCloudConfigName)
 	}
 	data := manifest.Data[TenantCloudConfigKey]
@@ -220,7 +220,7 @@ func (p *CloudProvider) initialize(ctx context.Context, node *corev1.Node) error
 	}
 	vm := &kubevirtv1.VirtualMachine{}
 	if err := hv.Get(ctx, client.ObjectKey{Namespace: namespace, Name: node.Name}, vm); err != nil {
-		return fmt.Errorf("Node %s: get VirtualMachine %s/%s on Harvester: %w", node.Name, namespace, node.Name, err)
+		return fmt.Errorf("node %s: get VirtualMachine %s/%s on Harvester: %w", node.Name, namespace, node.Name, err)
 	}
 	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	node.Spec.ProviderID = "harvester://" + string(vm.UID)

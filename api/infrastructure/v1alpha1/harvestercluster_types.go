@@ -64,9 +64,9 @@ type HarvesterClusterSpec struct {
 type GuestCredentialsPolicy string
 
 const (
-	// GuestCredentialsManaged: the provider makes and rotates the credentials (the default).
+	// GuestCredentialsManaged means the provider makes and rotates the credentials (the default).
 	GuestCredentialsManaged GuestCredentialsPolicy = "Managed"
-	// GuestCredentialsNone: the provider makes none.
+	// GuestCredentialsNone means the provider makes none.
 	GuestCredentialsNone GuestCredentialsPolicy = "None"
 )
 
