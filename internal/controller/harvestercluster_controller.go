@@ -156,7 +156,7 @@ func (r *HarvesterClusterReconciler) reconcileDelete(ctx context.Context, s *obj
 		}
 	}
 	// No credential outlives its cluster.
-	if err := r.guestDeleteStep(ctx, hc, hc.Labels[capiClusterNameLabel]); err != nil {
+	if err := r.guestDeleteStep(ctx, hc, clusterNameOf(hc)); err != nil {
 		return reconcile.Result{}, err
 	}
 	patch := client.MergeFromWithOptions(hc.DeepCopy(), client.MergeFromWithOptimisticLock{})

@@ -74,6 +74,15 @@ const (
 // guestCloudConfigName names the delivered Secret of a Cluster.
 func guestCloudConfigName(clusterName string) string { return clusterName + guestCloudConfigSuffix }
 
+// clusterNameOf names the HarvesterCluster's Cluster: its cluster-name label (Cluster API sets
+// it), else its owner Cluster ("" if neither, as before Cluster API took it on).
+func clusterNameOf(hc *infrav1.HarvesterCluster) string {
+	if name := hc.Labels[capiClusterNameLabel]; name != "" {
+		return name
+	}
+	return ownerOfKind(hc, capiClusterGVK)
+}
+
 // guestOwner is the engine's owner of a HarvesterCluster's guest identity.
 func guestOwner(hc *infrav1.HarvesterCluster) harvester.Owner {
 	return harvester.Owner{Kind: OwnerKindHarvesterCluster, Namespace: hc.Namespace, Name: hc.Name, UID: hc.UID}
