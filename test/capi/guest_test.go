@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
@@ -44,8 +45,9 @@ const (
 // the Machine reaching Running with its Node, what the made identity may do on Harvester (every
 // request of the cloud provider and CSI driver, from their sources), that bad credentials leave
 // Nodes without providerID, that a change of the ProviderConfig's credentials re-issues the token
-// and revokes the old one, and that deleting the Cluster leaves no ServiceAccount, binding or
-// token on Harvester.
+// and revokes the old one, that a move of the ProviderConfig's namespace remakes the identity
+// there and deletes the old one, and that deleting the Cluster leaves no ServiceAccount, binding
+// or token on Harvester.
 func TestClusterAPIGuestCredentials(t *testing.T) {
 	w := startCAPIWorld(t)
 	ctx, c, hv := w.ctx, w.c, w.hv
@@ -141,6 +143,44 @@ func TestClusterAPIGuestCredentials(t *testing.T) {
 			t.Skip("needs the revoked token of Rotation")
 		}
 		playerRefusesBadCredentials(ctx, t, w, kubeconfig, revoked)
+	})
+
+	// The ProviderConfig moves to another Harvester namespace: the identity is made there (and its
+	// kubeconfig's namespace is that one), and the one of the old namespace is deleted.
+	t.Run("NamespaceMove", func(t *testing.T) {
+		w.must(hv.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vms2"}}))
+		pc := &v1alpha1.ProviderConfig{}
+		w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "harvester"}, pc))
+		pc.Spec.Harvester.Namespace = "vms2"
+		w.must(c.Update(ctx, pc))
+		var moved []byte
+		waitFor(ctx, t, w.capi, "the credentials remade in vms2", func() error {
+			w.must(c.Get(ctx, client.ObjectKeyFromObject(hc), hc))
+			s := &corev1.Secret{}
+			w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: tenant.Name + testbed.CloudConfigSecretSuffix}, s))
+			cfg, err := clientcmd.Load(deliveredKubeconfigOf(t, s))
+			if err != nil {
+				return err
+			}
+			if got := cfg.Contexts[cfg.CurrentContext].Namespace; got != "vms2" {
+				return fmt.Errorf("the delivered kubeconfig's namespace is %q", got)
+			}
+			moved = deliveredKubeconfigOf(t, s)
+			return nil
+		})
+		w.must(whoAmI(ctx, moved))
+		sas := &corev1.ServiceAccountList{}
+		w.must(hv.Client.List(ctx, sas, client.InNamespace("vms"), client.MatchingLabels{harvester.LabelOwnerKind: "HarvesterCluster"}))
+		if len(sas.Items) != 0 {
+			t.Fatalf("%d ServiceAccounts left in the old namespace", len(sas.Items))
+		}
+		waitFor(ctx, t, w.capi, "the old namespace's token refused", func() error {
+			if err := whoAmI(ctx, kubeconfig); !apierrors.IsUnauthorized(err) {
+				return fmt.Errorf("the old namespace's token: %w", err)
+			}
+			return nil
+		})
+		kubeconfig = moved
 	})
 
 	// Deleting the Cluster deletes the credentials on Harvester before the HarvesterCluster goes.
@@ -290,6 +330,16 @@ func (w *capiWorld) deliveredKubeconfig(hc *infrav1.HarvesterCluster) []byte {
 		t.Fatal("the delivered kubeconfig has no token of its own")
 	}
 	return kubeconfig
+}
+
+// deliveredKubeconfigOf reads the kubeconfig out of a delivered Secret.
+func deliveredKubeconfigOf(t *testing.T, s *corev1.Secret) []byte {
+	t.Helper()
+	embedded := &corev1.Secret{}
+	if err := yaml.UnmarshalStrict(s.Data[testbed.CloudConfigSecretKey], embedded); err != nil {
+		t.Fatal(err)
+	}
+	return embedded.Data[testbed.TenantCloudConfigKey]
 }
 
 func keysOf(m map[string][]byte) []string {
