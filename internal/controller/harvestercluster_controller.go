@@ -28,8 +28,9 @@ import (
 // HarvesterCluster names the ProviderConfig its machines are made with, and is provisioned (the
 // InfraCluster contract, v1beta2) once that resolves and the control plane endpoint is known. On
 // Harvester it makes only the tenant's credentials for Harvester's cloud provider and CSI driver
-// (spec.guestCredentials, harvestercluster_guest.go), deleted before it goes. It is held (its finalizer) until its cluster's HarvesterMachines are
-// gone: their deletion needs its ProviderConfig.
+// (spec.guestCredentials, harvestercluster_guest.go), deleted before it goes. It is held (its
+// finalizer) until its cluster's HarvesterMachines are gone: their deletion needs its
+// ProviderConfig.
 type HarvesterClusterReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
