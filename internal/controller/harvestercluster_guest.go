@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -155,6 +156,17 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 		set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "read Secret %s/%s: %v", hc.Namespace, guestCloudConfigName(clusterName), err)
 		return reconcile.Result{RequeueAfter: guestFailedRetry}
 	}
+	if delivered != nil && !deliveredBy(delivered, hc) {
+		// Someone else's Secret of that name: never changed or deleted, and not trusted as a
+		// record of what was made.
+		if hc.Spec.GuestCredentialsManagedByProvider() {
+			set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsNameConflict,
+				"Secret %s/%s exists and is not controlled by this HarvesterCluster: the provider never changes it; delete or rename it, or set spec.guestCredentials to None",
+				delivered.Namespace, delivered.Name)
+			return reconcile.Result{RequeueAfter: r.guestRecheck()}
+		}
+		delivered = nil
+	}
 	if !hc.Spec.GuestCredentialsManagedByProvider() {
 		if delivered != nil {
 			if res, done := r.revokeGuest(ctx, s, delivered, t); !done {
@@ -289,19 +301,26 @@ func (r *HarvesterClusterReconciler) writeDelivered(ctx context.Context, existin
 	if existing == nil {
 		return r.Create(ctx, want)
 	}
-	if !metav1.IsControlledBy(existing, want) && !ownedBy(existing, want.OwnerReferences[0]) {
-		return fmt.Errorf("it exists and is not controlled by HarvesterCluster %s: delete it, the provider writes it", want.OwnerReferences[0].Name)
-	}
 	existing.Labels, existing.Annotations, existing.Type, existing.Data = want.Labels, want.Annotations, want.Type, want.Data
 	existing.OwnerReferences = want.OwnerReferences
 	return r.Update(ctx, existing)
+}
+
+// deliveredBy reports whether the Secret is the HarvesterCluster's delivered Secret: controlled
+// by it (or by a HarvesterCluster of its name, before clusterctl move rebuilt the reference).
+func deliveredBy(s *corev1.Secret, hc *infrav1.HarvesterCluster) bool {
+	return ownedBy(s, metav1.OwnerReference{Kind: "HarvesterCluster", Name: hc.Name})
 }
 
 // ownedBy reports whether obj has a controller reference of the same kind and name (another
 // UID: the HarvesterCluster was moved here by clusterctl, which rebuilds owner references).
 func ownedBy(obj metav1.Object, ref metav1.OwnerReference) bool {
 	c := metav1.GetControllerOf(obj)
-	return c != nil && c.Kind == ref.Kind && c.Name == ref.Name
+	if c == nil {
+		return false
+	}
+	gv, err := schema.ParseGroupVersion(c.APIVersion)
+	return err == nil && gv.Group == infrav1.GroupVersion.Group && c.Kind == ref.Kind && c.Name == ref.Name
 }
 
 // revokeGuest deletes the identity a delivered Secret records on Harvester, then the Secret.
@@ -359,6 +378,9 @@ func (r *HarvesterClusterReconciler) guestDeleteStep(ctx context.Context, hc *in
 		var err error
 		if delivered, err = r.deliveredSecret(ctx, hc.Namespace, clusterName); err != nil {
 			return err
+		}
+		if delivered != nil && !deliveredBy(delivered, hc) {
+			delivered = nil // someone else's: never deleted
 		}
 	}
 	namespace, name := hc.ProviderConfigKey()

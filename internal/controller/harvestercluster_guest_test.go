@@ -66,3 +66,33 @@ func TestDeliveredToken(t *testing.T) {
 		})
 	}
 }
+
+// Only the HarvesterCluster's own delivered Secret is rewritten or deleted: one controlled by
+// another object of the name (another provider's HarvesterCluster kind included) is not.
+func TestDeliveredBy(t *testing.T) {
+	hc := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "infra-1", UID: "hc-uid"}}
+	ours, err := buildGuestCloudConfigSecret(hc, "tenant", nil, "", "vms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := ours.DeepCopy()
+	moved.OwnerReferences[0].UID = "other-uid" // as clusterctl move rebuilds it
+	caphv := ours.DeepCopy()
+	caphv.OwnerReferences[0].APIVersion = "infrastructure.cluster.x-k8s.io/v1beta1"
+	notController := ours.DeepCopy()
+	notController.OwnerReferences[0].Controller = nil
+	for name, tc := range map[string]struct {
+		s    *corev1.Secret
+		want bool
+	}{
+		"ours":                     {ours, true},
+		"ours, moved":              {moved, true},
+		"CAPHV's HarvesterCluster": {caphv, false},
+		"owned but not controlled": {notController, false},
+		"nobody's":                 {&corev1.Secret{}, false},
+	} {
+		if got := deliveredBy(tc.s, hc); got != tc.want {
+			t.Errorf("%s: deliveredBy = %v, want %v", name, got, tc.want)
+		}
+	}
+}
