@@ -153,7 +153,7 @@ func run(ctx context.Context, args []string) error {
 		StartLimits:             harvester.StartLimits{IPReport: o.IPReportTimeout},
 		MaxConcurrentReconciles: o.Concurrency,
 	}
-	hcr := &clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr}
+	hcr := &clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr, Harvester: clusters, SecretReader: mgr.GetAPIReader()}
 	if !o.ClusterAPI {
 		logger.Info("Cluster API controllers are off (--cluster-api=false)")
 	} else if _, err := clusterapi.SetupClusterAPI(ctx, mgr, logger, hmr, hcr); err != nil {

@@ -82,7 +82,7 @@ func (m *machineDeployment) prepare(ctx context.Context, tb *testbed.Testbed) er
 	if m.tenant, err = testbed.StartTenant(ctx, tb.Mgmt, benchTenant.Namespace, benchTenant.Name); err != nil {
 		return err
 	}
-	if m.kubelets, err = testbed.PlayKubelets(ctx, tb.Harvester.Config, testbed.HarvesterNamespace, m.tenant); err != nil {
+	if m.kubelets, err = testbed.PlayKubelets(ctx, tb.Harvester.Config, testbed.HarvesterNamespace, m.tenant, testbed.WithAdminCloudProvider()); err != nil {
 		return err
 	}
 	cpInfra, cp := benchTenant.ControlPlaneMachine(capiControlPlane)

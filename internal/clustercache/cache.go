@@ -117,7 +117,7 @@ func (f *Cache) Get(ctx context.Context, creds Credentials) (*Cluster, error) {
 		if cluster := f.lookup(key); cluster != nil {
 			return cluster, nil
 		}
-		entry, err := f.newCluster(rest.CopyConfig(read.cfg), creds.Namespace)
+		entry, err := f.newCluster(rest.CopyConfig(read.cfg), creds.Namespace, read.content)
 		if err != nil {
 			return nil, err
 		}
@@ -310,7 +310,7 @@ func (f *Cache) Stop() {
 	}
 }
 
-func (f *Cache) newCluster(cfg *rest.Config, namespace string) (*cachedCluster, error) {
+func (f *Cache) newCluster(cfg *rest.Config, namespace string, content [sha256.Size]byte) (*cachedCluster, error) {
 	cfg.QPS, cfg.Burst = DefaultQPS, DefaultBurst
 	if f.QPS > 0 {
 		cfg.QPS = f.QPS
@@ -353,7 +353,8 @@ func (f *Cache) newCluster(cfg *rest.Config, namespace string) (*cachedCluster, 
 		parent = context.Background()
 	}
 	ctx, stop := context.WithCancel(parent)
-	cluster := &Cluster{client: c, namespace: namespace, server: cfg.Host, discovery: dc}
+	cluster := &Cluster{client: c, namespace: namespace, server: cfg.Host, discovery: dc,
+		trust: Trust{CAData: cfg.CAData, Insecure: cfg.Insecure}, digest: fmt.Sprintf("%x", sha256.Sum256(content[:]))}
 	for _, w := range f.Watches {
 		if informers := f.informers(ctx, cfg, mapper, namespace, w); informers != nil {
 			cluster.useCache(w.Name(), informers)

@@ -53,6 +53,10 @@ type Cluster struct {
 	server    string
 	discovery discovery.ServerVersionInterface
 
+	// trust is how the client trusts the server; digest changes when the kubeconfig does.
+	trust  Trust
+	digest string
+
 	idMu sync.Mutex
 	id   string
 
@@ -99,6 +103,23 @@ func (c *Cluster) useCache(name string, cached client.Reader) {
 		c.caches.Store(name, &cacheReader{cached})
 	}
 }
+
+// Trust is how a client of the cluster trusts its API server, as its kubeconfig says: the CA
+// it pins (none: the system's roots), or no verification at all (allowed only by the credentials
+// Secret's annotation).
+type Trust struct {
+	CAData   []byte
+	Insecure bool
+}
+
+// Trust is how this client trusts the API server (see Server): whoever else is handed the same
+// server trusts it the same way.
+func (c *Cluster) Trust() Trust { return c.trust }
+
+// CredentialsDigest changes whenever the kubeconfig the client was built from does (a rotated
+// token, another server or CA). It is a hash of a hash of the kubeconfig, so it reveals nothing of
+// the credentials; "" for a Cluster not built by the Cache.
+func (c *Cluster) CredentialsDigest() string { return c.digest }
 
 // ServerVersion asks the API server for its version (git version, e.g. v1.33.3+rke2r1).
 func (c *Cluster) ServerVersion() (string, error) {

@@ -409,7 +409,8 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 	on, err := clusterapi.SetupClusterAPI(ctx, mgr, mgr.GetLogger(),
 		&clusterapi.HarvesterMachineReconciler{Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, HarvesterEvents: events, Recorder: recorder, Preflight: pcr,
 			PollInterval: 2 * time.Second, StartLimits: harvester.StartLimits{IPReport: time.Minute}},
-		&clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr})
+		&clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr,
+			Harvester: clusters, SecretReader: mgr.GetAPIReader(), GuestRecheckInterval: 2 * time.Second})
 	if err != nil || !on {
 		t.Fatalf("Cluster API controllers on: %v, error %v", on, err)
 	}

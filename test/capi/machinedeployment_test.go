@@ -20,9 +20,11 @@ var machineHealthCheckGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", V
 
 // TestClusterAPIMachineDeployment runs a MachineDeployment of 3 (beside one control plane Machine)
 // through the real Cluster API core manager, with a second API server as the tenant cluster, where
-// testbed.PlayKubelets plays the kubelets and Harvester's cloud provider: it registers a Node named
-// after each running VM, with the VM's providerID, and turns the Node of a VM that is gone Ready
-// Unknown. The Machines reach Running with their
+// testbed.PlayKubelets plays the kubelets (a Node named after each running VM, without providerID;
+// the Node of a VM that is gone turns Ready Unknown) and testbed.PlayCloudProvider plays the
+// ClusterResourceSet and Harvester's cloud provider with only the credentials the provider
+// delivered (Secret tenant-harvester-cloud-config), which set each Node's providerID. The Machines
+// reach Running with their
 // nodeRef and addresses; scaling to 1 deletes exactly two VMs with their disks and Secrets; a VM
 // deleted on Harvester behind Cluster API's back is reported and, with a MachineHealthCheck,
 // replaced; deleting the Cluster leaves Harvester empty.
@@ -39,6 +41,8 @@ func TestClusterAPIMachineDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(kubelets.Stop)
+	cloudProvider := testbed.PlayCloudProvider(ctx, c, ns, tenant.Name, tenantAPI)
+	t.Cleanup(cloudProvider.Stop)
 
 	cluster := w.tenantCluster()
 	// One control plane machine: Cluster API counts the control plane initialized once it has a

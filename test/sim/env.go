@@ -50,6 +50,19 @@ func ApplyPolicies(ctx context.Context, c client.Client) error {
 	})
 }
 
+// ApplyHarvesterRoles creates the ClusterRoles Harvester installs for guest clusters
+// (manifests/rbac: harvesterhci.io:cloudprovider and harvesterhci.io:csi-driver, copied from
+// Harvester's chart).
+func ApplyHarvesterRoles(ctx context.Context, c client.Client) error {
+	return eachObject("manifests/rbac", func(doc []byte) error {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
+			return err
+		}
+		return c.Create(ctx, u)
+	})
+}
+
 // eachObject calls fn with every YAML document of every file in dir.
 func eachObject(dir string, fn func([]byte) error) error {
 	return fs.WalkDir(manifests, dir, func(path string, d fs.DirEntry, err error) error {
@@ -134,6 +147,9 @@ func StartHarvester(ctx context.Context, opts Options) (*Harvester, error) {
 	}
 	if err := ApplyPolicies(ctx, h.Client); err != nil {
 		return nil, fmt.Errorf("apply admission policies: %w", err)
+	}
+	if err := ApplyHarvesterRoles(ctx, h.Client); err != nil {
+		return nil, fmt.Errorf("apply Harvester's ClusterRoles: %w", err)
 	}
 	if h.Sim, err = New(opts.Sim); err != nil {
 		return nil, err

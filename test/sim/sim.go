@@ -163,6 +163,8 @@ type Simulator struct {
 	// live reads from the API server, bypassing the caches.
 	live  client.Reader
 	pools *pools
+	// ca is the API server's CA, which the token controller hands out with tokens.
+	ca []byte
 
 	mu     sync.RWMutex
 	faults Faults
@@ -283,7 +285,7 @@ func (s *Simulator) Start(ctx context.Context, restConfig *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	s.c, s.live = mgr.GetClient(), mgr.GetAPIReader()
+	s.c, s.live, s.ca = mgr.GetClient(), mgr.GetAPIReader(), restConfig.CAData
 	gcConfig := rest.CopyConfig(restConfig)
 	gcConfig.Impersonate = rest.ImpersonationConfig{UserName: gcUser, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
 	if s.gcClient, err = client.New(gcConfig, client.Options{Scheme: Scheme()}); err != nil {
@@ -339,6 +341,7 @@ func (s *Simulator) setup(mgr manager.Manager) error {
 		&imageReconciler{sim: s},
 		&dataVolumeReconciler{sim: s},
 		&garbageCollector{sim: s},
+		&tokenReconciler{sim: s, ca: s.ca},
 	} {
 		if err := r.setup(mgr); err != nil {
 			return err

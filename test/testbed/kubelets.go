@@ -24,18 +24,24 @@ import (
 // together, and each Node is a create and a status update.
 const kubeletWorkers = 4
 
-// Kubelets plays, on a tenant cluster, the kubelets of the VMs of a Harvester namespace and
-// Harvester's cloud provider, from watches: once a VM's VMI runs, a Ready Node named after the VM
-// with spec.providerID harvester://<VM UID> (what the cloud provider sets); once the VM is gone or
-// being deleted, its Node turns Ready Unknown, as a Node whose kubelet stopped posting does.
+// Kubelets plays, on a tenant cluster, the kubelets of the VMs of a Harvester namespace, from
+// watches: once a VM's VMI runs, a Ready Node named after the VM (the guest's hostname), as a
+// kubelet with --cloud-provider=external registers it: without spec.providerID and tainted
+// node.cloudprovider.kubernetes.io/uninitialized, for the cloud provider to initialize (see
+// PlayCloudProvider, which does it only with the credentials the provider delivered). Once the VM
+// is gone or being deleted, its Node turns Ready Unknown, as a Node whose kubelet stopped posting
+// does.
 type Kubelets struct {
-	namespace string
-	tenant    client.Client
-	vms       client.Reader // the Harvester namespace's VMs and VMIs, from the informers
-	nodes     client.Reader // the tenant's Nodes, from the informer
-	queue     workqueue.TypedRateLimitingInterface[string]
-	stop      context.CancelFunc
-	workers   sync.WaitGroup
+	// adminCloudProvider: the Node is registered with its providerID already (see
+	// WithAdminCloudProvider).
+	adminCloudProvider bool
+	namespace          string
+	tenant             client.Client
+	vms                client.Reader // the Harvester namespace's VMs and VMIs, from the informers
+	nodes              client.Reader // the tenant's Nodes, from the informer
+	queue              workqueue.TypedRateLimitingInterface[string]
+	stop               context.CancelFunc
+	workers            sync.WaitGroup
 
 	mu sync.Mutex
 	// seenRunning is when the player first saw each VMI running, registered when its Node was
@@ -43,14 +49,31 @@ type Kubelets struct {
 	seenRunning, registered map[string]time.Time
 }
 
+// KubeletOption changes what the kubelet player plays.
+type KubeletOption func(*Kubelets)
+
+// WithAdminCloudProvider also plays Harvester's cloud provider, with the harness's own (admin)
+// view of Harvester rather than the credentials the provider delivered: each Node is registered
+// with spec.providerID harvester://<VM UID> at once. Only for benchmarks that measure the
+// provider, not the guest's way to Harvester; a test of the guest's credentials must not use it.
+func WithAdminCloudProvider() KubeletOption { return func(k *Kubelets) { k.adminCloudProvider = true } }
+
+// TaintUninitialized is the taint a kubelet with --cloud-provider=external registers its Node
+// with, and the cloud provider removes once it has initialized the Node
+// (k8s.io/cloud-provider api.TaintExternalCloudProvider).
+const TaintUninitialized = "node.cloudprovider.kubernetes.io/uninitialized"
+
 // PlayKubelets starts the player for the VMs of namespace on the Harvester cluster cfg reaches,
 // registering Nodes on tenant; it runs until Stop or until ctx ends.
-func PlayKubelets(ctx context.Context, harvesterCfg *rest.Config, namespace string, tenant *Tenant) (*Kubelets, error) {
+func PlayKubelets(ctx context.Context, harvesterCfg *rest.Config, namespace string, tenant *Tenant, opts ...KubeletOption) (*Kubelets, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	k := &Kubelets{
 		namespace: namespace, tenant: tenant.Client, stop: cancel,
 		queue:       workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]()),
 		seenRunning: map[string]time.Time{}, registered: map[string]time.Time{},
+	}
+	for _, o := range opts {
+		o(k)
 	}
 	hv, err := ctrlcache.New(harvesterCfg, ctrlcache.Options{Scheme: sim.Scheme(), DefaultNamespaces: map[string]ctrlcache.Config{namespace: {}}})
 	if err != nil {
@@ -135,7 +158,11 @@ func (k *Kubelets) sync(ctx context.Context, name string) error {
 		if !running {
 			return nil
 		}
-		node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{ProviderID: harvester.ProviderIDPrefix + uid}}
+		node = &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{
+			Taints: []corev1.Taint{{Key: TaintUninitialized, Value: "true", Effect: corev1.TaintEffectNoSchedule}}}}
+		if k.adminCloudProvider {
+			node.Spec.ProviderID, node.Spec.Taints = harvester.ProviderIDPrefix+uid, nil
+		}
 		switch err := k.tenant.Create(ctx, node); {
 		case apierrors.IsAlreadyExists(err): // created by an earlier try the informer has not shown yet
 			if err := k.tenant.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {

@@ -21,6 +21,38 @@ const (
 	// and message say what and how to fix it. False with ReasonAsExpected otherwise. Same as the
 	// MachineRequest's.
 	ConditionDegraded = "Degraded"
+	// ConditionGuestCredentialsReady (HarvesterCluster) says where the tenant cluster's Harvester
+	// credentials stand (spec.guestCredentials): True once the ServiceAccount, its bindings and
+	// token exist on Harvester and Secret <Cluster name>-harvester-cloud-config holds their
+	// kubeconfig (ReasonGuestCredentialsIssued), or when the user opted out
+	// (ReasonGuestCredentialsNotManaged); False with the reason and the fix otherwise. It never
+	// holds Ready back: machines are made either way, but without the cloud-config their Nodes get
+	// no providerID. Its messages never carry the credentials.
+	ConditionGuestCredentialsReady = "GuestCredentialsReady"
+)
+
+// Reasons of the GuestCredentialsReady condition.
+const (
+	// ReasonGuestCredentialsIssued (True): the credentials exist on Harvester and are delivered.
+	ReasonGuestCredentialsIssued = "GuestCredentialsIssued"
+	// ReasonGuestCredentialsNotManaged (True): spec.guestCredentials is None; the provider makes
+	// none (and has deleted what it made before).
+	ReasonGuestCredentialsNotManaged = "GuestCredentialsNotManaged"
+	// ReasonGuestCredentialsPending (False): they are being made (Harvester has not filled the
+	// token in yet, or the ProviderConfig is not usable yet: the message says which).
+	ReasonGuestCredentialsPending = "GuestCredentialsPending"
+	// ReasonGuestPermissionsMissing (False): the provider's own Harvester credentials may not make
+	// them; the message names each missing permission. Grant config/harvester/guest-rbac.yaml
+	// (docs/harvester-rbac.md), or set spec.guestCredentials to None and give the tenant cluster
+	// its cloud-config yourself.
+	ReasonGuestPermissionsMissing = "GuestPermissionsMissing"
+	// ReasonGuestCredentialsNameConflict (False): an object with the name the provider needs
+	// exists on Harvester and was not made for this HarvesterCluster; it is never changed. Delete
+	// or rename it.
+	ReasonGuestCredentialsNameConflict = "GuestCredentialsNameConflict"
+	// ReasonGuestCredentialsFailed (False): Harvester or the management cluster refused or did not
+	// answer a request; the provider retries with backoff.
+	ReasonGuestCredentialsFailed = "GuestCredentialsFailed"
 )
 
 // ReasonAsExpected (Degraded=False): nothing needs attention.

@@ -40,6 +40,40 @@ type HarvesterClusterSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=100
 	FailureDomains []HarvesterFailureDomain `json:"failureDomains,omitempty"`
+
+	// GuestCredentials says whether the provider gives the cluster's nodes the Harvester
+	// credentials Harvester's cloud provider and CSI driver run with in the tenant cluster.
+	// Managed (the default): the provider makes, on Harvester, in the ProviderConfig's Harvester
+	// namespace, a ServiceAccount for this cluster bound to Harvester's own roles
+	// (harvesterhci.io:cloudprovider in that namespace, harvesterhci.io:csi-driver cluster-wide,
+	// as Harvester's own guest integration binds them), its token, and a kubeconfig whose
+	// namespace is that namespace; it delivers the kubeconfig in Secret
+	// <Cluster name>-harvester-cloud-config of this namespace, for a ClusterResourceSet to apply
+	// as Secret kube-system/cloud-config in the tenant cluster. It re-issues the token when the
+	// ProviderConfig's credentials or namespace change, and deletes all of it with the
+	// HarvesterCluster. Without it the tenant's Nodes never get a providerID and Cluster API never
+	// links Machines to Nodes. None: the provider makes nothing; give the tenant cluster its
+	// cloud-config yourself (and delete what it made before, which it does on the switch).
+	// +optional
+	// +kubebuilder:default=Managed
+	GuestCredentials GuestCredentialsPolicy `json:"guestCredentials,omitempty"`
+}
+
+// GuestCredentialsPolicy says who gives a tenant cluster its Harvester cloud-config.
+// +kubebuilder:validation:Enum=Managed;None
+type GuestCredentialsPolicy string
+
+const (
+	// GuestCredentialsManaged means the provider makes and rotates the credentials (the default).
+	GuestCredentialsManaged GuestCredentialsPolicy = "Managed"
+	// GuestCredentialsNone means the provider makes none.
+	GuestCredentialsNone GuestCredentialsPolicy = "None"
+)
+
+// GuestCredentialsManagedByProvider reports whether the provider makes the cluster's guest
+// credentials: unless spec.guestCredentials is None (empty is the default, Managed).
+func (s *HarvesterClusterSpec) GuestCredentialsManagedByProvider() bool {
+	return s.GuestCredentials != GuestCredentialsNone
 }
 
 // HarvesterFailureDomain is a failure domain made of the Harvester nodes that carry some labels.
@@ -93,8 +127,9 @@ type HarvesterClusterStatus struct {
 	FailureDomains []FailureDomain `json:"failureDomains,omitempty"`
 
 	// Conditions: Ready (mirrored by Cluster API into the Cluster's InfrastructureReady; its reason
-	// says what the cluster waits for, see conditions.go) and Paused (True while the Cluster or the
-	// HarvesterCluster is paused).
+	// says what the cluster waits for, see conditions.go), Paused (True while the Cluster or the
+	// HarvesterCluster is paused) and GuestCredentialsReady (where the tenant's Harvester
+	// cloud-config stands; see spec.guestCredentials).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -3,6 +3,7 @@ package clusterapi
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,19 +21,28 @@ import (
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // HarvesterClusterReconciler is the Cluster API front door's cluster reconciler. A
-// HarvesterCluster makes nothing on Harvester: it names the ProviderConfig its machines are made
-// with, and is provisioned (the InfraCluster contract, v1beta2) once that resolves and the control
-// plane endpoint is known. It is held (its finalizer) until its cluster's HarvesterMachines are
-// gone: their deletion needs its ProviderConfig.
+// HarvesterCluster names the ProviderConfig its machines are made with, and is provisioned (the
+// InfraCluster contract, v1beta2) once that resolves and the control plane endpoint is known. On
+// Harvester it makes only the tenant's credentials for Harvester's cloud provider and CSI driver
+// (spec.guestCredentials, harvestercluster_guest.go), deleted before it goes. It is held (its
+// finalizer) until its cluster's HarvesterMachines are gone: their deletion needs its
+// ProviderConfig.
 type HarvesterClusterReconciler struct {
 	client.Client
 	Recorder events.EventRecorder
 	// Preflight, if set, lends the ProviderConfigs' checks it may not write to their status.
 	Preflight *providerconfig.Reconciler
+	// Harvester, if set, makes the tenant clusters' Harvester credentials (spec.guestCredentials;
+	// harvestercluster_guest.go), which SecretReader (live, get only) reads back.
+	Harvester    harvester.Connector
+	SecretReader client.Reader
+	// GuestRecheckInterval is how often delivered credentials are checked (default a minute).
+	GuestRecheckInterval time.Duration
 
 	statuses objstatus.Memory[infrav1.HarvesterClusterStatus]
 }
@@ -113,6 +123,7 @@ func (r *HarvesterClusterReconciler) reconcile(ctx context.Context, s *objstatus
 		return reconcile.Result{}, err
 	}
 	hc.Status.FailureDomains = hc.Spec.ContractFailureDomains()
+	guest := r.guestPhase(ctx, s, cluster.Name, t)
 	if hc.Spec.ControlPlaneEndpoint.Host == "" && cluster.EndpointHost == "" {
 		return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonWaitingForControlPlaneEndpoint, capiWaitingRetry,
 			"neither spec.controlPlaneEndpoint nor Cluster %s/%s's spec.controlPlaneEndpoint is set: set one (for example a kube-vip address on the Harvester network), or use a control plane provider that sets it", cluster.Namespace, cluster.Name)
@@ -122,7 +133,7 @@ func (r *HarvesterClusterReconciler) reconcile(ctx context.Context, s *objstatus
 	s.SetCondition(infrav1.ConditionReady, metav1.ConditionTrue, infrav1.ReasonReady, msg)
 	s.SetCondition(infrav1.ConditionProgressing, metav1.ConditionFalse, infrav1.ReasonReady, msg)
 	s.Healthy()
-	return reconcile.Result{}, nil
+	return guest, nil
 }
 
 // reconcileDelete lets the HarvesterCluster go once its cluster has no HarvesterMachine left.
@@ -140,6 +151,10 @@ func (r *HarvesterClusterReconciler) reconcileDelete(ctx context.Context, s *obj
 			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, capiWaitingRetry,
 				"waiting for the %d HarvesterMachines of Cluster %s to be deleted (their deletion needs this HarvesterCluster's ProviderConfig)", n, clusterName)
 		}
+	}
+	// No credential outlives its cluster.
+	if err := r.guestDeleteStep(ctx, hc, clusterNameOf(hc)); err != nil {
+		return reconcile.Result{}, err
 	}
 	patch := client.MergeFromWithOptions(hc.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	controllerutil.RemoveFinalizer(hc, infrav1.HarvesterClusterFinalizer)

@@ -1,0 +1,421 @@
+package clusterapi
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/yaml"
+
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+)
+
+// The tenant cluster's Harvester credentials (HarvesterCluster spec.guestCredentials): the
+// engine makes a guest identity on Harvester (harvester.GuestCluster), and this front door
+// delivers its kubeconfig in the management cluster as a ClusterResourceSet Secret, for Cluster
+// API core to apply in the tenant cluster as Secret kube-system/cloud-config, key cloud-config:
+// what Harvester's cloud provider (/etc/kubernetes/cloud-config) and CSI driver
+// (--kubeconfig=/etc/csi/cloud-config) mount in CAPHV's templates.
+//
+// A ClusterResourceSet Secret rather than a write into the tenant cluster through
+// <cluster>-kubeconfig: Cluster API core applies it (with strategy Reconcile, again whenever it
+// changes, which carries a rotated token to the tenant), so the provider needs no access to
+// tenant clusters, it works the same for hosted control planes, and it moves with the cluster
+// (clusterctl move takes Secrets named <cluster>-... and objects the HarvesterCluster owns).
+
+// OwnerKindHarvesterCluster is the owner kind of the guest identities of HarvesterClusters.
+const OwnerKindHarvesterCluster = "HarvesterCluster"
+
+// The delivery contract, fixed: the cluster templates' ClusterResourceSets name this Secret.
+const (
+	// guestCloudConfigSuffix: the Secret is <Cluster name>-harvester-cloud-config.
+	guestCloudConfigSuffix = "-harvester-cloud-config"
+	// guestCloudConfigKey is its one data key: the YAML of the Secret to apply in the tenant.
+	guestCloudConfigKey = "cloud-config.yaml"
+	// clusterResourceSetSecretType is the type ClusterResourceSets accept Secrets of.
+	clusterResourceSetSecretType corev1.SecretType = "addons.cluster.x-k8s.io/resource-set" //nolint:gosec // G101: a Secret type, not a credential
+	// tenantCloudConfigNamespace, tenantCloudConfigName and tenantCloudConfigKey are the Secret in
+	// the tenant cluster, and its key, that the cloud provider and CSI driver mount.
+	tenantCloudConfigNamespace = metav1.NamespaceSystem
+	tenantCloudConfigName      = "cloud-config"
+	tenantCloudConfigKey       = "cloud-config"
+)
+
+// Annotations of the delivered Secret: what its credentials were issued from, so that they are
+// re-issued when that changes, and deleted where they were made.
+const (
+	annotationGuestSource    = "infrastructure.butlerlabs.dev/guest-credentials-source"
+	annotationGuestNamespace = "infrastructure.butlerlabs.dev/guest-credentials-namespace"
+)
+
+// How soon the guest phase looks again.
+const (
+	// defaultGuestRecheck: a delivered identity is checked (its token Secret still there, the
+	// ProviderConfig's credentials and namespace unchanged) this often when nothing else wakes
+	// the HarvesterCluster: ProviderConfigs and Harvester are not watched for it.
+	defaultGuestRecheck = time.Minute
+	guestFailedRetry    = 10 * time.Second
+	guestBlockedRetry   = time.Minute
+)
+
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;delete
+
+// guestCloudConfigName names the delivered Secret of a Cluster.
+func guestCloudConfigName(clusterName string) string { return clusterName + guestCloudConfigSuffix }
+
+// clusterNameOf names the HarvesterCluster's Cluster: its cluster-name label (Cluster API sets
+// it), else its owner Cluster ("" if neither, as before Cluster API took it on).
+func clusterNameOf(hc *infrav1.HarvesterCluster) string {
+	if name := hc.Labels[capiClusterNameLabel]; name != "" {
+		return name
+	}
+	return ownerOfKind(hc, capiClusterGVK)
+}
+
+// guestOwner is the engine's owner of a HarvesterCluster's guest identity.
+func guestOwner(hc *infrav1.HarvesterCluster) harvester.Owner {
+	return harvester.Owner{Kind: OwnerKindHarvesterCluster, Namespace: hc.Namespace, Name: hc.Name, UID: hc.UID}
+}
+
+// buildGuestCloudConfigSecret is the delivered Secret: in the HarvesterCluster's namespace,
+// controlled by it, labelled with the Cluster's name, of the ClusterResourceSet type, whose one
+// key holds the manifest of the tenant's Secret kube-system/cloud-config.
+func buildGuestCloudConfigSecret(hc *infrav1.HarvesterCluster, clusterName string, kubeconfig []byte, source, namespace string) (*corev1.Secret, error) {
+	manifest, err := yaml.Marshal(map[string]any{
+		"apiVersion": "v1",
+		"kind":       "Secret",
+		"metadata":   map[string]any{"name": tenantCloudConfigName, "namespace": tenantCloudConfigNamespace},
+		"type":       string(corev1.SecretTypeOpaque),
+		// []byte marshals as base64, as a Secret's data is written.
+		"data": map[string][]byte{tenantCloudConfigKey: kubeconfig},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: hc.Namespace, Name: guestCloudConfigName(clusterName),
+			Labels:      map[string]string{capiClusterNameLabel: clusterName},
+			Annotations: map[string]string{annotationGuestSource: source, annotationGuestNamespace: namespace},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: infrav1.GroupVersion.String(), Kind: "HarvesterCluster", Name: hc.Name, UID: hc.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Type: clusterResourceSetSecretType,
+		Data: map[string][]byte{guestCloudConfigKey: manifest},
+	}, nil
+}
+
+// deliveredKubeconfig reads the kubeconfig back out of a delivered Secret (nil if it holds none).
+func deliveredKubeconfig(s *corev1.Secret) []byte {
+	embedded := &corev1.Secret{}
+	if err := yaml.Unmarshal(s.Data[guestCloudConfigKey], embedded); err != nil {
+		return nil
+	}
+	return embedded.Data[tenantCloudConfigKey]
+}
+
+// deliveredToken is the token of a delivered kubeconfig (nil if none).
+func deliveredToken(kubeconfig []byte) []byte {
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil || cfg.Contexts[cfg.CurrentContext] == nil {
+		return nil
+	}
+	if user := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo]; user != nil && user.Token != "" {
+		return []byte(user.Token)
+	}
+	return nil
+}
+
+// guestPhase makes, checks and delivers the tenant cluster's Harvester credentials. It never
+// holds the HarvesterCluster back: whatever goes wrong is said in GuestCredentialsReady, and the
+// result says when to look again.
+func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], clusterName string, t *frontdoor.Target) reconcile.Result {
+	hc := s.Obj
+	set := func(status metav1.ConditionStatus, reason, format string, args ...any) {
+		s.SetCondition(infrav1.ConditionGuestCredentialsReady, status, reason, fmt.Sprintf(format, args...))
+	}
+	if r.Harvester == nil {
+		return reconcile.Result{}
+	}
+	delivered, err := r.deliveredSecret(ctx, hc.Namespace, clusterName)
+	if err != nil {
+		set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "read Secret %s/%s: %v", hc.Namespace, guestCloudConfigName(clusterName), err)
+		return reconcile.Result{RequeueAfter: guestFailedRetry}
+	}
+	if delivered != nil && !deliveredBy(delivered, hc) {
+		// Someone else's Secret of that name: never changed or deleted, and not trusted as a
+		// record of what was made.
+		if hc.Spec.GuestCredentialsManagedByProvider() {
+			set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsNameConflict,
+				"Secret %s/%s exists and is not controlled by this HarvesterCluster: the provider never changes it; delete or rename it, or set spec.guestCredentials to None",
+				delivered.Namespace, delivered.Name)
+			return reconcile.Result{RequeueAfter: r.guestRecheck()}
+		}
+		delivered = nil
+	}
+	if !hc.Spec.GuestCredentialsManagedByProvider() {
+		if delivered != nil {
+			if res, done := r.revokeGuest(ctx, s, delivered, t); !done {
+				return res
+			}
+		}
+		set(metav1.ConditionTrue, infrav1.ReasonGuestCredentialsNotManaged,
+			"spec.guestCredentials is None: the provider makes no Harvester credentials for the tenant cluster; give it Secret %s/%s (key %s) yourself",
+			tenantCloudConfigNamespace, tenantCloudConfigName, tenantCloudConfigKey)
+		return reconcile.Result{}
+	}
+	engine, err := r.Harvester.ClusterFor(ctx, t.Credentials)
+	if err != nil {
+		set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsPending, "Harvester cannot be reached with ProviderConfig %s's credentials: %v", t.Ref, err)
+		return reconcile.Result{RequeueAfter: guestFailedRetry}
+	}
+	guests, ok := engine.(harvester.GuestCluster)
+	if !ok {
+		return reconcile.Result{}
+	}
+	owner, namespace := guestOwner(hc), t.Credentials.Namespace
+	source := guests.GuestSource(namespace)
+	var revoke []byte
+	if delivered != nil {
+		kubeconfig := deliveredKubeconfig(delivered)
+		recorded := delivered.Annotations[annotationGuestNamespace]
+		switch {
+		case recorded != "" && recorded != namespace:
+			// The ProviderConfig's namespace changed: the identity of the old one goes first (the
+			// record of where it is is the delivered Secret, rewritten only after).
+			if done, err := guests.DeleteGuest(ctx, owner, recorded); err != nil || !done {
+				set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsPending,
+					"deleting the credentials made in Harvester namespace %s before ProviderConfig %s moved to %s (%v)", recorded, t.Ref, namespace, err)
+				return reconcile.Result{RequeueAfter: guestFailedRetry}
+			}
+		case delivered.Annotations[annotationGuestSource] == source && kubeconfig != nil:
+			valid, err := guests.GuestTokenValid(ctx, owner, namespace, kubeconfig)
+			if err != nil {
+				set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "check the token on Harvester: %v", err)
+				return reconcile.Result{RequeueAfter: guestFailedRetry}
+			}
+			if valid {
+				r.issued(s, clusterName, namespace, owner, t)
+				return reconcile.Result{RequeueAfter: r.guestRecheck()}
+			}
+		default:
+			// Issued from other credentials: the token those credentials' owner made is
+			// revoked and a new one issued.
+			revoke = deliveredToken(kubeconfig)
+		}
+	}
+	if missing, err := guests.MissingGuestPermissions(ctx, namespace); err != nil {
+		set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "ask Harvester what ProviderConfig %s's credentials may do: %v", t.Ref, err)
+		return reconcile.Result{RequeueAfter: guestFailedRetry}
+	} else if len(missing) > 0 {
+		set(metav1.ConditionFalse, infrav1.ReasonGuestPermissionsMissing,
+			"ProviderConfig %s's credentials may not: %s. Grant them on Harvester (config/harvester/guest-rbac.yaml, see docs/harvester-rbac.md), or set spec.guestCredentials to None and give the tenant cluster Secret %s/%s yourself; the cluster's machines are made either way, but their Nodes get no providerID without it",
+			t.Ref, harvester.DescribePermissions(missing), tenantCloudConfigNamespace, tenantCloudConfigName)
+		// Granted on Harvester, which is not watched: looked at again as often as a delivered
+		// identity is.
+		return reconcile.Result{RequeueAfter: r.guestRecheck()}
+	}
+	creds, err := guests.EnsureGuest(ctx, harvester.GuestSpec{Owner: owner, Namespace: namespace, RevokeToken: revoke})
+	if err != nil {
+		return r.guestError(s, err)
+	}
+	secret, err := buildGuestCloudConfigSecret(hc, clusterName, creds.Kubeconfig, creds.Source, namespace)
+	if err == nil {
+		err = r.writeDelivered(ctx, delivered, secret)
+	}
+	if err != nil {
+		set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "write Secret %s/%s: %v", secret.Namespace, secret.Name, err)
+		return reconcile.Result{RequeueAfter: guestFailedRetry}
+	}
+	if creds.Issued {
+		ctrl.LoggerFrom(ctx).Info("Issued the tenant cluster's Harvester credentials", "namespace", namespace, "serviceAccount", harvester.GuestNamesFor(owner, namespace).ServiceAccount)
+		s.Event(corev1.EventTypeNormal, infrav1.ReasonGuestCredentialsIssued, "Issue",
+			fmt.Sprintf("issued a token for the tenant cluster's ServiceAccount in Harvester namespace %s; delivered in Secret %s", namespace, secret.Name))
+	}
+	r.issued(s, clusterName, namespace, owner, t)
+	return reconcile.Result{RequeueAfter: r.guestRecheck()}
+}
+
+func (r *HarvesterClusterReconciler) guestRecheck() time.Duration {
+	if r.GuestRecheckInterval > 0 {
+		return r.GuestRecheckInterval
+	}
+	return defaultGuestRecheck
+}
+
+func (r *HarvesterClusterReconciler) issued(s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], clusterName, namespace string, owner harvester.Owner, t *frontdoor.Target) {
+	s.SetCondition(infrav1.ConditionGuestCredentialsReady, metav1.ConditionTrue, infrav1.ReasonGuestCredentialsIssued, fmt.Sprintf(
+		"Secret %s (a ClusterResourceSet's, for Secret %s/%s of the tenant cluster) holds the kubeconfig of ServiceAccount %s/%s on Harvester, issued with ProviderConfig %s's credentials",
+		guestCloudConfigName(clusterName), tenantCloudConfigNamespace, tenantCloudConfigName, namespace, harvester.GuestNamesFor(owner, namespace).ServiceAccount, t.Ref))
+}
+
+// guestError says what EnsureGuest's error means in GuestCredentialsReady.
+func (r *HarvesterClusterReconciler) guestError(s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], err error) reconcile.Result {
+	reason, retry := infrav1.ReasonGuestCredentialsFailed, guestFailedRetry
+	if w, ok := harvester.AsWaiting(err); ok {
+		retry = w.RetryAfter
+		switch w.Reason {
+		case harvester.ReasonGuestTokenPending:
+			reason = infrav1.ReasonGuestCredentialsPending
+		case harvester.ReasonPermissionDenied:
+			reason = infrav1.ReasonGuestPermissionsMissing
+		}
+	}
+	if p, ok := harvester.AsPermanent(err); ok {
+		retry = guestBlockedRetry
+		if p.Reason == harvester.ReasonNameTaken {
+			reason = infrav1.ReasonGuestCredentialsNameConflict
+		}
+	}
+	s.SetCondition(infrav1.ConditionGuestCredentialsReady, metav1.ConditionFalse, reason, err.Error())
+	return reconcile.Result{RequeueAfter: retry}
+}
+
+// deliveredSecret reads the delivered Secret of the Cluster, nil if there is none. It is read
+// live: the manager neither lists nor watches Secrets.
+func (r *HarvesterClusterReconciler) deliveredSecret(ctx context.Context, namespace, clusterName string) (*corev1.Secret, error) {
+	secret := &corev1.Secret{}
+	err := r.SecretReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: guestCloudConfigName(clusterName)}, secret)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return secret, err
+}
+
+// writeDelivered creates the delivered Secret or rewrites the one there is.
+func (r *HarvesterClusterReconciler) writeDelivered(ctx context.Context, existing, want *corev1.Secret) error {
+	if existing == nil {
+		return r.Create(ctx, want)
+	}
+	existing.Labels, existing.Annotations, existing.Type, existing.Data = want.Labels, want.Annotations, want.Type, want.Data
+	existing.OwnerReferences = want.OwnerReferences
+	return r.Update(ctx, existing)
+}
+
+// deliveredBy reports whether the Secret is the HarvesterCluster's delivered Secret: controlled
+// by it (or by a HarvesterCluster of its name, before clusterctl move rebuilt the reference).
+func deliveredBy(s *corev1.Secret, hc *infrav1.HarvesterCluster) bool {
+	return ownedBy(s, metav1.OwnerReference{Kind: "HarvesterCluster", Name: hc.Name})
+}
+
+// ownedBy reports whether obj has a controller reference of the same kind and name (another
+// UID: the HarvesterCluster was moved here by clusterctl, which rebuilds owner references).
+func ownedBy(obj metav1.Object, ref metav1.OwnerReference) bool {
+	c := metav1.GetControllerOf(obj)
+	if c == nil {
+		return false
+	}
+	gv, err := schema.ParseGroupVersion(c.APIVersion)
+	return err == nil && gv.Group == infrav1.GroupVersion.Group && c.Kind == ref.Kind && c.Name == ref.Name
+}
+
+// revokeGuest deletes the identity a delivered Secret records on Harvester, then the Secret.
+// done is false while that is under way (res says when to look again).
+func (r *HarvesterClusterReconciler) revokeGuest(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], delivered *corev1.Secret, t *frontdoor.Target) (reconcile.Result, bool) {
+	if err := r.deleteGuestIdentity(ctx, s.Obj, []string{delivered.Annotations[annotationGuestNamespace]}, t); err != nil {
+		s.SetCondition(infrav1.ConditionGuestCredentialsReady, metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, err.Error())
+		return reconcile.Result{RequeueAfter: guestFailedRetry}, false
+	}
+	if err := r.Delete(ctx, delivered, client.Preconditions{UID: &delivered.UID}); client.IgnoreNotFound(err) != nil {
+		s.SetCondition(infrav1.ConditionGuestCredentialsReady, metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed,
+			fmt.Sprintf("delete Secret %s/%s: %v", delivered.Namespace, delivered.Name, err))
+		return reconcile.Result{RequeueAfter: guestFailedRetry}, false
+	}
+	return reconcile.Result{}, true
+}
+
+// deleteGuestIdentity deletes the HarvesterCluster's guest identity in each namespace on the
+// Harvester cluster t reaches, and says what is in the way if it cannot.
+func (r *HarvesterClusterReconciler) deleteGuestIdentity(ctx context.Context, hc *infrav1.HarvesterCluster, namespaces []string, t *frontdoor.Target) error {
+	engine, err := r.Harvester.ClusterFor(ctx, t.Credentials)
+	if err != nil {
+		return fmt.Errorf("the tenant cluster's Harvester credentials cannot be deleted: Harvester cannot be reached with ProviderConfig %s's credentials: %w", t.Ref, err)
+	}
+	guests, ok := engine.(harvester.GuestCluster)
+	if !ok {
+		return nil
+	}
+	for _, ns := range namespaces {
+		if ns == "" {
+			continue
+		}
+		done, err := guests.DeleteGuest(ctx, guestOwner(hc), ns)
+		if err != nil {
+			return fmt.Errorf("delete the tenant cluster's Harvester credentials in namespace %s: %w", ns, err)
+		}
+		if !done {
+			return fmt.Errorf("the tenant cluster's Harvester credentials in namespace %s are being deleted", ns)
+		}
+	}
+	return nil
+}
+
+// guestDeleteStep deletes the tenant cluster's Harvester credentials before the HarvesterCluster
+// goes, so that none outlives its cluster: the identity in the namespace the delivered Secret
+// records and in the ProviderConfig's, then the delivered Secret. It waits (DeletionBlocked)
+// while Harvester cannot be reached and something was delivered; with nothing delivered and the
+// ProviderConfig gone, nothing was made that the provider could find.
+func (r *HarvesterClusterReconciler) guestDeleteStep(ctx context.Context, hc *infrav1.HarvesterCluster, clusterName string) error {
+	if r.Harvester == nil {
+		return nil
+	}
+	var delivered *corev1.Secret
+	if clusterName != "" {
+		var err error
+		if delivered, err = r.deliveredSecret(ctx, hc.Namespace, clusterName); err != nil {
+			return err
+		}
+		if delivered != nil && !deliveredBy(delivered, hc) {
+			delivered = nil // someone else's: never deleted
+		}
+	}
+	namespace, name := hc.ProviderConfigKey()
+	pc := &v1alpha1.ProviderConfig{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pc); err != nil {
+		if client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		pc = nil
+	}
+	t, err := frontdoor.ResolveProviderConfig(pc, namespace+"/"+name, "spec.providerConfigRef")
+	if err != nil {
+		if delivered == nil {
+			return nil
+		}
+		return objstatus.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry,
+			"the tenant cluster's Harvester credentials (recorded in Secret %s) cannot be deleted: %v", delivered.Name, err)
+	}
+	namespaces := []string{t.Credentials.Namespace}
+	if delivered != nil && delivered.Annotations[annotationGuestNamespace] != t.Credentials.Namespace {
+		namespaces = append(namespaces, delivered.Annotations[annotationGuestNamespace])
+	}
+	if err := r.deleteGuestIdentity(ctx, hc, namespaces, t); err != nil {
+		if w, ok := harvester.AsWaiting(err); delivered == nil && (!hc.Spec.GuestCredentialsManagedByProvider() || ok && w.Reason == harvester.ReasonPermissionDenied) {
+			// Never delivered, and opted out or never allowed: nothing was made (a provider that
+			// may not read them could not have made them).
+			return nil
+		}
+		return objstatus.Waiting(infrav1.ReasonDeletionBlocked, guestFailedRetry, "%v", err)
+	}
+	if delivered != nil {
+		if err := r.Delete(ctx, delivered, client.Preconditions{UID: &delivered.UID}); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,98 @@
+package clusterapi
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+)
+
+// The delivered Secret follows the fixed contract the cluster templates' ClusterResourceSets are
+// written against.
+func TestBuildGuestCloudConfigSecret(t *testing.T) {
+	hc := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "infra-1", UID: "hc-uid"}}
+	kubeconfig := []byte("apiVersion: v1\nkind: Config\n")
+	s, err := buildGuestCloudConfigSecret(hc, "tenant", kubeconfig, "src", "vms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, check := range map[string]func() bool{
+		"named after the Cluster, in the HarvesterCluster's namespace": func() bool {
+			return s.Namespace == "tenants" && s.Name == "tenant-harvester-cloud-config"
+		},
+		"of the ClusterResourceSet type": func() bool { return s.Type == "addons.cluster.x-k8s.io/resource-set" },
+		"labelled with the Cluster's name": func() bool {
+			return len(s.Labels) == 1 && s.Labels["cluster.x-k8s.io/cluster-name"] == "tenant"
+		},
+		"controlled by the HarvesterCluster": func() bool {
+			c := metav1.GetControllerOf(s)
+			return c != nil && c.Kind == "HarvesterCluster" && c.Name == "infra-1" && c.UID == "hc-uid" && c.APIVersion == infrav1.GroupVersion.String()
+		},
+		"one key": func() bool { return len(s.Data) == 1 && s.Data["cloud-config.yaml"] != nil },
+		"records its source and namespace": func() bool {
+			return s.Annotations[annotationGuestSource] == "src" && s.Annotations[annotationGuestNamespace] == "vms"
+		},
+		"reads back": func() bool { return string(deliveredKubeconfig(s)) == string(kubeconfig) },
+	} {
+		if !check() {
+			t.Errorf("%s: %+v", name, s)
+		}
+	}
+	embedded := &corev1.Secret{}
+	if err := yaml.UnmarshalStrict(s.Data["cloud-config.yaml"], embedded); err != nil {
+		t.Fatal(err)
+	}
+	if embedded.APIVersion != "v1" || embedded.Kind != "Secret" || embedded.Namespace != "kube-system" || embedded.Name != "cloud-config" ||
+		embedded.Type != corev1.SecretTypeOpaque || len(embedded.Data) != 1 || string(embedded.Data["cloud-config"]) != string(kubeconfig) {
+		t.Fatalf("embedded manifest %+v", embedded)
+	}
+}
+
+func TestDeliveredToken(t *testing.T) {
+	for name, tc := range map[string]struct {
+		kubeconfig, want string
+	}{
+		"token": {"apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {cluster: h, user: u}\nusers:\n- name: u\n  user: {token: abc}\n", "abc"},
+		"none":  {"apiVersion: v1\nkind: Config\n", ""},
+		"junk":  {"{", ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := string(deliveredToken([]byte(tc.kubeconfig))); got != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// Only the HarvesterCluster's own delivered Secret is rewritten or deleted: one controlled by
+// another object of the name (another provider's HarvesterCluster kind included) is not.
+func TestDeliveredBy(t *testing.T) {
+	hc := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "infra-1", UID: "hc-uid"}}
+	ours, err := buildGuestCloudConfigSecret(hc, "tenant", nil, "", "vms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := ours.DeepCopy()
+	moved.OwnerReferences[0].UID = "other-uid" // as clusterctl move rebuilds it
+	caphv := ours.DeepCopy()
+	caphv.OwnerReferences[0].APIVersion = "infrastructure.cluster.x-k8s.io/v1beta1"
+	notController := ours.DeepCopy()
+	notController.OwnerReferences[0].Controller = nil
+	for name, tc := range map[string]struct {
+		s    *corev1.Secret
+		want bool
+	}{
+		"ours":                     {ours, true},
+		"ours, moved":              {moved, true},
+		"CAPHV's HarvesterCluster": {caphv, false},
+		"owned but not controlled": {notController, false},
+		"nobody's":                 {&corev1.Secret{}, false},
+	} {
+		if got := deliveredBy(tc.s, hc); got != tc.want {
+			t.Errorf("%s: deliveredBy = %v, want %v", name, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,443 @@
+package harvester
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
+)
+
+// A guest identity is what a cluster whose nodes are VMs on Harvester (a guest cluster) needs
+// to run Harvester's cloud provider and CSI driver: the identity Harvester's own guest
+// integration makes (harvester/harvester pkg/api/kubeconfig/generate_handler.go at 3d63c2af, and
+// harvester/cloud-provider-harvester deploy/generate_addon.sh at 38cd463f):
+//
+//   - a ServiceAccount in the VMs' namespace;
+//   - a RoleBinding in that namespace to Harvester's ClusterRole harvesterhci.io:cloudprovider
+//     (the cloud provider finds a Node's VM by the Node's name in its kubeconfig's namespace, and
+//     the CSI driver hot-plugs volumes into the VMs there: everything it needs is namespaced);
+//   - a ClusterRoleBinding to Harvester's ClusterRole harvesterhci.io:csi-driver, cluster-wide
+//     because that role is mostly about cluster-scoped objects (storage classes, volume
+//     attachments, Harvester settings) and objects in Harvester's and Longhorn's own namespaces;
+//   - a kubernetes.io/service-account-token Secret, which kube-controller-manager fills in with a
+//     token that lives until the Secret (or the ServiceAccount) is deleted;
+//   - a kubeconfig of that token whose context namespace is the VMs' namespace.
+//
+// Every object carries the owner's labels; their names derive from the owner's namespace and
+// name only, so the owner finds them again from another management cluster after a move.
+
+// Harvester's ClusterRoles a guest identity is bound to (harvester/harvester
+// deploy/charts/harvester/templates/rbac.yaml).
+const (
+	GuestCloudProviderRole = "harvesterhci.io:cloudprovider"
+	GuestCSIDriverRole     = "harvesterhci.io:csi-driver"
+)
+
+// guestTokenRetry is how soon to look again at a token Secret kube-controller-manager has not
+// filled in yet (it does so within a second or two).
+const guestTokenRetry = 2 * time.Second
+
+// ReasonGuestTokenPending means the token Secret exists but has no token yet.
+const ReasonGuestTokenPending = "GuestTokenPending"
+
+// GuestSpec is the guest identity of one owner.
+type GuestSpec struct {
+	Owner Owner
+	// Namespace is the VMs' namespace on Harvester: where the identity lives, what its binding
+	// to the cloud provider's role covers, and its kubeconfig's context namespace.
+	Namespace string
+	// RevokeToken, if set, is a token issued before that is to be replaced (the credentials it
+	// was issued with changed): while the token Secret holds it, the Secret is deleted, which
+	// revokes it, and made again. A token Secret that already holds another (or none yet) is kept,
+	// so that asking again while the new token is being filled in does not revoke that one.
+	RevokeToken []byte
+}
+
+// GuestNames are the names of a guest identity's objects on Harvester.
+type GuestNames struct {
+	ServiceAccount, TokenSecret, RoleBinding, ClusterRoleBinding string
+}
+
+// guestPrefix starts the name of every guest identity.
+const guestPrefix = "butler-guest-"
+
+// GuestNamesFor names the guest identity of owner in namespace: the ServiceAccount and its
+// RoleBinding butler-guest-<owner namespace>-<owner name>-<hash>, its token Secret that name
+// with -token (as generate_addon.sh names it), its ClusterRoleBinding the namespace and that name
+// (as Harvester's generate_handler.go names it: cluster-wide, so one per namespace). The hash of
+// the owner's namespace and name keeps two owners apart whose joined names are the same; names
+// are shortened to fit 63 characters.
+func GuestNamesFor(owner Owner, namespace string) GuestNames {
+	sum := sha256.Sum256([]byte(owner.kind() + "/" + owner.Namespace + "/" + owner.Name))
+	hash := hex.EncodeToString(sum[:])[:8]
+	const maxBase = validation.DNS1123LabelMaxLength - len("-token")
+	base := strings.ToLower(owner.Namespace + "-" + owner.Name)
+	if room := maxBase - len(guestPrefix) - len(hash) - 1; len(base) > room {
+		base = strings.TrimRight(base[:room], "-.")
+	}
+	sa := guestPrefix + strings.ReplaceAll(base, ".", "-") + "-" + hash
+	return GuestNames{ServiceAccount: sa, TokenSecret: sa + "-token", RoleBinding: sa, ClusterRoleBinding: concatName(namespace, sa)}
+}
+
+// concatName joins two names with "-", shortened to 63 characters with a hash of the whole when
+// longer (as wrangler's name.SafeConcatName, which Harvester names its bindings with).
+func concatName(a, b string) string {
+	name := a + "-" + b
+	if len(name) <= validation.DNS1123LabelMaxLength {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	hash := hex.EncodeToString(sum[:])[:8]
+	return strings.TrimRight(name[:validation.DNS1123LabelMaxLength-len(hash)-1], "-.") + "-" + hash
+}
+
+// guestLabels are the labels of a guest identity's objects: the owner's, without its UID. A
+// guest identity is recognised by its owner's kind, namespace and name: it survives the owner
+// being moved to another management cluster (a new UID) by name.
+func guestLabels(o Owner) map[string]string {
+	l := ownerLabels(o, "")
+	delete(l, LabelMachineRequestUID)
+	delete(l, LabelManagementCluster)
+	return l
+}
+
+// isGuestOf reports whether an object on Harvester belongs to owner's guest identity.
+func isGuestOf(obj metav1.Object, o Owner) bool {
+	l := obj.GetLabels()
+	return l[LabelManagedBy] == ManagedByValue && l[LabelOwnerKind] == o.kind() &&
+		l[LabelMachineRequestNamespace] == o.Namespace && l[LabelMachineRequestName] == labelSafe(o.Name) &&
+		obj.GetAnnotations()[AnnotationMachineRequest] == o.Namespace+"/"+o.Name
+}
+
+func guestMeta(o Owner, namespace, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: guestLabels(o), Annotations: ownerAnnotations(o)}
+}
+
+// BuildGuestServiceAccount is the guest identity's ServiceAccount. It mounts no token into pods:
+// nothing runs as it on Harvester.
+func BuildGuestServiceAccount(o Owner, namespace string) *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{
+		ObjectMeta:                   guestMeta(o, namespace, GuestNamesFor(o, namespace).ServiceAccount),
+		AutomountServiceAccountToken: ptr.To(false),
+	}
+}
+
+// BuildGuestTokenSecret is the token Secret of sa, as generate_addon.sh writes it: annotated
+// with the ServiceAccount's name and UID (kube-controller-manager's token controller fills in
+// token, ca.crt and namespace, and deletes a Secret whose UID is not the ServiceAccount's), and
+// owned by it, so that the garbage collector deletes it with the ServiceAccount.
+func BuildGuestTokenSecret(o Owner, sa *corev1.ServiceAccount) *corev1.Secret {
+	meta := guestMeta(o, sa.Namespace, GuestNamesFor(o, sa.Namespace).TokenSecret)
+	meta.Annotations[corev1.ServiceAccountNameKey] = sa.Name
+	meta.Annotations[corev1.ServiceAccountUIDKey] = string(sa.UID)
+	meta.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ServiceAccount", Name: sa.Name, UID: sa.UID}}
+	return &corev1.Secret{ObjectMeta: meta, Type: corev1.SecretTypeServiceAccountToken}
+}
+
+// BuildGuestRoleBinding binds the ServiceAccount to Harvester's cloud provider role in the VMs'
+// namespace only (Harvester's generate_handler.go does the same).
+func BuildGuestRoleBinding(o Owner, namespace string) *rbacv1.RoleBinding {
+	names := GuestNamesFor(o, namespace)
+	return &rbacv1.RoleBinding{
+		ObjectMeta: guestMeta(o, namespace, names.RoleBinding),
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: names.ServiceAccount}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: GuestCloudProviderRole},
+	}
+}
+
+// BuildGuestClusterRoleBinding binds the ServiceAccount to Harvester's CSI driver role
+// cluster-wide, as Harvester's generate_handler.go does: the role is about cluster-scoped objects
+// and Harvester's and Longhorn's own namespaces, which no RoleBinding in the VMs' namespace
+// reaches.
+func BuildGuestClusterRoleBinding(o Owner, namespace string) *rbacv1.ClusterRoleBinding {
+	names := GuestNamesFor(o, namespace)
+	return &rbacv1.ClusterRoleBinding{
+		ObjectMeta: guestMeta(o, "", names.ClusterRoleBinding),
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: names.ServiceAccount}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: GuestCSIDriverRole},
+	}
+}
+
+// BuildGuestKubeconfig is the kubeconfig of a guest identity's token: the server the provider
+// itself reaches Harvester at, trusted as the provider trusts it, and the VMs' namespace as the
+// context's namespace (the cloud provider looks VMs up there, and the CSI driver works there).
+func BuildGuestKubeconfig(server string, trust clustercache.Trust, namespace string, token []byte) ([]byte, error) {
+	c := clientcmdapi.NewConfig()
+	c.Clusters["harvester"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: trust.CAData, InsecureSkipTLSVerify: trust.Insecure && len(trust.CAData) == 0}
+	c.AuthInfos["harvester"] = &clientcmdapi.AuthInfo{Token: string(token)}
+	c.Contexts["harvester"] = &clientcmdapi.Context{Cluster: "harvester", AuthInfo: "harvester", Namespace: namespace}
+	c.CurrentContext = "harvester"
+	return clientcmd.Write(*c)
+}
+
+// GuestPermissions is what making, re-issuing and deleting the guest identity of VMs' namespace
+// needs, beyond nothing: the ServiceAccount, its token Secret, its RoleBinding and
+// ClusterRoleBinding, and bind on exactly Harvester's two roles (binding a role needs either bind
+// on it or every permission it grants; bind, limited to these names, is the narrower). No
+// escalate, no update: nothing is ever changed in place.
+func GuestPermissions(namespace string) []Permission {
+	var out []Permission
+	add := func(ns, group, resource string, verbs ...string) {
+		for _, v := range verbs {
+			out = append(out, Permission{Verb: v, Group: group, Resource: resource, Namespace: ns})
+		}
+	}
+	add(namespace, "", "serviceaccounts", "get", "create", "delete")
+	add(namespace, "", "secrets", "get", "create", "delete")
+	add(namespace, rbacv1.GroupName, "rolebindings", "get", "create", "delete")
+	add("", rbacv1.GroupName, "clusterrolebindings", "get", "create", "delete")
+	// A RoleBinding's bind is checked in its namespace, a ClusterRoleBinding's cluster-wide.
+	out = append(out,
+		Permission{Verb: "bind", Group: rbacv1.GroupName, Resource: "clusterroles", Name: GuestCloudProviderRole, Namespace: namespace},
+		Permission{Verb: "bind", Group: rbacv1.GroupName, Resource: "clusterroles", Name: GuestCSIDriverRole})
+	return out
+}
+
+// GuestCredentials is an issued guest identity.
+type GuestCredentials struct {
+	// Kubeconfig is the guest's cloud-config. Secret material: never log it.
+	Kubeconfig []byte
+	// Source names what it was issued from (see GuestCluster.GuestSource).
+	Source string
+	// Issued is true when this call issued a new token.
+	Issued bool
+}
+
+// GuestCluster makes, re-issues and deletes guest identities on one Harvester cluster. The
+// engine's Cluster implements it.
+type GuestCluster interface {
+	// GuestSource names, without a request, the provider's credentials and the namespace a
+	// guest identity of namespace would be issued with now: when a delivered identity's source
+	// differs, its token is to be re-issued.
+	GuestSource(namespace string) string
+	// MissingGuestPermissions asks Harvester (SelfSubjectAccessReviews) which of
+	// GuestPermissions(namespace) the provider's credentials lack.
+	MissingGuestPermissions(ctx context.Context, namespace string) ([]Permission, error)
+	// EnsureGuest makes whatever of the identity does not exist, re-issues its token if asked,
+	// and returns its kubeconfig; a WaitingError with ReasonGuestTokenPending while the token is
+	// not filled in. It never changes an object that is not the owner's (ReasonNameTaken).
+	EnsureGuest(ctx context.Context, spec GuestSpec) (GuestCredentials, error)
+	// GuestTokenValid reports whether the identity's token Secret still exists with the token
+	// that kubeconfig carries: one read, for a delivered identity that nothing else changed.
+	GuestTokenValid(ctx context.Context, owner Owner, namespace string, kubeconfig []byte) (bool, error)
+	// DeleteGuest deletes the identity's objects in namespace that are the owner's; done once
+	// none is left.
+	DeleteGuest(ctx context.Context, owner Owner, namespace string) (done bool, err error)
+}
+
+var _ GuestCluster = (*engine)(nil)
+
+// GuestSource implements GuestCluster: a hash of the credentials' digest, the server and the
+// namespace.
+func (c *engine) GuestSource(namespace string) string {
+	rc := c.remote.cluster
+	sum := sha256.Sum256([]byte(rc.CredentialsDigest() + "\x00" + rc.Server() + "\x00" + namespace))
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// MissingGuestPermissions implements GuestCluster.
+func (c *engine) MissingGuestPermissions(ctx context.Context, namespace string) ([]Permission, error) {
+	perms := GuestPermissions(namespace)
+	allowed, err := c.remote.reviewAccess(ctx, perms)
+	if err != nil {
+		return nil, err
+	}
+	var missing []Permission
+	for i, p := range perms {
+		if !allowed[i] {
+			missing = append(missing, p)
+		}
+	}
+	return missing, nil
+}
+
+// EnsureGuest implements GuestCluster.
+func (c *engine) EnsureGuest(ctx context.Context, spec GuestSpec) (GuestCredentials, error) {
+	r := c.remote
+	sa := BuildGuestServiceAccount(spec.Owner, spec.Namespace)
+	if err := r.ensureGuestObject(ctx, spec.Owner, sa, "ServiceAccount"); err != nil {
+		return GuestCredentials{}, err
+	}
+	if err := r.ensureGuestObject(ctx, spec.Owner, BuildGuestRoleBinding(spec.Owner, spec.Namespace), "RoleBinding"); err != nil {
+		return GuestCredentials{}, err
+	}
+	if err := r.ensureGuestObject(ctx, spec.Owner, BuildGuestClusterRoleBinding(spec.Owner, spec.Namespace), "ClusterRoleBinding"); err != nil {
+		return GuestCredentials{}, err
+	}
+	token, issued, err := r.ensureGuestToken(ctx, spec, sa)
+	if err != nil {
+		return GuestCredentials{}, err
+	}
+	kubeconfig, err := BuildGuestKubeconfig(r.cluster.Server(), r.cluster.Trust(), spec.Namespace, token)
+	if err != nil {
+		return GuestCredentials{}, err
+	}
+	return GuestCredentials{Kubeconfig: kubeconfig, Source: c.GuestSource(spec.Namespace), Issued: issued}, nil
+}
+
+// ensureGuestObject creates obj, or finds it made for the owner (obj is then what exists).
+func (m *remote) ensureGuestObject(ctx context.Context, o Owner, obj client.Object, kind string) error {
+	what := guestObjectName(kind, obj)
+	err := m.c.Create(ctx, obj)
+	if !apierrors.IsAlreadyExists(err) {
+		return createError(err, what)
+	}
+	if err := m.c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return classify(err, "get "+what)
+	}
+	if !isGuestOf(obj, o) {
+		return Permanent(ReasonNameTaken, "%s exists on Harvester and was not made for %s: the provider never changes it; delete or rename it", what, o)
+	}
+	return nil
+}
+
+func guestObjectName(kind string, obj client.Object) string {
+	if obj.GetNamespace() == "" {
+		return kind + " " + obj.GetName()
+	}
+	return kind + " " + obj.GetNamespace() + "/" + obj.GetName()
+}
+
+// ensureGuestToken returns the token of sa's token Secret, creating the Secret if needed, and
+// re-issuing it (delete, create) when asked or when it was made for an earlier ServiceAccount of
+// the same name.
+func (m *remote) ensureGuestToken(ctx context.Context, spec GuestSpec, sa *corev1.ServiceAccount) (token []byte, issued bool, err error) {
+	want := BuildGuestTokenSecret(spec.Owner, sa)
+	what := guestObjectName("Secret", want)
+	secret := &corev1.Secret{}
+	switch err := m.c.Get(ctx, client.ObjectKeyFromObject(want), secret); {
+	case apierrors.IsNotFound(err):
+		secret = nil
+	case err != nil:
+		return nil, false, classify(err, "get "+what)
+	case !isGuestOf(secret, spec.Owner) || secret.Type != corev1.SecretTypeServiceAccountToken:
+		return nil, false, Permanent(ReasonNameTaken, "%s exists on Harvester and was not made for %s: the provider never changes it; delete or rename it", what, spec.Owner)
+	case len(spec.RevokeToken) > 0 && bytes.Equal(secret.Data[corev1.ServiceAccountTokenKey], spec.RevokeToken),
+		secret.Annotations[corev1.ServiceAccountUIDKey] != string(sa.UID):
+		// Deleting the Secret revokes its token: the API server accepts a Secret-based token
+		// only while its Secret exists.
+		if err := m.c.Delete(ctx, secret, client.Preconditions{UID: &secret.UID}); client.IgnoreNotFound(err) != nil {
+			return nil, false, classify(err, "delete "+what)
+		}
+		secret = nil
+	}
+	if secret == nil {
+		secret = want
+		if err := m.c.Create(ctx, secret); err != nil {
+			return nil, false, createError(err, what)
+		}
+		issued = true
+	}
+	if len(secret.Data[corev1.ServiceAccountTokenKey]) == 0 {
+		if err := m.c.Get(ctx, client.ObjectKeyFromObject(secret), secret); err != nil {
+			return nil, issued, classify(err, "get "+what)
+		}
+	}
+	if len(secret.Data[corev1.ServiceAccountTokenKey]) == 0 {
+		return nil, issued, Waiting(ReasonGuestTokenPending, guestTokenRetry,
+			"the token of %s is not filled in yet (Harvester's kube-controller-manager does it)", what)
+	}
+	return secret.Data[corev1.ServiceAccountTokenKey], issued, nil
+}
+
+// GuestTokenValid implements GuestCluster.
+func (c *engine) GuestTokenValid(ctx context.Context, owner Owner, namespace string, kubeconfig []byte) (bool, error) {
+	names := GuestNamesFor(owner, namespace)
+	secret := &corev1.Secret{}
+	err := c.remote.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: names.TokenSecret}, secret)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, classify(err, "get Secret "+namespace+"/"+names.TokenSecret)
+	}
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil || cfg.Contexts[cfg.CurrentContext] == nil {
+		return false, nil
+	}
+	user := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo]
+	token := secret.Data[corev1.ServiceAccountTokenKey]
+	return isGuestOf(secret, owner) && user != nil && len(token) > 0 && user.Token == string(token), nil
+}
+
+// DeleteGuest implements GuestCluster: the token Secret first (which revokes the token at once),
+// then the bindings, then the ServiceAccount.
+func (c *engine) DeleteGuest(ctx context.Context, owner Owner, namespace string) (bool, error) {
+	names := GuestNamesFor(owner, namespace)
+	objs := []client.Object{
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: names.TokenSecret}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: names.RoleBinding}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: names.ClusterRoleBinding}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: names.ServiceAccount}},
+	}
+	kinds := []string{"Secret", "RoleBinding", "ClusterRoleBinding", "ServiceAccount"}
+	left := 0
+	for i, obj := range objs {
+		what := guestObjectName(kinds[i], obj)
+		switch err := c.remote.c.Get(ctx, client.ObjectKeyFromObject(obj), obj); {
+		case apierrors.IsNotFound(err):
+			continue
+		case err != nil:
+			return false, classify(err, "get "+what)
+		case !isGuestOf(obj, owner):
+			continue // not ours: never deleted
+		}
+		uid := obj.GetUID()
+		if err := c.remote.c.Delete(ctx, obj, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+			return false, classify(err, "delete "+what)
+		}
+		// None of them has finalizers: each is gone at once, unless someone holds it.
+		if err := c.remote.c.Get(ctx, client.ObjectKeyFromObject(obj), obj); !apierrors.IsNotFound(err) {
+			left++
+		}
+	}
+	return left == 0, nil
+}
+
+// reviewAccess asks Harvester whether the credentials may do each of perms.
+func (m *remote) reviewAccess(ctx context.Context, perms []Permission) ([]bool, error) {
+	allowed := make([]bool, len(perms))
+	for i, p := range perms {
+		ok, err := selfReview(ctx, m.c, p)
+		if err != nil {
+			return nil, classify(err, "create a SelfSubjectAccessReview")
+		}
+		allowed[i] = ok
+	}
+	return allowed, nil
+}
+
+// selfReview asks whether the credentials may do p (a SelfSubjectAccessReview).
+func selfReview(ctx context.Context, c client.Client, p Permission) (bool, error) {
+	review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: p.Verb, Group: p.Group, Resource: p.Resource, Namespace: p.Namespace, Name: p.Name},
+	}}
+	if err := c.Create(ctx, review); err != nil {
+		return false, err
+	}
+	return review.Status.Allowed, nil
+}
+
+// DescribePermissions lists permissions for messages, "; "-separated.
+func DescribePermissions(perms []Permission) string {
+	out := make([]string, len(perms))
+	for i, p := range perms {
+		out[i] = p.String()
+	}
+	return strings.Join(out, "; ")
+}

@@ -1,0 +1,333 @@
+package harvester
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
+)
+
+func guestOwner() Owner {
+	return Owner{Kind: "HarvesterCluster", Namespace: "tenants", Name: "tenant", UID: "uid-1", Cluster: "mgmt-1"}
+}
+
+func TestGuestNames(t *testing.T) {
+	long := strings.Repeat("n", 63)
+	for name, tc := range map[string]struct {
+		owner     Owner
+		namespace string
+		check     func(*testing.T, GuestNames)
+	}{
+		"short": {guestOwner(), "vms", func(t *testing.T, n GuestNames) {
+			if !strings.HasPrefix(n.ServiceAccount, "butler-guest-tenants-tenant-") || n.TokenSecret != n.ServiceAccount+"-token" ||
+				n.RoleBinding != n.ServiceAccount || n.ClusterRoleBinding != "vms-"+n.ServiceAccount {
+				t.Fatalf("%+v", n)
+			}
+		}},
+		"long names fit 63 characters": {Owner{Kind: "HarvesterCluster", Namespace: long, Name: long}, long, func(t *testing.T, n GuestNames) {
+			for _, s := range []string{n.ServiceAccount, n.TokenSecret, n.RoleBinding, n.ClusterRoleBinding} {
+				if errs := validation.IsDNS1123Label(s); len(errs) > 0 {
+					t.Fatalf("%q: %v", s, errs)
+				}
+			}
+		}},
+		"dots are not kept": {Owner{Kind: "HarvesterCluster", Namespace: "a", Name: "b.c"}, "vms", func(t *testing.T, n GuestNames) {
+			if errs := validation.IsDNS1123Label(n.ServiceAccount); len(errs) > 0 {
+				t.Fatalf("%q: %v", n.ServiceAccount, errs)
+			}
+		}},
+	} {
+		t.Run(name, func(t *testing.T) { tc.check(t, GuestNamesFor(tc.owner, tc.namespace)) })
+	}
+	// Owners whose joined names are the same get different identities; the UID plays no part
+	// (the identity is found again after a move to another management cluster).
+	a, b := GuestNamesFor(Owner{Namespace: "a-b", Name: "c"}, "vms"), GuestNamesFor(Owner{Namespace: "a", Name: "b-c"}, "vms")
+	if a.ServiceAccount == b.ServiceAccount {
+		t.Fatalf("a-b/c and a/b-c share %s", a.ServiceAccount)
+	}
+	moved := guestOwner()
+	moved.UID, moved.Cluster = "uid-2", "mgmt-2"
+	if GuestNamesFor(moved, "vms") != GuestNamesFor(guestOwner(), "vms") {
+		t.Fatal("the names depend on the owner's UID or management cluster")
+	}
+}
+
+func TestBuildGuestObjects(t *testing.T) {
+	o := guestOwner()
+	sa := BuildGuestServiceAccount(o, "vms")
+	sa.UID = "sa-uid"
+	names := GuestNamesFor(o, "vms")
+	for name, tc := range map[string]func(*testing.T){
+		"ServiceAccount in the VMs' namespace, no token mounted": func(t *testing.T) {
+			if sa.Namespace != "vms" || sa.Name != names.ServiceAccount || sa.AutomountServiceAccountToken == nil || *sa.AutomountServiceAccountToken {
+				t.Fatalf("%+v", sa)
+			}
+		},
+		"labelled with the owner, without its UID": func(t *testing.T) {
+			if sa.Labels[LabelOwnerKind] != "HarvesterCluster" || sa.Labels[LabelMachineRequestNamespace] != "tenants" || sa.Labels[LabelMachineRequestName] != "tenant" ||
+				sa.Labels[LabelManagedBy] != ManagedByValue || sa.Annotations[AnnotationMachineRequest] != "tenants/tenant" {
+				t.Fatalf("labels %v annotations %v", sa.Labels, sa.Annotations)
+			}
+			if _, ok := sa.Labels[LabelMachineRequestUID]; ok {
+				t.Fatalf("labels %v carry the UID", sa.Labels)
+			}
+			if !isGuestOf(sa, o) || isGuestOf(sa, Owner{Kind: "HarvesterCluster", Namespace: "tenants", Name: "other"}) {
+				t.Fatal("isGuestOf")
+			}
+		},
+		"token Secret as generate_addon.sh writes it": func(t *testing.T) {
+			s := BuildGuestTokenSecret(o, sa)
+			if s.Type != corev1.SecretTypeServiceAccountToken || s.Name != names.TokenSecret || s.Namespace != "vms" ||
+				s.Annotations[corev1.ServiceAccountNameKey] != sa.Name || s.Annotations[corev1.ServiceAccountUIDKey] != "sa-uid" {
+				t.Fatalf("%+v", s)
+			}
+			if len(s.OwnerReferences) != 1 || s.OwnerReferences[0].Kind != "ServiceAccount" || s.OwnerReferences[0].UID != "sa-uid" {
+				t.Fatalf("owner references %+v", s.OwnerReferences)
+			}
+			if len(s.Data) != 0 {
+				t.Fatal("data set: kube-controller-manager fills it in")
+			}
+		},
+		"RoleBinding to the cloud provider's role in the VMs' namespace": func(t *testing.T) {
+			rb := BuildGuestRoleBinding(o, "vms")
+			if rb.Namespace != "vms" || rb.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "harvesterhci.io:cloudprovider"}) ||
+				len(rb.Subjects) != 1 || rb.Subjects[0] != (rbacv1.Subject{Kind: "ServiceAccount", Namespace: "vms", Name: sa.Name}) {
+				t.Fatalf("%+v", rb)
+			}
+		},
+		"ClusterRoleBinding to the CSI driver's role": func(t *testing.T) {
+			crb := BuildGuestClusterRoleBinding(o, "vms")
+			if crb.Namespace != "" || crb.Name != names.ClusterRoleBinding || crb.RoleRef.Name != "harvesterhci.io:csi-driver" ||
+				len(crb.Subjects) != 1 || crb.Subjects[0] != (rbacv1.Subject{Kind: "ServiceAccount", Namespace: "vms", Name: sa.Name}) {
+				t.Fatalf("%+v", crb)
+			}
+		},
+	} {
+		t.Run(name, tc)
+	}
+}
+
+func TestBuildGuestKubeconfig(t *testing.T) {
+	for name, tc := range map[string]struct {
+		trust        clustercache.Trust
+		wantCA       string
+		wantInsecure bool
+	}{
+		"the CA the provider pins": {clustercache.Trust{CAData: []byte("ca")}, "ca", false},
+		"system roots":             {clustercache.Trust{}, "", false},
+		"insecure, as allowed":     {clustercache.Trust{Insecure: true}, "", true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			data, err := BuildGuestKubeconfig("https://10.0.0.1:6443", tc.trust, "vms", []byte("tok"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := clientcmd.Load(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := cfg.Contexts[cfg.CurrentContext]
+			cl, user := cfg.Clusters[ctx.Cluster], cfg.AuthInfos[ctx.AuthInfo]
+			if ctx.Namespace != "vms" || cl.Server != "https://10.0.0.1:6443" || string(cl.CertificateAuthorityData) != tc.wantCA ||
+				cl.InsecureSkipTLSVerify != tc.wantInsecure || user.Token != "tok" {
+				t.Fatalf("context %+v cluster %+v", ctx, cl)
+			}
+			// Self-contained, as the provider itself requires of a kubeconfig.
+			if _, err := clustercache.RESTConfigFromKubeconfig(data, clustercache.KubeconfigOptions{AllowInsecure: true}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// config/harvester/guest-rbac.yaml, with rbac.yaml's secrets, grants exactly GuestPermissions:
+// bind only on Harvester's two roles, no escalate.
+func TestDocumentedGuestRBACIsGuestPermissions(t *testing.T) {
+	granted := grantedBy(t, "../../config/harvester/guest-rbac.yaml")
+	main := grantedBy(t, "../../config/harvester/rbac.yaml")
+	var want []string
+	for _, p := range GuestPermissions("default") {
+		if slices.Contains(main, p.String()) {
+			continue // granted by rbac.yaml (the token Secret is a Secret of the namespace)
+		}
+		want = append(want, p.String())
+	}
+	slices.Sort(granted)
+	slices.Sort(want)
+	if !slices.Equal(granted, want) {
+		t.Errorf("config/harvester/guest-rbac.yaml grants\n  %v\nbut GuestPermissions (less rbac.yaml's) is\n  %v", granted, want)
+	}
+	for _, g := range granted {
+		if strings.HasPrefix(g, "escalate") || strings.HasPrefix(g, "bind") && !strings.Contains(g, "harvesterhci.io:") {
+			t.Errorf("guest-rbac.yaml grants %q", g)
+		}
+	}
+}
+
+// grantedBy lists what the Roles and ClusterRoles of a manifest grant, as Permission strings.
+func grantedBy(t *testing.T, path string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var granted []string
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		var obj struct {
+			Kind     string
+			Metadata struct{ Namespace string }
+			Rules    []rbacv1.PolicyRule
+		}
+		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if obj.Kind != "Role" && obj.Kind != "ClusterRole" {
+			continue
+		}
+		for _, r := range obj.Rules {
+			for _, g := range r.APIGroups {
+				for _, res := range r.Resources {
+					for _, v := range r.Verbs {
+						p := Permission{Verb: v, Group: g, Resource: res, Namespace: obj.Metadata.Namespace}
+						if len(r.ResourceNames) == 0 {
+							granted = append(granted, p.String())
+						}
+						for _, name := range r.ResourceNames {
+							p.Name = name
+							granted = append(granted, p.String())
+						}
+					}
+				}
+			}
+		}
+	}
+	return granted
+}
+
+// fillToken plays kube-controller-manager's token controller on a fake client.
+func fillToken(t *testing.T, c client.Client, namespace, name, token string) {
+	t.Helper()
+	s := &corev1.Secret{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: namespace, Name: name}, s); err != nil {
+		t.Fatal(err)
+	}
+	s.Data = map[string][]byte{corev1.ServiceAccountTokenKey: []byte(token)}
+	if err := c.Update(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEnsureGuest(t *testing.T) {
+	ctx := context.Background()
+	o := guestOwner()
+	names := GuestNamesFor(o, "vms")
+	spec := GuestSpec{Owner: o, Namespace: "vms"}
+
+	t.Run("made, pending, issued, kept, revoked", func(t *testing.T) {
+		c := fake.NewClientBuilder().WithScheme(remoteScheme).Build()
+		g := newTestCluster(c)
+		_, err := g.EnsureGuest(ctx, spec)
+		if w, ok := AsWaiting(err); !ok || w.Reason != ReasonGuestTokenPending {
+			t.Fatalf("before the token is filled in: %v", err)
+		}
+		for _, obj := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.RoleBinding{}} {
+			if err := c.Get(ctx, client.ObjectKey{Namespace: "vms", Name: names.ServiceAccount}, obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Get(ctx, client.ObjectKey{Name: names.ClusterRoleBinding}, &rbacv1.ClusterRoleBinding{}); err != nil {
+			t.Fatal(err)
+		}
+		fillToken(t, c, "vms", names.TokenSecret, "t1")
+		creds, err := g.EnsureGuest(ctx, spec)
+		if err != nil || string(tokenIn(t, creds.Kubeconfig)) != "t1" || creds.Source == "" {
+			t.Fatalf("issued: %v %v", creds.Source, err)
+		}
+		if ok, err := g.GuestTokenValid(ctx, o, "vms", creds.Kubeconfig); !ok || err != nil {
+			t.Fatalf("GuestTokenValid %v %v", ok, err)
+		}
+		// Asking to revoke another token keeps this one.
+		again, err := g.EnsureGuest(ctx, GuestSpec{Owner: o, Namespace: "vms", RevokeToken: []byte("t0")})
+		if err != nil || again.Issued || string(tokenIn(t, again.Kubeconfig)) != "t1" {
+			t.Fatalf("kept: issued %v, %v", again.Issued, err)
+		}
+		// Revoking this one deletes its Secret and makes another, whose token is pending.
+		_, err = g.EnsureGuest(ctx, GuestSpec{Owner: o, Namespace: "vms", RevokeToken: []byte("t1")})
+		if w, ok := AsWaiting(err); !ok || w.Reason != ReasonGuestTokenPending {
+			t.Fatalf("revoked: %v", err)
+		}
+		if ok, _ := g.GuestTokenValid(ctx, o, "vms", creds.Kubeconfig); ok {
+			t.Fatal("the revoked token is still valid")
+		}
+		// Deleted: everything of ours goes.
+		done, err := g.DeleteGuest(ctx, o, "vms")
+		if err != nil || !done {
+			t.Fatalf("DeleteGuest %v %v", done, err)
+		}
+		for _, list := range []client.ObjectList{&corev1.ServiceAccountList{}, &corev1.SecretList{}, &rbacv1.RoleBindingList{}, &rbacv1.ClusterRoleBindingList{}} {
+			if err := c.List(ctx, list); err != nil {
+				t.Fatal(err)
+			}
+			if items, _ := meta.ExtractList(list); len(items) != 0 {
+				t.Fatalf("left: %v", items)
+			}
+		}
+	})
+
+	t.Run("a name taken by another is never changed or deleted", func(t *testing.T) {
+		theirs := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: names.ServiceAccount}}
+		c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(theirs).Build()
+		g := newTestCluster(c)
+		_, err := g.EnsureGuest(ctx, spec)
+		if p, ok := AsPermanent(err); !ok || p.Reason != ReasonNameTaken || !strings.Contains(p.Message, "ServiceAccount vms/"+names.ServiceAccount) {
+			t.Fatalf("%v", err)
+		}
+		if done, err := g.DeleteGuest(ctx, o, "vms"); err != nil || !done {
+			t.Fatalf("DeleteGuest %v %v", done, err)
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(theirs), theirs); err != nil {
+			t.Fatalf("theirs: %v", err)
+		}
+	})
+
+	t.Run("found again after a move (another UID)", func(t *testing.T) {
+		c := fake.NewClientBuilder().WithScheme(remoteScheme).Build()
+		g := newTestCluster(c)
+		_, _ = g.EnsureGuest(ctx, spec)
+		fillToken(t, c, "vms", names.TokenSecret, "t1")
+		moved := o
+		moved.UID = "uid-2"
+		creds, err := g.EnsureGuest(ctx, GuestSpec{Owner: moved, Namespace: "vms"})
+		if err != nil || string(tokenIn(t, creds.Kubeconfig)) != "t1" {
+			t.Fatalf("after a move: %v", err)
+		}
+	})
+}
+
+func tokenIn(t *testing.T, kubeconfig []byte) []byte {
+	t.Helper()
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []byte(cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo].Token)
+}

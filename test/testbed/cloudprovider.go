@@ -1,0 +1,235 @@
+package testbed
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
+)
+
+// The delivery contract of the tenant's Harvester credentials (docs/cluster-api.md), spelled here
+// on the harness's side, as Cluster API's ClusterResourceSet and Harvester's cloud provider read
+// them; the provider's spelling is its own (internal/controller/harvestercluster_guest.go).
+const (
+	// CloudConfigSecretSuffix: the provider delivers Secret <Cluster name>-harvester-cloud-config
+	// in the Cluster's namespace.
+	CloudConfigSecretSuffix = "-harvester-cloud-config"
+	// CloudConfigSecretKey is its key: the YAML of the Secret a ClusterResourceSet applies.
+	CloudConfigSecretKey = "cloud-config.yaml" //nolint:gosec // G101: a key name, not a credential
+	// ClusterResourceSetSecretType is the type a ClusterResourceSet takes Secrets of.
+	ClusterResourceSetSecretType corev1.SecretType = "addons.cluster.x-k8s.io/resource-set" //nolint:gosec // G101: a Secret type, not a credential
+	// TenantCloudConfigNamespace, TenantCloudConfigName and TenantCloudConfigKey are the Secret and
+	// key the cloud provider mounts as /etc/kubernetes/cloud-config (and the CSI driver as
+	// /etc/csi/cloud-config) in the tenant cluster.
+	TenantCloudConfigNamespace = "kube-system"
+	TenantCloudConfigName      = "cloud-config"
+	TenantCloudConfigKey       = "cloud-config"
+)
+
+// cloudProviderTick is how often the player looks at the tenant's Nodes.
+const cloudProviderTick = 200 * time.Millisecond
+
+// CloudProvider plays, for one tenant cluster, two parts that stand between the provider's
+// delivered credentials and a Node's providerID, each acting only on what that part really has:
+//
+//   - Cluster API's ClusterResourceSet (strategy Reconcile): it applies the Secret manifest the
+//     delivered Secret <cluster>-harvester-cloud-config carries into the tenant cluster (Secret
+//     kube-system/cloud-config), and again whenever it changes;
+//   - Harvester's cloud provider (harvester/cloud-provider-harvester pkg/cloud-controller-manager,
+//     ccm.go and instance.go): from that tenant Secret alone, it builds its Harvester client (the
+//     kubeconfig's current context; its namespace, "default" if none, is where VMs are looked up),
+//     finds each Node's VM by the Node's name, and sets spec.providerID harvester://<VM UID> on a
+//     Node that has none, removing the uninitialized taint as the cloud node controller does.
+//
+// It never uses the harness's own view of Harvester: a missing, wrong or revoked credential, or a
+// wrong namespace, leaves the Nodes without providerID (Err says why), as on a real tenant.
+type CloudProvider struct {
+	mgmt                   client.Reader
+	namespace, clusterName string
+	tenant                 client.Client
+	stop                   context.CancelFunc
+	done                   chan struct{}
+
+	mu      sync.Mutex
+	err     error
+	applied []byte // the tenant Secret's data last applied
+	// cloudConfig is the kubeconfig the Harvester client was built from, and the client.
+	cloudConfig []byte
+	harvester   client.Client
+	vmNamespace string
+}
+
+// PlayCloudProvider starts the player for Cluster clusterName of namespace on the management
+// cluster mgmt reads, and tenant; it runs until Stop or until ctx ends.
+func PlayCloudProvider(ctx context.Context, mgmt client.Reader, namespace, clusterName string, tenant *Tenant) *CloudProvider {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &CloudProvider{mgmt: mgmt, namespace: namespace, clusterName: clusterName, tenant: tenant.Client, stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		t := time.NewTicker(cloudProviderTick)
+		defer t.Stop()
+		for {
+			err := p.sync(ctx)
+			p.mu.Lock()
+			p.err = err
+			p.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return p
+}
+
+// Stop stops the player and waits for it.
+func (p *CloudProvider) Stop() { p.stop(); <-p.done }
+
+// Err is what kept the player from initializing a Node in its last pass (nil: every Node it saw
+// has its providerID).
+func (p *CloudProvider) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+func (p *CloudProvider) sync(ctx context.Context) error {
+	if err := p.applyResourceSet(ctx); err != nil {
+		return fmt.Errorf("ClusterResourceSet: %w", err)
+	}
+	nodes := &corev1.NodeList{}
+	if err := p.tenant.List(ctx, nodes); err != nil {
+		return err
+	}
+	var errs []error
+	for i := range nodes.Items {
+		if node := &nodes.Items[i]; node.Spec.ProviderID == "" {
+			errs = append(errs, p.initialize(ctx, node))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// applyResourceSet applies the delivered Secret's manifest into the tenant, as a
+// ClusterResourceSet with strategy Reconcile does: only a Secret of the ClusterResourceSet type,
+// labelled with the cluster's name.
+func (p *CloudProvider) applyResourceSet(ctx context.Context) error {
+	delivered := &corev1.Secret{}
+	name := p.clusterName + CloudConfigSecretSuffix
+	if err := p.mgmt.Get(ctx, client.ObjectKey{Namespace: p.namespace, Name: name}, delivered); err != nil {
+		return fmt.Errorf("read Secret %s/%s: %w", p.namespace, name, err)
+	}
+	if delivered.Type != ClusterResourceSetSecretType {
+		return fmt.Errorf("the Secret %s/%s is of type %q, not %s: a ClusterResourceSet does not apply it", p.namespace, name, delivered.Type, ClusterResourceSetSecretType)
+	}
+	manifest := &corev1.Secret{}
+	if err := yaml.UnmarshalStrict(delivered.Data[CloudConfigSecretKey], manifest); err != nil {
+		return fmt.Errorf("the Secret %s/%s key %s is not a Secret manifest: %w", p.namespace, name, CloudConfigSecretKey, err)
+	}
+	if manifest.APIVersion != "v1" || manifest.Kind != "Secret" || manifest.Namespace != TenantCloudConfigNamespace || manifest.Name != TenantCloudConfigName {
+		return fmt.Errorf("the Secret %s/%s carries %s %s %s/%s, not v1 Secret %s/%s", p.namespace, name, manifest.APIVersion, manifest.Kind,
+			manifest.Namespace, manifest.Name, TenantCloudConfigNamespace, TenantCloudConfigName)
+	}
+	data := manifest.Data[TenantCloudConfigKey]
+	p.mu.Lock()
+	same := bytes.Equal(p.applied, data)
+	p.mu.Unlock()
+	if same {
+		return nil
+	}
+	existing := &corev1.Secret{}
+	switch err := p.tenant.Get(ctx, client.ObjectKeyFromObject(manifest), existing); {
+	case apierrors.IsNotFound(err):
+		manifest.ResourceVersion = ""
+		if err := p.tenant.Create(ctx, manifest); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	default:
+		existing.Data, existing.Type = manifest.Data, manifest.Type
+		if err := p.tenant.Update(ctx, existing); err != nil {
+			return err
+		}
+	}
+	p.mu.Lock()
+	p.applied = data
+	p.mu.Unlock()
+	return nil
+}
+
+// harvesterClient is the cloud provider's client: from the tenant's Secret alone.
+func (p *CloudProvider) harvesterClient(ctx context.Context) (client.Client, string, error) {
+	secret := &corev1.Secret{}
+	if err := p.tenant.Get(ctx, client.ObjectKey{Namespace: TenantCloudConfigNamespace, Name: TenantCloudConfigName}, secret); err != nil {
+		return nil, "", fmt.Errorf("read the tenant's Secret %s/%s: %w", TenantCloudConfigNamespace, TenantCloudConfigName, err)
+	}
+	cloudConfig := secret.Data[TenantCloudConfigKey]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.harvester != nil && bytes.Equal(p.cloudConfig, cloudConfig) {
+		return p.harvester, p.vmNamespace, nil
+	}
+	// As ccm.go's newCloudProvider: clientcmd from the bytes, the current context's namespace.
+	cc, err := clientcmd.NewClientConfigFromBytes(cloudConfig)
+	if err != nil {
+		return nil, "", fmt.Errorf("the cloud-config is not a kubeconfig: %w", err)
+	}
+	cfg, err := cc.ClientConfig()
+	if err != nil {
+		return nil, "", fmt.Errorf("the cloud-config is not a usable kubeconfig: %w", err)
+	}
+	raw, err := cc.RawConfig()
+	if err != nil {
+		return nil, "", err
+	}
+	namespace := ""
+	if ctx := raw.Contexts[raw.CurrentContext]; ctx != nil {
+		namespace = ctx.Namespace
+	}
+	if namespace == "" {
+		namespace = metav1.NamespaceDefault
+	}
+	c, err := client.New(cfg, client.Options{Scheme: sim.Scheme()})
+	if err != nil {
+		return nil, "", err
+	}
+	p.cloudConfig, p.harvester, p.vmNamespace = cloudConfig, c, namespace
+	return c, namespace, nil
+}
+
+// initialize sets the Node's providerID from its VM, as the cloud node controller does with
+// instance.go's InstanceMetadata, and removes the uninitialized taint.
+func (p *CloudProvider) initialize(ctx context.Context, node *corev1.Node) error {
+	hv, namespace, err := p.harvesterClient(ctx)
+	if err != nil {
+		return err
+	}
+	vm := &kubevirtv1.VirtualMachine{}
+	if err := hv.Get(ctx, client.ObjectKey{Namespace: namespace, Name: node.Name}, vm); err != nil {
+		return fmt.Errorf("node %s: get VirtualMachine %s/%s on Harvester: %w", node.Name, namespace, node.Name, err)
+	}
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	node.Spec.ProviderID = "harvester://" + string(vm.UID)
+	var taints []corev1.Taint
+	for _, t := range node.Spec.Taints {
+		if t.Key != TaintUninitialized {
+			taints = append(taints, t)
+		}
+	}
+	node.Spec.Taints = taints
+	return p.tenant.Patch(ctx, node, patch)
+}
