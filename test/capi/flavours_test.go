@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -420,7 +422,13 @@ func TestClusterAPIClusterResourceSetInstallsHarvesterAddons(t *testing.T) {
 
 	_, config := clusterctlRepository(ctx, t)
 	flavour := generateFlavour(ctx, t, assets, config, "")
-	cluster := w.tenantCluster()
+	// The provider makes no credentials here (spec.guestCredentials None): the test writes the
+	// delivered Secret itself, to see Cluster API apply the rest before it exists and a renewed
+	// one after. TestClusterAPIGuestCredentials covers the provider's own Secret.
+	unmanaged := tenant
+	unmanaged.GuestCredentials = infrav1.GuestCredentialsNone
+	w.must(testbed.CreateAll(ctx, c, unmanaged.ClusterObjects()...))
+	cluster := unmanaged.Cluster()
 	label, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": only(t, "kubeadm flavour", flavour, "Cluster").GetLabels()}})
 	w.must(err)
 	w.must(c.Patch(ctx, cluster, client.RawPatch(types.MergePatchType, label)))

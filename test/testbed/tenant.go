@@ -56,6 +56,8 @@ type TenantCluster struct {
 	FailureDomains []infrav1.HarvesterFailureDomain
 	// MachineSpec is the spec of every HarvesterMachine.
 	MachineSpec infrav1.HarvesterMachineSpec
+	// GuestCredentials is the HarvesterCluster's spec.guestCredentials ("": the default, Managed).
+	GuestCredentials infrav1.GuestCredentialsPolicy
 }
 
 // BootstrapSecretName names the Secret that holds the bootstrap data of every machine.
@@ -74,7 +76,7 @@ func (tc TenantCluster) Cluster() *unstructured.Unstructured {
 func (tc TenantCluster) ClusterObjects() []client.Object {
 	hc := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: tc.Namespace, Name: tc.Name},
 		Spec: infrav1.HarvesterClusterSpec{ProviderConfigRef: tc.ProviderConfig,
-			ControlPlaneEndpoint: tc.Endpoint, FailureDomains: tc.FailureDomains}}
+			ControlPlaneEndpoint: tc.Endpoint, FailureDomains: tc.FailureDomains, GuestCredentials: tc.GuestCredentials}}
 	bootstrap := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tc.Namespace, Name: tc.BootstrapSecretName()},
 		Data: map[string][]byte{"value": []byte("#cloud-config\n"), "format": []byte("cloud-config")}}
 	return []client.Object{hc, bootstrap, tc.Cluster()}
