@@ -55,8 +55,11 @@ const (
 	ReasonGuestCredentialsFailed = "GuestCredentialsFailed"
 )
 
-// ReasonAsExpected (Degraded=False): nothing needs attention.
-const ReasonAsExpected = "AsExpected"
+// Reasons of the Degraded condition besides those of Ready.
+const (
+	// ReasonAsExpected (Degraded=False): nothing needs attention. Same as the MachineRequest's.
+	ReasonAsExpected = "AsExpected"
+)
 
 // Reasons of the Paused condition (those of Cluster API's own objects).
 const (
