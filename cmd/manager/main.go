@@ -148,6 +148,7 @@ func run(ctx context.Context, args []string) error {
 		PollInterval: o.CreatingPoll, WatchedPollInterval: o.WatchedPoll, HealthCheckInterval: o.HealthInterval,
 		StartLimits:             harvester.StartLimits{IPReport: o.IPReportTimeout},
 		MaxConcurrentReconciles: o.Concurrency,
+		HandOverFrom:            o.HandOverFrom,
 	}
 	hcr := &controller.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr}
 	if !o.ClusterAPI {

@@ -24,7 +24,7 @@ var machineRequestReasons = map[string]string{
 var machineRequestAdvice = map[string]string{
 	harvester.ReasonVMDeleted: ": set annotation " + v1alpha1.AnnotationRetry +
 		"=true on the MachineRequest (or change its spec) to create a new VM, or delete the MachineRequest",
-	harvester.ReasonNameTaken: "; choose another spec.machineName, or delete that object on Harvester",
+	harvester.ReasonNameTaken: "; choose another spec.machineName. That object may be another machine's live node: find out whose it is (above) before anyone deletes it",
 	harvester.ReasonNameTakenByAnotherManagementCluster: ". If that cluster is gone (a bootstrap run again), hand the machine over with its VM, disks and cloud-init Secret: set annotation " +
 		v1alpha1.AnnotationHandOver + "=true on this MachineRequest",
 }
@@ -42,9 +42,11 @@ func machineRequestTerms(engineReason string) (reason, advice string) {
 // same remedies as a MachineRequest's, through Cluster API (a machine is replaced, not retried).
 var harvesterMachineAdvice = map[string]string{
 	harvester.ReasonVMDeleted: ": delete the Machine that owns this HarvesterMachine (a MachineHealthCheck does so by itself) and Cluster API replaces it with a new one",
-	harvester.ReasonNameTaken: "; the VM is named after the HarvesterMachine: delete that object on Harvester, or delete the Machine so that Cluster API makes one of another name",
-	harvester.ReasonNameTakenByAnotherManagementCluster: ". If that cluster is gone, hand the machine over with its VM, disks and cloud-init Secret: set annotation " +
-		v1alpha1.AnnotationHandOver + "=true on this HarvesterMachine",
+	harvester.ReasonNameTaken: ". The VM is named after the HarvesterMachine and may be another cluster's live node: find out whose it is (above) before anyone deletes it; " +
+		"to go on without it, delete this Machine so that Cluster API makes one of another name",
+	harvester.ReasonNameTakenByAnotherManagementCluster: ". It may be that cluster's live node. If that management cluster is gone for good, the platform operator may allow its machines to be handed over " +
+		"(the manager's flag --" + HandOverFlag + "=<its kube-system UID>); then set annotation " + v1alpha1.AnnotationHandOver +
+		"=true on this HarvesterMachine to take the VM, disks and cloud-init Secret over",
 }
 
 // harvesterMachineTerms is an engine reason in the HarvesterMachine's words (spelled as the

@@ -60,6 +60,11 @@ type HarvesterMachineReconciler struct {
 	StartLimits harvester.StartLimits
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
 	MaxConcurrentReconciles int
+	// HandOverFrom are the management clusters (kube-system UIDs) whose HarvesterMachines'
+	// objects a HarvesterMachine of the same namespace and name may take over when annotated
+	// with the hand-over annotation: the platform operator's decision (a manager flag). Empty:
+	// no hand-over.
+	HandOverFrom []string
 
 	managementCluster string
 	statuses          objstatus.Memory[infrav1.HarvesterMachineStatus]
@@ -214,15 +219,17 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	spec.Owner = withHandOver(spec.Owner, hm, r.HandOverFrom)
 	// The failure domain places the VM when it is created, and only then: a machine whose VM
 	// exists stays where it runs, and keeps the status.failureDomain it was created with, whatever
 	// its Machine or the HarvesterCluster's failure domains say since (the engine never moves or
 	// rewrites a VM, and the gate judges only a machine without one). Cluster API copies
-	// status.failureDomain to the Machine. Nothing recomputes it later: a status lost (clusterctl
-	// move does not carry status) leaves it empty rather than guessed from fields that may have
-	// changed since the VM was placed.
+	// status.failureDomain to the Machine. The VM records the failure domain it was placed in
+	// (spec.FailureDomain): a status lost (clusterctl move does not carry status) is rebuilt from
+	// it, never guessed from fields that may have changed since the VM was placed.
 	var placement error
 	spec.NodeSelector, placement = failureDomainNodes(hm.Namespace, *machine, t.hc)
+	spec.FailureDomain = machine.FailureDomain
 	spec.Gate = func() error {
 		if placement != nil {
 			return placement
@@ -264,6 +271,8 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 		}
 	}
 	vm := fmt.Sprintf("VirtualMachine %s/%s", spec.Namespace, spec.Name)
+	reportTakeOver(ctx, s, vm, obs.Predecessor)
+	rebuildFailureDomain(hm, obs)
 	if obs.VMCreated {
 		s.Event(corev1.EventTypeNormal, "Created", "Create", "Created "+vm+" on Harvester")
 	}

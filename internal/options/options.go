@@ -51,6 +51,9 @@ type Options struct {
 	SyncPeriod              time.Duration
 	Concurrency             int
 	ClusterAPI              bool
+	// HandOverFrom are the management clusters whose HarvesterMachines' objects may be handed over
+	// (controller.HandOverFlag).
+	HandOverFrom []string
 	CreatingPoll            time.Duration
 	WatchedPoll             time.Duration
 	HealthInterval          time.Duration
@@ -102,6 +105,14 @@ func NewFlagSet(output io.Writer) (*flag.FlagSet, *Options) {
 	})
 	fs.DurationVar(&o.SyncPeriod, "sync-period", DefaultSyncPeriod, "How often every watched object is reconciled again even if nothing changed (a safety net; the provider's own rechecks are shorter).")
 	fs.IntVar(&o.Concurrency, "max-concurrent-reconciles", DefaultConcurrency, "How many MachineRequests are reconciled in parallel.")
+	fs.Func(controller.HandOverFlag, "Comma-separated identities (kube-system namespace UIDs) of management clusters that are gone for good and whose HarvesterMachines' VMs, disks and cloud-init Secrets a HarvesterMachine of the same namespace and name here may take over, when annotated harvester.butler.butlerlabs.dev/hand-over=true; empty (the default): none. The platform operator's decision: a tenant's annotation alone never takes another management cluster's VM.", func(v string) error {
+		for _, id := range strings.Split(v, ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				o.HandOverFrom = append(o.HandOverFrom, id)
+			}
+		}
+		return nil
+	})
 	fs.BoolVar(&o.ClusterAPI, "cluster-api", true, "Run the Cluster API infrastructure controllers (HarvesterCluster, HarvesterMachine) when the management cluster serves their CRDs and Cluster API's Cluster and Machine; false: never.")
 	fs.DurationVar(&o.CreatingPoll, "creating-poll-interval", controller.DefaultCreatingPollInterval, "How often a Creating machine is looked at again while waiting for its IP address, when its objects on Harvester are not watched (credentials without list and watch).")
 	fs.DurationVar(&o.WatchedPoll, "watched-poll-interval", controller.DefaultWatchedPollInterval, "How often a Creating or Deleting machine whose objects on Harvester are watched is looked at again anyway: their changes wake it at once, so this only catches an event that was missed. Never shorter than --creating-poll-interval.")
