@@ -53,19 +53,19 @@ type Options struct {
 	ClusterAPI              bool
 	// HandOverFrom are the management clusters whose HarvesterMachines' objects may be handed over
 	// (controller.HandOverFlag).
-	HandOverFrom []string
-	CreatingPoll            time.Duration
-	WatchedPoll             time.Duration
-	HealthInterval          time.Duration
-	RecheckInterval         time.Duration
-	ProvisioningTimeout     time.Duration
-	IPReportTimeout         time.Duration
-	ConfigGracePeriod       time.Duration
-	HarvesterQPS            float64
-	HarvesterBurst          int
-	KubeQPS                 float64
-	KubeBurst               int
-	LogLevel, LogFormat     string
+	HandOverFrom        []string
+	CreatingPoll        time.Duration
+	WatchedPoll         time.Duration
+	HealthInterval      time.Duration
+	RecheckInterval     time.Duration
+	ProvisioningTimeout time.Duration
+	IPReportTimeout     time.Duration
+	ConfigGracePeriod   time.Duration
+	HarvesterQPS        float64
+	HarvesterBurst      int
+	KubeQPS             float64
+	KubeBurst           int
+	LogLevel, LogFormat string
 	// Kubeconfig, if set, is the kubeconfig file of the management cluster.
 	Kubeconfig string
 	// FlagNotes say what Parse did with each flag of the published provider's manager it was
