@@ -169,7 +169,12 @@ func (m *machines) findSucceededVM(ctx context.Context, spec *MachineSpec) (*kub
 	if err == nil {
 		return vm, p, nil
 	}
-	if spec.VMUID == "" && supersedable("VirtualMachine", vm, spec.Owner) == nil {
+	if spec.VMUID == "" {
+		// Not this machine re-created: an earlier owner of the same name may still be taken over
+		// (takeOverSuperseded), and if not, that rule says why.
+		if err := supersedable("VirtualMachine", vm, spec.Owner); err != nil {
+			return nil, Predecessor{}, err
+		}
 		vm, old, err := m.takeOverSuperseded(ctx, spec)
 		return vm, Predecessor{UID: old}, err
 	}

@@ -56,6 +56,8 @@ type TenantCluster struct {
 	FailureDomains []infrav1.HarvesterFailureDomain
 	// MachineSpec is the spec of every HarvesterMachine.
 	MachineSpec infrav1.HarvesterMachineSpec
+	// BootstrapData is the bootstrap data of every machine; empty: a small cloud-config.
+	BootstrapData string
 }
 
 // BootstrapSecretName names the Secret that holds the bootstrap data of every machine.
@@ -76,8 +78,15 @@ func (tc TenantCluster) ClusterObjects() []client.Object {
 		Spec: infrav1.HarvesterClusterSpec{ProviderConfigRef: tc.ProviderConfig,
 			ControlPlaneEndpoint: tc.Endpoint, FailureDomains: tc.FailureDomains}}
 	bootstrap := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tc.Namespace, Name: tc.BootstrapSecretName()},
-		Data: map[string][]byte{"value": []byte("#cloud-config\n"), "format": []byte("cloud-config")}}
+		Data: map[string][]byte{"value": []byte(tc.bootstrapData()), "format": []byte("cloud-config")}}
 	return []client.Object{hc, bootstrap, tc.Cluster()}
+}
+
+func (tc TenantCluster) bootstrapData() string {
+	if tc.BootstrapData == "" {
+		return "#cloud-config\n"
+	}
+	return tc.BootstrapData
 }
 
 // Machine returns a standalone Machine of the cluster in failureDomain ("" for none) and its
