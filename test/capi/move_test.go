@@ -462,6 +462,9 @@ func TestClusterAPIMoveForgeryTakesNothing(t *testing.T) {
 		if err := other.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "tenant-md-0"}, &infrav1.HarvesterMachine{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("HarvesterMachine still there (%v)", err)
 		}
+		if err := other.c.Get(ctx, client.ObjectKeyFromObject(m1), m1.DeepCopy()); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("Machine still there (%v)", err)
+		}
 		return nil
 	})
 	hm3, m3 := forger.Machine("tenant-md-0", "")
