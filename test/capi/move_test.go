@@ -182,7 +182,9 @@ func (v *vmWatch) requireNone(t *testing.T, during string) {
 func (w *capiWorld) machinesRunning(want int) map[string]string {
 	w.t.Helper()
 	var ids map[string]string
-	waitFor(w.ctx, w.t, w.capi, fmt.Sprintf("%d Machines Running with their Node", want), func() error {
+	ctx, cancel := context.WithTimeout(w.ctx, 2*time.Minute)
+	defer cancel()
+	waitFor(ctx, w.t, w.capi, fmt.Sprintf("%d Machines Running with their Node", want), func() error {
 		machines := &unstructured.UnstructuredList{}
 		machines.SetGroupVersionKind(testbed.MachineGVK.GroupVersion().WithKind("MachineList"))
 		w.must(w.c.List(w.ctx, machines, client.InNamespace(ns), client.MatchingLabels{testbed.ClusterNameLabel: tenant.Name}))
@@ -191,13 +193,15 @@ func (w *capiWorld) machinesRunning(want int) map[string]string {
 			phase, _, _ := unstructured.NestedString(m.Object, "status", "phase")
 			node, _, _ := unstructured.NestedString(m.Object, "status", "nodeRef", "name")
 			id, _, _ := unstructured.NestedString(m.Object, "spec", "providerID")
-			if phase != "Running" || node == "" || m.GetDeletionTimestamp() != nil {
-				return fmt.Errorf("Machine %s: phase %q, nodeRef %q", m.GetName(), phase, node)
-			}
 			hm := &infrav1.HarvesterMachine{}
-			w.must(w.c.Get(w.ctx, client.ObjectKey{Namespace: ns, Name: m.GetName()}, hm))
+			if err := w.c.Get(w.ctx, client.ObjectKey{Namespace: ns, Name: m.GetName()}, hm); err != nil {
+				return err
+			}
 			if c := findCondition(hm.Status.Conditions, infrav1.ConditionReady); c == nil || c.Status != metav1.ConditionTrue {
-				return fmt.Errorf("HarvesterMachine %s Ready %+v", hm.Name, c)
+				return fmt.Errorf("HarvesterMachine %s Ready %+v, conditions %+v", hm.Name, c, hm.Status.Conditions)
+			}
+			if phase != "Running" || node == "" || m.GetDeletionTimestamp() != nil {
+				return fmt.Errorf("Machine %s: phase %q, nodeRef %q, status %v", m.GetName(), phase, node, m.Object["status"])
 			}
 			ids[m.GetName()] = id
 		}
@@ -275,7 +279,7 @@ func TestClusterAPIMoveThroughADirectory(t *testing.T) { testMove(t, true) }
 
 func testMove(t *testing.T, throughDirectory bool) {
 	assets := requireAssets(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Minute)
 	t.Cleanup(cancel)
 	hv := startSimulatedHarvester(ctx, t)
 	src := startManagementCluster(ctx, t, hv)
@@ -300,6 +304,12 @@ func testMove(t *testing.T, throughDirectory bool) {
 	tc.BootstrapData = randomBootstrapData(t)
 	src.must(testbed.CreateAll(ctx, src.c, tc.ClusterObjects()...))
 	cluster := tc.Cluster()
+	// The bootstrap data Secret belongs to the cluster, as a bootstrap provider's Secret belongs
+	// to its config (an ownerReference): clusterctl moves it with the cluster, unchanged.
+	src.must(src.c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster))
+	ownedByCluster := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":%q,"kind":"Cluster","name":%q,"uid":%q}]}}`,
+		testbed.ClusterGVK.GroupVersion().String(), cluster.GetName(), cluster.GetUID())
+	src.must(src.c.Patch(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tc.BootstrapSecretName()}}, client.RawPatch(types.MergePatchType, []byte(ownedByCluster))))
 	cpInfra, cp := tc.ControlPlaneMachine("tenant-cp-0")
 	template, md := tc.MachineDeployment("tenant-md-0", 1)
 	src.must(testbed.CreateAll(ctx, src.c, cpInfra, cp, template, md))
@@ -313,7 +323,8 @@ func testMove(t *testing.T, throughDirectory bool) {
 		runClusterctl(ctx, t, assets, config, nil, "move", "--kubeconfig", srcKubeconfig, "--namespace", ns, "--to-directory", dir)
 		runClusterctl(ctx, t, assets, config, nil, "move", "--from-directory", dir, "--to-kubeconfig", dstKubeconfig)
 	} else {
-		runClusterctl(ctx, t, assets, config, nil, "move", "--kubeconfig", srcKubeconfig, "--to-kubeconfig", dstKubeconfig, "--namespace", ns)
+		out := runClusterctl(ctx, t, assets, config, nil, "move", "--kubeconfig", srcKubeconfig, "--to-kubeconfig", dstKubeconfig, "--namespace", ns, "-v", "3")
+		t.Logf("clusterctl move:\n%s", out)
 	}
 	t.Logf("clusterctl moved the tenant cluster in %s", time.Since(start).Round(time.Millisecond))
 
