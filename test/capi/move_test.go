@@ -361,6 +361,7 @@ func testMove(t *testing.T, throughDirectory bool) {
 		srcCluster := tc.Cluster()
 		src.must(src.c.Patch(ctx, srcCluster, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":false}}`))))
 		src.readyCondition("tenant-cp-0", v1alpha1.ReasonNameConflict, "the VM stays with the newer")
+		t.Logf("the resumed source says its VM stays with the newer copy, %s after the move started", time.Since(start).Round(time.Millisecond))
 		dst.requireVMsOwnedBy(names...)
 		// Deleting one of the source's HarvesterMachines deletes nothing on Harvester.
 		src.must(src.c.Delete(ctx, &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-cp-0"}}))
@@ -371,6 +372,7 @@ func testMove(t *testing.T, throughDirectory bool) {
 			}
 			return fmt.Errorf("still there (%v)", err)
 		})
+		t.Logf("the source's HarvesterMachine deleted, %s after the move started", time.Since(start).Round(time.Millisecond))
 		// Pause the source again: its Cluster API would otherwise replace what it lost.
 		src.must(src.c.Patch(ctx, srcCluster, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":true}}`))))
 		time.Sleep(2 * time.Second)
@@ -383,8 +385,10 @@ func testMove(t *testing.T, throughDirectory bool) {
 	dstMD := md.DeepCopy()
 	dst.must(dst.c.Patch(ctx, dstMD, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":2}}`))))
 	dst.machinesRunning(3)
+	t.Logf("scaled up on the target, %s after the move started", time.Since(start).Round(time.Millisecond))
 	dst.must(dst.c.Patch(ctx, dstMD, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":1}}`))))
 	dst.machinesRunning(2)
+	t.Logf("scaled down on the target, %s after the move started", time.Since(start).Round(time.Millisecond))
 
 	// Deleting the Cluster on the target empties Harvester.
 	dst.must(dst.c.Delete(ctx, tc.Cluster()))
