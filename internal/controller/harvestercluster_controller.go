@@ -109,6 +109,9 @@ func (r *HarvesterClusterReconciler) reconcile(ctx context.Context, s *objstatus
 	if pc != nil {
 		r.Preflight.withUnwrittenChecks(pc)
 	}
+	if pc == nil {
+		return reconcile.Result{}, providerConfigNotInstalled(namespace, name)
+	}
 	t, err := resolveProviderConfig(pc, namespace+"/"+name, "spec.providerConfigRef")
 	if err != nil {
 		return reconcile.Result{}, err
@@ -142,7 +145,8 @@ func (r *HarvesterClusterReconciler) reconcileDelete(ctx context.Context, s *obj
 		}
 		if n := len(machines.Items); n > 0 {
 			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, capiWaitingRetry,
-				"waiting for the %d HarvesterMachines of Cluster %s to be deleted (their deletion needs this HarvesterCluster's ProviderConfig)", n, clusterName)
+				"waiting for the %d HarvesterMachines of Cluster %s to be deleted (their deletion needs this HarvesterCluster's ProviderConfig); one that cannot reach Harvester says why in its Ready condition (DeletionBlocked), "+
+					"and is released without deleting anything on Harvester by: kubectl annotate harvestermachines -n %s -l %s=%s %s=true", n, clusterName, hc.Namespace, capiClusterNameLabel, clusterName, v1alpha1.AnnotationSkipHarvesterCleanup)
 		}
 	}
 	patch := client.MergeFromWithOptions(hc.DeepCopy(), client.MergeFromWithOptimisticLock{})

@@ -338,21 +338,23 @@ func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *har
 	if !controllerutil.ContainsFinalizer(hm, infrav1.HarvesterMachineFinalizer) {
 		return reconcile.Result{}, nil
 	}
-	if _, recorded := hm.Annotations[v1alpha1.AnnotationPlacement]; recorded || hm.Spec.ProviderID != "" {
+	if skipsCleanup(s) {
+		reportCleanupSkipped(ctx, s)
+	} else if _, recorded := hm.Annotations[v1alpha1.AnnotationPlacement]; recorded || hm.Spec.ProviderID != "" {
 		t, home, err := r.reach(ctx, hm, cluster)
 		if err != nil {
-			return reconcile.Result{}, err
+			return reconcile.Result{}, harvesterMachineDeletionBlocked(s, err)
 		}
 		if home != nil {
 			if home.Elsewhere != nil {
-				return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry,
-					"the credentials of ProviderConfig %s now reach another Harvester cluster than the one the VM lives on (%s): restore them to delete it", t.ref, home.Place.Server)
+				return reconcile.Result{}, harvesterMachineDeletionBlocked(s, objstatus.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry,
+					"the credentials of ProviderConfig %s now reach another Harvester cluster than the one the VM lives on (%s): restore them to delete it", t.ref, home.Place.Server))
 			}
 			ref := harvester.MachineRef{Owner: harvester.Owner{Kind: OwnerKindHarvesterMachine, Namespace: hm.Namespace, Name: hm.Name, UID: hm.UID, Cluster: r.managementCluster},
 				Namespace: home.Place.Namespace, Name: home.Place.Name, VMUID: types.UID(uidOfProviderID(hm.Spec.ProviderID))}
 			deletion, err := home.Cluster.Delete(ctx, ref)
 			if err != nil {
-				return reconcile.Result{}, err
+				return reconcile.Result{}, harvesterMachineDeletionBlocked(s, err)
 			}
 			if !deletion.Done {
 				return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, pollInterval(deletion.Watched, r.PollInterval, r.WatchedPollInterval), "deleting the machine on Harvester: waiting for %s", deletion.Remaining)

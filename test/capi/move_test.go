@@ -510,3 +510,50 @@ func TestClusterAPIMoveForgeryTakesNothing(t *testing.T) {
 	}
 	victim.readyCondition("tenant-md-0", infrav1.ReasonVMRunning)
 }
+
+// TestClusterAPIMoveLeftBehindDeletionEnds: the ProviderConfig is platform configuration that
+// clusterctl move leaves behind. A Cluster whose ProviderConfig is gone is deleted: its
+// HarvesterMachine says its deletion is blocked and how to release it, its HarvesterCluster which
+// HarvesterMachines it waits for and the command that releases them; once the user annotates
+// them (skip-cleanup), the deletion ends, and nothing is deleted on Harvester. A HarvesterCluster
+// whose ProviderConfig does not exist says it is not installed on this management cluster.
+func TestClusterAPIMoveLeftBehindDeletionEnds(t *testing.T) {
+	w := startCAPIWorld(t)
+	ctx, c := w.ctx, w.c
+	cluster := w.tenantCluster()
+	machine := w.machine("tenant-md-0", "")
+	var vm kubevirtv1.VirtualMachine
+	waitFor(ctx, t, w.capi, "the machine to run", func() error {
+		return machineOnHarvester(ctx, c, w.hv.Client, "vms", machine, &vm, &infrav1.HarvesterMachine{})
+	})
+
+	w.must(c.Delete(ctx, &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "harvester"}}))
+	waitFor(ctx, t, w.capi, "the HarvesterCluster to say its ProviderConfig is not installed here", func() error {
+		hc := &infrav1.HarvesterCluster{}
+		w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: tenant.Name}, hc))
+		if cond := findCondition(hc.Status.Conditions, infrav1.ConditionReady); cond == nil || cond.Reason != infrav1.ReasonProviderConfigNotFound ||
+			!strings.Contains(cond.Message, "does not exist on this management cluster") || !strings.Contains(cond.Message, "kubectl get providerconfig -n tenants harvester -o yaml") {
+			return fmt.Errorf("Ready %+v", cond)
+		}
+		return nil
+	})
+	w.must(c.Delete(ctx, cluster))
+	w.readyCondition("tenant-md-0", infrav1.ReasonDeletionBlocked, "ProviderConfig tenants/harvester", "kubectl annotate harvestermachine -n tenants tenant-md-0 "+v1alpha1.AnnotationSkipHarvesterCleanup+"=true")
+	waitFor(ctx, t, w.capi, "the HarvesterCluster to name the command that releases its machines", func() error {
+		hc := &infrav1.HarvesterCluster{}
+		w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: tenant.Name}, hc))
+		want := "kubectl annotate harvestermachines -n tenants -l cluster.x-k8s.io/cluster-name=tenant " + v1alpha1.AnnotationSkipHarvesterCleanup + "=true"
+		if cond := findCondition(hc.Status.Conditions, infrav1.ConditionReady); cond == nil || !strings.Contains(cond.Message, want) {
+			return fmt.Errorf("Ready %+v", cond)
+		}
+		return nil
+	})
+	w.must(c.Patch(ctx, &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-md-0"}},
+		client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, v1alpha1.AnnotationSkipHarvesterCleanup)))))
+	waitFor(ctx, t, w.capi, "the Cluster to go", func() error { return clusterGone(ctx, c, cluster) })
+	// Released without cleaning up: the VM is still there.
+	w.must(w.hv.Client.Get(ctx, client.ObjectKeyFromObject(&vm), &vm))
+	if vm.DeletionTimestamp != nil {
+		t.Fatalf("the VM of a HarvesterMachine released with skip-cleanup is being deleted")
+	}
+}
