@@ -16,11 +16,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
@@ -556,4 +559,97 @@ func TestClusterAPIMoveLeftBehindDeletionEnds(t *testing.T) {
 	if vm.DeletionTimestamp != nil {
 		t.Fatalf("the VM of a HarvesterMachine released with skip-cleanup is being deleted")
 	}
+}
+
+// TestClusterAPIMoveDeleteProviderKeepsButlerAPI: `clusterctl delete --infrastructure
+// butler-harvester --include-crd`, run by the real clusterctl against the components as clusterctl
+// installs them (clusterctl generate provider, applied, with clusterctl's inventory), deletes this
+// provider's own CRDs (infrastructure.butlerlabs.dev) and never Butler's (butler.butlerlabs.dev):
+// those are not components, so the management cluster's own MachineRequests and ProviderConfigs
+// stay.
+func TestClusterAPIMoveDeleteProviderKeepsButlerAPI(t *testing.T) {
+	assets := requireAssets(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	_, config := clusterctlRepository(ctx, t)
+	generated := runClusterctl(ctx, t, assets, config, nil, "generate", "provider", "--infrastructure", providerName+":"+providerVersion)
+	components, err := testbed.DecodeManifests(generated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range components {
+		if o.GetKind() == "CustomResourceDefinition" && !strings.HasSuffix(o.GetName(), "."+infrav1.GroupVersion.Group) {
+			t.Errorf("the components carry CRD %s: only %s's are this provider's", o.GetName(), infrav1.GroupVersion.Group)
+		}
+	}
+
+	env := &envtest.Environment{ErrorIfCRDPathMissing: true, CRDDirectoryPaths: []string{
+		testbed.ClusterAPICRDs(assets), filepath.Join(repoRoot(), "config", "crd", "bases"),
+	}}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{Scheme: testScheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Butler's API first, as Butler installs it, and an object of it.
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	pc := &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "harvester"}, Spec: v1alpha1.ProviderConfigSpec{
+		Provider: v1alpha1.ProviderTypeHarvester, CredentialsRef: &v1alpha1.SecretReference{Name: "harvester-kubeconfig"},
+		Harvester: &v1alpha1.HarvesterProviderConfig{Namespace: "vms", NetworkName: "vms/vlan40"},
+	}}
+	if err := c.Create(ctx, pc); err != nil {
+		t.Fatal(err)
+	}
+	// The components as clusterctl init applies them, and its inventory.
+	for _, o := range components {
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(o), client.FieldOwner("clusterctl"), client.ForceOwnership); err != nil {
+			t.Fatalf("apply %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	if err := waitEstablished(ctx, c, components); err != nil {
+		t.Fatal(err)
+	}
+	w := &capiWorld{t: t, ctx: ctx, c: c, cfg: cfg}
+	kubeconfig := w.kubeconfigFile()
+	w.initLikeClusterctl(assets, config, kubeconfig)
+
+	runClusterctl(ctx, t, assets, config, nil, "delete", "--kubeconfig", kubeconfig, "--infrastructure", providerName, "--include-crd")
+
+	crds := &metav1.PartialObjectMetadataList{}
+	crds.SetGroupVersionKind(crdListGVK)
+	w.must(c.List(ctx, crds))
+	var left []string
+	for _, crd := range crds.Items {
+		if crd.DeletionTimestamp == nil {
+			left = append(left, crd.Name)
+		}
+	}
+	for _, o := range components {
+		if o.GetKind() == "CustomResourceDefinition" && slices.Contains(left, o.GetName()) {
+			t.Errorf("clusterctl delete --include-crd left the provider's CRD %s", o.GetName())
+		}
+	}
+	for _, name := range []string{"machinerequests.butler.butlerlabs.dev", "providerconfigs.butler.butlerlabs.dev", "imagesyncs.butler.butlerlabs.dev"} {
+		if !slices.Contains(left, name) {
+			t.Errorf("clusterctl delete --include-crd deleted Butler's CRD %s (CRDs left: %v)", name, left)
+		}
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pc), pc); err != nil || pc.DeletionTimestamp != nil {
+		t.Errorf("ProviderConfig after clusterctl delete: %v, deletion %v", err, pc.DeletionTimestamp)
+	}
+}
+
+// testScheme knows the kinds the tests write typed.
+func testScheme() *k8sruntime.Scheme {
+	scheme := k8sruntime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	_ = infrav1.AddToScheme(scheme)
+	return scheme
 }
