@@ -274,10 +274,10 @@ func randomBootstrapData(t *testing.T) string {
 func TestClusterAPIMove(t *testing.T) { testMove(t, false) }
 
 // TestClusterAPIMoveThroughADirectory is TestClusterAPIMove through a backup: `clusterctl move
-// --to-directory` from the first management cluster (which keeps its objects, paused) and
-// `--from-directory` into the second. Then both halves exist: the source, resumed by hand, never
-// takes the VMs back from the newer copy, and deleting one of its HarvesterMachines deletes
-// nothing on Harvester.
+// --to-directory` from the first management cluster (which keeps its objects: clusterctl pauses
+// the Cluster while it writes the files and resumes it) and `--from-directory` into the second.
+// Then both copies run: the newer takes the VMs, the source learns at once that it lost them and
+// never takes them back, and deleting one of its HarvesterMachines deletes nothing on Harvester.
 func TestClusterAPIMoveThroughADirectory(t *testing.T) { testMove(t, true) }
 
 func testMove(t *testing.T, throughDirectory bool) {
@@ -359,7 +359,8 @@ func testMove(t *testing.T, throughDirectory bool) {
 	vms.requireNone(t, "during and after the move")
 
 	if throughDirectory {
-		// Both halves resumed: the source's HarvesterMachines, older than the target's, never take
+		// Both copies run (clusterctl resumed the source after the backup; resuming it again
+		// changes nothing): the source's HarvesterMachines, older than the target's, never take
 		// their VMs back, and say why.
 		srcCluster := tc.Cluster()
 		src.must(src.c.Patch(ctx, srcCluster, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":false}}`))))
