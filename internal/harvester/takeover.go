@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -106,17 +108,24 @@ func (m *machines) relabelMachine(ctx context.Context, spec *MachineSpec, vm *ku
 // locked, so that KubeVirt's and Harvester's own writes cannot fail it.
 func (m *machines) relabel(ctx context.Context, kind string, obj client.Object, o Owner) error {
 	ops := []map[string]any{{"op": "test", "path": "/metadata/labels/" + jsonPointerEscape(LabelMachineRequestUID), "value": obj.GetLabels()[LabelMachineRequestUID]}}
-	labels := mergeMaps(obj.GetLabels(), ownerLabels(o, obj.GetLabels()[LabelRole]))
-	annotations := mergeMaps(obj.GetAnnotations(), ownerAnnotations(o))
-	if o.Succession == nil {
-		// An owner that records no creation time leaves none of an earlier one behind.
-		delete(annotations, AnnotationOwnerCreated)
+	// Our keys only, one by one: labels and annotations others set meanwhile stay.
+	for _, k := range slices.Sorted(maps.Keys(ownerLabels(o, obj.GetLabels()[LabelRole]))) {
+		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/labels/" + jsonPointerEscape(k), "value": ownerLabels(o, obj.GetLabels()[LabelRole])[k]})
 	}
-	ops = append(ops, map[string]any{"op": "replace", "path": "/metadata/labels", "value": labels})
+	annotations := ownerAnnotations(o)
 	if obj.GetAnnotations() == nil {
 		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/annotations", "value": annotations})
 	} else {
-		ops = append(ops, map[string]any{"op": "replace", "path": "/metadata/annotations", "value": annotations})
+		for _, k := range slices.Sorted(maps.Keys(annotations)) {
+			ops = append(ops, map[string]any{"op": "add", "path": "/metadata/annotations/" + jsonPointerEscape(k), "value": annotations[k]})
+		}
+		if _, stale := obj.GetAnnotations()[AnnotationOwnerCreated]; stale && annotations[AnnotationOwnerCreated] == "" {
+			// An owner that records no creation time leaves none of an earlier one behind.
+			ops = append(ops, map[string]any{"op": "remove", "path": "/metadata/annotations/" + jsonPointerEscape(AnnotationOwnerCreated)})
+		}
+	}
+	if _, stale := obj.GetLabels()[LabelManagementCluster]; stale && o.Cluster == "" {
+		ops = append(ops, map[string]any{"op": "remove", "path": "/metadata/labels/" + jsonPointerEscape(LabelManagementCluster)})
 	}
 	body, err := json.Marshal(ops)
 	if err != nil {
