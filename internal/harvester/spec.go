@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 )
 
 // MachineSpec is everything needed to create one machine on Harvester. The controller derives it

@@ -375,7 +375,7 @@ func testMove(t *testing.T, throughDirectory bool) {
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
-			return fmt.Errorf("still there (%v)", err)
+			return fmt.Errorf("still there (%w)", err)
 		})
 		t.Logf("the source's HarvesterMachine deleted, %s after the move started", time.Since(start).Round(time.Millisecond))
 		// Pause the source again: its Cluster API would otherwise replace what it lost.
@@ -480,10 +480,10 @@ func TestClusterAPIMoveForgeryTakesNothing(t *testing.T) {
 	other.must(other.c.Delete(ctx, m1))
 	waitFor(ctx, t, other.capi, "the first forgery to go", func() error {
 		if err := other.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "tenant-md-0"}, &infrav1.HarvesterMachine{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("HarvesterMachine still there (%v)", err)
+			return fmt.Errorf("HarvesterMachine still there (%w)", err)
 		}
 		if err := other.c.Get(ctx, client.ObjectKeyFromObject(m1), m1.DeepCopy()); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("Machine still there (%v)", err)
+			return fmt.Errorf("Machine still there (%w)", err)
 		}
 		return nil
 	})
