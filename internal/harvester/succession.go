@@ -108,10 +108,11 @@ func (m *machines) succeed(ctx context.Context, spec *MachineSpec, vm *kubevirtv
 			"%s was made for another %s of this namespace and name, and this one's bootstrap data is not the data that machine was made with (cloud-init Secret %s): only the same machine, moved or restored together with its bootstrap data Secret, carries on with it; it is left untouched%s",
 			what, o.kind(), secret.Name, whoseObject("VirtualMachine", vm))
 	}
+	earlier := Predecessor{UID: old, Cluster: vm.Labels[LabelManagementCluster], Succession: true} // vm becomes the server's answer
 	if err := m.relabelMachine(ctx, spec, vm, old); err != nil {
 		return Predecessor{}, err
 	}
-	return Predecessor{UID: old, Cluster: vm.Labels[LabelManagementCluster], Succession: true}, nil
+	return earlier, nil
 }
 
 // whoseObject names the owner an object on Harvester was made for, from its labels, and says how
