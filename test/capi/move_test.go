@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -256,6 +257,27 @@ func (w *capiWorld) requireVMsOwnedBy(names ...string) {
 	}
 }
 
+// requireTakenOverEvents waits for the VMTakenOver event of each HarvesterMachine, which names the
+// management cluster the machine came from and says why it is the same machine.
+func (w *capiWorld) requireTakenOverEvents(from string, names ...string) {
+	w.t.Helper()
+	waitFor(w.ctx, w.t, w.capi, "a VMTakenOver event for each moved HarvesterMachine", func() error {
+		list := &eventsv1.EventList{}
+		if err := w.c.List(w.ctx, list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, name := range names {
+			if !slices.ContainsFunc(list.Items, func(e eventsv1.Event) bool {
+				return e.Reason == infrav1.ReasonVMTakenOver && e.Regarding.Name == name &&
+					strings.Contains(e.Note, "management cluster "+from) && strings.Contains(e.Note, "its bootstrap data is the data the machine was made with")
+			}) {
+				return fmt.Errorf("no VMTakenOver event of HarvesterMachine %s from management cluster %s", name, from)
+			}
+		}
+		return nil
+	})
+}
+
 // randomBootstrapData is bootstrap data that holds a secret, as a kubeadm join's holds its token.
 func randomBootstrapData(t *testing.T) string {
 	b := make([]byte, 16)
@@ -347,6 +369,7 @@ func testMove(t *testing.T, throughDirectory bool) {
 		}
 	})
 	dst.requireVMsOwnedBy(names...)
+	dst.requireTakenOverEvents(src.managementClusterID(), names...)
 	// A status lost with the move is rebuilt from Harvester.
 	for _, name := range names {
 		hm := &infrav1.HarvesterMachine{}
