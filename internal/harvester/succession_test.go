@@ -41,7 +41,7 @@ func TestSuccession(t *testing.T) {
 		// refused, if set, is what the NameTaken message must say; else the machine carries on.
 		refused string
 	}{
-		"the same machine moved":          {},
+		"the same machine moved":           {},
 		"the same machine, no VM recorded": {mutate: func(s *MachineSpec, _ *kubevirtv1.VirtualMachine) { s.VMUID = "" }},
 		"other bootstrap data": {mutate: func(s *MachineSpec, _ *kubevirtv1.VirtualMachine) { s.UserData = "#cloud-config\n# forged\n" },
 			refused: "bootstrap data is not the data"},
