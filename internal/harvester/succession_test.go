@@ -140,3 +140,21 @@ func TestSuccessionRelabelIsLockedOnTheOwnerLabel(t *testing.T) {
 		t.Fatalf("VM labels %v: the other claimant's relabel was overwritten", got.Labels)
 	}
 }
+
+// A hand-over reaches only the management clusters it is limited to (the operator's list for a
+// HarvesterMachine); a MachineRequest's, limited to none, reaches any.
+func TestHandOverLimitedToTheListedManagementClusters(t *testing.T) {
+	for name, tc := range map[string]struct {
+		o    Owner
+		want bool
+	}{
+		"no hand-over":           {Owner{}, false},
+		"unlimited":              {Owner{HandOver: true}, true},
+		"listed":                 {Owner{HandOver: true, HandOverFrom: []string{"mgmt-x", "mgmt-a"}}, true},
+		"another cluster listed": {Owner{HandOver: true, HandOverFrom: []string{"mgmt-x"}}, false},
+	} {
+		if got := tc.o.handsOverFrom("mgmt-a"); got != tc.want {
+			t.Errorf("%s: handsOverFrom(mgmt-a) = %v, want %v", name, got, tc.want)
+		}
+	}
+}
