@@ -152,6 +152,7 @@ func run(ctx context.Context, args []string) error {
 		PollInterval: o.CreatingPoll, WatchedPollInterval: o.WatchedPoll, HealthCheckInterval: o.HealthInterval,
 		StartLimits:             harvester.StartLimits{IPReport: o.IPReportTimeout},
 		MaxConcurrentReconciles: o.Concurrency,
+		HandOverFrom:            o.HandOverFrom,
 	}
 	hcr := &clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr, Harvester: clusters, SecretReader: mgr.GetAPIReader()}
 	if !o.ClusterAPI {

@@ -173,6 +173,9 @@ func BuildVirtualMachine(s *MachineSpec) *kubevirtv1.VirtualMachine {
 	// The disks Harvester removes with the VM, named at creation: deleting the machine then needs
 	// no extra write, and a volume someone hot-plugs later is never among them.
 	annotations := mergeMaps(ownerAnnotations(s.Owner), map[string]string{AnnotationRemovedPVCs: strings.Join(ClaimNames(s), ",")})
+	if s.FailureDomain != "" {
+		annotations[AnnotationFailureDomain] = s.FailureDomain
+	}
 	return &kubevirtv1.VirtualMachine{
 		TypeMeta: metav1.TypeMeta{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine"},
 		ObjectMeta: metav1.ObjectMeta{

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -60,7 +59,7 @@ func (m *machines) Ensure(ctx context.Context, spec *MachineSpec) (Observation, 
 		}
 	}
 	obs, err := m.observeVM(ctx, vm)
-	obs.VMCreated, obs.TookOverFrom = created, takenOver
+	obs.VMCreated, obs.TookOverFrom, obs.Predecessor = created, takenOver.UID, takenOver
 	return obs, err
 }
 
@@ -78,12 +77,16 @@ func (m *machines) record(ctx context.Context, spec *MachineSpec) error {
 
 // findVM returns the machine's VM (nil if there is none), taking over a VM of an earlier
 // MachineRequest of the same name when no VM is recorded (see takeOverSuperseded).
-func (m *machines) findVM(ctx context.Context, spec *MachineSpec, confirmAbsence bool) (*kubevirtv1.VirtualMachine, types.UID, error) {
+func (m *machines) findVM(ctx context.Context, spec *MachineSpec, confirmAbsence bool) (*kubevirtv1.VirtualMachine, Predecessor, error) {
 	vm, err := m.getOwnedVM(ctx, spec.Ref(), confirmAbsence)
-	if p, ok := AsPermanent(err); ok && p.Reason == ReasonNameTaken && spec.VMUID == "" {
-		return m.takeOverSuperseded(ctx, spec)
+	if p, ok := AsPermanent(err); ok && p.Reason == ReasonNameTaken && spec.Owner.Succession != nil {
+		return m.findSucceededVM(ctx, spec)
 	}
-	return vm, "", err
+	if p, ok := AsPermanent(err); ok && p.Reason == ReasonNameTaken && spec.VMUID == "" {
+		vm, old, err := m.takeOverSuperseded(ctx, spec)
+		return vm, Predecessor{UID: old}, err
+	}
+	return vm, Predecessor{}, err
 }
 
 // usableImage returns the image the root disk is cloned from, if it can be.
@@ -103,13 +106,13 @@ func (m *machines) usableImage(ctx context.Context, spec *MachineSpec) (ImageInf
 
 // createVM creates the machine's VM. If a VM of that name appeared since the cache was looked
 // at, it is looked for again live (ours, an adopted or superseded one, or a NameConflict).
-func (m *machines) createVM(ctx context.Context, spec *MachineSpec) (vm *kubevirtv1.VirtualMachine, takenOver types.UID, created bool, err error) {
+func (m *machines) createVM(ctx context.Context, spec *MachineSpec) (vm *kubevirtv1.VirtualMachine, takenOver Predecessor, created bool, err error) {
 	vm = BuildVirtualMachine(spec)
 	what := describe("VirtualMachine", vm.Namespace, vm.Name)
 	err = m.c.Create(ctx, vm)
 	switch {
 	case err == nil:
-		return vm, "", true, nil
+		return vm, Predecessor{}, true, nil
 	case apierrors.IsAlreadyExists(err):
 		vm, takenOver, err = m.findVM(ctx, spec, true)
 		if err == nil && vm == nil {
@@ -117,5 +120,5 @@ func (m *machines) createVM(ctx context.Context, spec *MachineSpec) (vm *kubevir
 		}
 		return vm, takenOver, false, err
 	}
-	return nil, "", false, createError(err, what)
+	return nil, Predecessor{}, false, createError(err, what)
 }

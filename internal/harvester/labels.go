@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -74,6 +75,12 @@ type Owner struct {
 	// HandOver, set when the user said so on the MachineRequest, lets it take over the objects of
 	// a MachineRequest of the same namespace and name made by another management cluster.
 	HandOver bool
+	// HandOverFrom, if set, limits HandOver to objects made by these management clusters (the
+	// platform operator's list; see the HarvesterMachine front door).
+	HandOverFrom []string
+	// Succession, if set, says the owner object may be a re-creation of an earlier one (clusterctl
+	// move, a restore): see succession.go.
+	Succession *Succession
 }
 
 // kind is the owner's kind, OwnerKindMachineRequest if it names none.
@@ -131,7 +138,11 @@ func ownerLabels(o Owner, role string) map[string]string {
 }
 
 func ownerAnnotations(o Owner) map[string]string {
-	return map[string]string{AnnotationMachineRequest: o.Namespace + "/" + o.Name}
+	a := map[string]string{AnnotationMachineRequest: o.Namespace + "/" + o.Name}
+	if o.Succession != nil && !o.Succession.Created.IsZero() {
+		a[AnnotationOwnerCreated] = o.Succession.Created.UTC().Format(time.RFC3339)
+	}
+	return a
 }
 
 // isOwnedBy reports whether an object's labels name this MachineRequest.

@@ -34,6 +34,11 @@ type Observation struct {
 	// TookOverFrom is set when this call took the VM over from an earlier MachineRequest of the
 	// same namespace and name: that MachineRequest's UID.
 	TookOverFrom types.UID
+	// Predecessor is whom the VM was taken over from by this call (see TookOverFrom), and how.
+	Predecessor Predecessor
+	// FailureDomain is the failure domain the VM was placed in when created
+	// (AnnotationFailureDomain), "" if none was recorded.
+	FailureDomain string
 	// ProviderID is "harvester://<VM uid>".
 	ProviderID string
 	// PrintableStatus is KubeVirt's one-word VM status (Starting, Running, Stopped, ...).

@@ -66,6 +66,7 @@ func (m *machines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMachine)
 		VMExists:        true,
 		VMUID:           vm.UID,
 		ProviderID:      ProviderIDPrefix + string(vm.UID),
+		FailureDomain:   vm.Annotations[AnnotationFailureDomain],
 		PrintableStatus: string(vm.Status.PrintableStatus),
 		VMCreatedAt:     vm.CreationTimestamp.Time,
 		Watched:         m.cacheFor(vm.Namespace) != nil,

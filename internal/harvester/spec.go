@@ -41,6 +41,10 @@ type MachineSpec struct {
 	// the node selection it was created with, as it keeps the rest of its spec (Ensure never
 	// rewrites a VM).
 	NodeSelector map[string]string
+	// FailureDomain names the failure domain NodeSelector stands for (the front door's name for
+	// it): recorded on the VM (AnnotationFailureDomain) and read back (Observation.FailureDomain),
+	// so that a status lost (clusterctl move carries none) is rebuilt from where the VM was placed.
+	FailureDomain string
 
 	// Gate, if set, holds creation up: Ensure asks it before it creates anything for a machine
 	// that has no VM, and returns its error as is. A front door's creation-only checks (who may

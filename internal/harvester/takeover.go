@@ -2,6 +2,10 @@ package harvester
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -52,16 +56,25 @@ func (m *machines) takeOverSuperseded(ctx context.Context, spec *MachineSpec) (*
 	if err := supersedable("VirtualMachine", vm, spec.Owner); err != nil {
 		return nil, "", err
 	}
+	if err := m.relabelMachine(ctx, spec, vm, old); err != nil {
+		return nil, "", err
+	}
+	return vm, old, nil
+}
+
+// relabelMachine gives the machine's objects labelled for the earlier owner old (its disks, the
+// root DataVolume, the cloud-init Secret, and vm) the labels of spec.Owner.
+func (m *machines) relabelMachine(ctx context.Context, spec *MachineSpec, vm *kubevirtv1.VirtualMachine, old types.UID) error {
 	// Disks and Secret first, the VM last: ownership is read from the VM, so an interrupted
 	// takeover is done again, and never leaves disks labelled for the earlier MachineRequest
 	// behind a VM that is already ours (they would not be removed with it).
 	claims, err := m.ownedClaims(ctx, MachineRef{Owner: Owner{UID: old}, Namespace: spec.Namespace}, true)
 	if err != nil {
-		return nil, "", err
+		return err
 	}
 	for i := range claims {
 		if err := m.relabel(ctx, "PersistentVolumeClaim", &claims[i], spec.Owner); err != nil {
-			return nil, "", err
+			return err
 		}
 	}
 	// The root disk of a CDI image is a DataVolume (its PVC, CDI's, is relabelled above).
@@ -70,37 +83,67 @@ func (m *machines) takeOverSuperseded(ctx context.Context, spec *MachineSpec) (*
 	switch {
 	case err == nil && isOwnedBy(dv.Labels, Owner{UID: old}):
 		if err := m.relabel(ctx, "DataVolume", dv, spec.Owner); err != nil {
-			return nil, "", err
+			return err
 		}
 	case err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err):
-		return nil, "", classify(err, "get "+describe("DataVolume", spec.Namespace, diskClaimName(spec.Name, 0)))
+		return classify(err, "get "+describe("DataVolume", spec.Namespace, diskClaimName(spec.Name, 0)))
 	}
 	secret := secretMeta(spec.Namespace, cloudInitSecretName(spec.Name))
 	err = m.read(ctx, client.ObjectKeyFromObject(secret), secret)
 	switch {
 	case err == nil && isOwnedBy(secret.Labels, Owner{UID: old}):
 		if err := m.relabel(ctx, "Secret", secret, spec.Owner); err != nil {
-			return nil, "", err
+			return err
 		}
 	case err != nil && !apierrors.IsNotFound(err):
-		return nil, "", classify(err, "get "+describe("Secret", spec.Namespace, cloudInitSecretName(spec.Name)))
+		return classify(err, "get "+describe("Secret", spec.Namespace, cloudInitSecretName(spec.Name)))
 	}
-	if err := m.relabel(ctx, "VirtualMachine", vm, spec.Owner); err != nil {
-		return nil, "", err
-	}
-	return vm, old, nil
+	return m.relabel(ctx, "VirtualMachine", vm, spec.Owner)
 }
 
-// relabel gives an object of ours the ownership labels of another MachineRequest. Labels merge
-// key by key: no resourceVersion, so that KubeVirt's and Harvester's own writes cannot fail it.
+// relabel gives an object of ours the ownership labels of another owner. The change is a JSON
+// patch that first tests the ownership label still holds the UID it was read with: of two
+// reconciles that decided to take the object (two managers, two management clusters), the second
+// fails and looks again, instead of both believing they own it. Nothing else of the object is
+// locked, so that KubeVirt's and Harvester's own writes cannot fail it.
 func (m *machines) relabel(ctx context.Context, kind string, obj client.Object, o Owner) error {
-	patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
-	obj.SetLabels(mergeMaps(obj.GetLabels(), ownerLabels(o, obj.GetLabels()[LabelRole])))
-	obj.SetAnnotations(mergeMaps(obj.GetAnnotations(), ownerAnnotations(o)))
-	if err := m.c.Patch(ctx, obj, patch); err != nil {
+	ops := []map[string]any{{"op": "test", "path": "/metadata/labels/" + jsonPointerEscape(LabelMachineRequestUID), "value": obj.GetLabels()[LabelMachineRequestUID]}}
+	// Our keys only, one by one: labels and annotations others set meanwhile stay.
+	for _, k := range slices.Sorted(maps.Keys(ownerLabels(o, obj.GetLabels()[LabelRole]))) {
+		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/labels/" + jsonPointerEscape(k), "value": ownerLabels(o, obj.GetLabels()[LabelRole])[k]})
+	}
+	annotations := ownerAnnotations(o)
+	if obj.GetAnnotations() == nil {
+		ops = append(ops, map[string]any{"op": "add", "path": "/metadata/annotations", "value": annotations})
+	} else {
+		for _, k := range slices.Sorted(maps.Keys(annotations)) {
+			ops = append(ops, map[string]any{"op": "add", "path": "/metadata/annotations/" + jsonPointerEscape(k), "value": annotations[k]})
+		}
+		if _, stale := obj.GetAnnotations()[AnnotationOwnerCreated]; stale && annotations[AnnotationOwnerCreated] == "" {
+			// An owner that records no creation time leaves none of an earlier one behind.
+			ops = append(ops, map[string]any{"op": "remove", "path": "/metadata/annotations/" + jsonPointerEscape(AnnotationOwnerCreated)})
+		}
+	}
+	if _, stale := obj.GetLabels()[LabelManagementCluster]; stale && o.Cluster == "" {
+		ops = append(ops, map[string]any{"op": "remove", "path": "/metadata/labels/" + jsonPointerEscape(LabelManagementCluster)})
+	}
+	body, err := json.Marshal(ops)
+	if err != nil {
+		return err
+	}
+	if err := m.c.Patch(ctx, obj, client.RawPatch(types.JSONPatchType, body)); err != nil {
+		if apierrors.IsInvalid(err) || apierrors.IsConflict(err) {
+			// The test failed: someone relabelled it since it was read. Look again.
+			return fmt.Errorf("label %s as ours: its owner changed since it was read, will look again: %w", describe(kind, obj.GetNamespace(), obj.GetName()), err)
+		}
 		return classify(err, "label "+describe(kind, obj.GetNamespace(), obj.GetName())+" as ours")
 	}
 	return nil
+}
+
+// jsonPointerEscape escapes a map key for a JSON pointer (RFC 6901).
+func jsonPointerEscape(s string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
 }
 
 // supersedable says whether obj, which carries another MachineRequest's UID, may be taken over by
@@ -114,7 +157,7 @@ func supersedable(kind string, obj client.Object, o Owner) error {
 	if key, ok := ownerKeyOf(obj); old == "" || types.UID(old) == o.UID || !ok || key != o.Key() {
 		return nameConflict(kind, obj, o)
 	}
-	if maker := obj.GetLabels()[LabelManagementCluster]; maker != "" && maker != o.Cluster && !o.HandOver {
+	if maker := obj.GetLabels()[LabelManagementCluster]; maker != "" && maker != o.Cluster && !o.handsOverFrom(maker) {
 		return Permanent(ReasonNameTakenByAnotherManagementCluster,
 			"%s was created for %s of another management cluster (kube-system UID %s; this one is %q): it is left untouched",
 			describe(kind, obj.GetNamespace(), obj.GetName()), o, maker, o.Cluster)
@@ -133,6 +176,6 @@ func (m *machines) takeOverLeftover(ctx context.Context, kind string, obj client
 
 func nameConflict(kind string, obj client.Object, o Owner) error {
 	return Permanent(ReasonNameTaken,
-		"%s exists on Harvester but was not created for %s: it is left untouched",
-		describe(kind, obj.GetNamespace(), obj.GetName()), o)
+		"%s exists on Harvester but was not created for %s: it is left untouched%s",
+		describe(kind, obj.GetNamespace(), obj.GetName()), o, whoseObject(kind, obj))
 }

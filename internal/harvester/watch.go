@@ -235,7 +235,9 @@ func matters(oldObj, newObj any) bool {
 	case *kubevirtv1.VirtualMachine:
 		o := oldObj.(*kubevirtv1.VirtualMachine)
 		return o.Status.PrintableStatus != n.Status.PrintableStatus || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) ||
-			failureOf(o) != failureOf(n)
+			failureOf(o) != failureOf(n) ||
+			// Taken over (succession.go): the owner that lost it learns at once.
+			o.Labels[LabelMachineRequestUID] != n.Labels[LabelMachineRequestUID]
 	case *corev1.PersistentVolumeClaim:
 		o := oldObj.(*corev1.PersistentVolumeClaim)
 		return o.Status.Phase != n.Status.Phase

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/clusterapi"
+
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -52,18 +54,21 @@ type Options struct {
 	SyncPeriod              time.Duration
 	Concurrency             int
 	ClusterAPI              bool
-	CreatingPoll            time.Duration
-	WatchedPoll             time.Duration
-	HealthInterval          time.Duration
-	RecheckInterval         time.Duration
-	ProvisioningTimeout     time.Duration
-	IPReportTimeout         time.Duration
-	ConfigGracePeriod       time.Duration
-	HarvesterQPS            float64
-	HarvesterBurst          int
-	KubeQPS                 float64
-	KubeBurst               int
-	LogLevel, LogFormat     string
+	// HandOverFrom are the management clusters whose HarvesterMachines' objects may be handed over
+	// (clusterapi.HandOverFlag).
+	HandOverFrom        []string
+	CreatingPoll        time.Duration
+	WatchedPoll         time.Duration
+	HealthInterval      time.Duration
+	RecheckInterval     time.Duration
+	ProvisioningTimeout time.Duration
+	IPReportTimeout     time.Duration
+	ConfigGracePeriod   time.Duration
+	HarvesterQPS        float64
+	HarvesterBurst      int
+	KubeQPS             float64
+	KubeBurst           int
+	LogLevel, LogFormat string
 	// Kubeconfig, if set, is the kubeconfig file of the management cluster.
 	Kubeconfig string
 	// FlagNotes say what Parse did with each flag of the published provider's manager it was
@@ -103,6 +108,14 @@ func NewFlagSet(output io.Writer) (*flag.FlagSet, *Options) {
 	})
 	fs.DurationVar(&o.SyncPeriod, "sync-period", DefaultSyncPeriod, "How often every watched object is reconciled again even if nothing changed (a safety net; the provider's own rechecks are shorter).")
 	fs.IntVar(&o.Concurrency, "max-concurrent-reconciles", DefaultConcurrency, "How many MachineRequests are reconciled in parallel.")
+	fs.Func(clusterapi.HandOverFlag, "Comma-separated identities (kube-system namespace UIDs) of management clusters that are gone for good and whose HarvesterMachines' VMs, disks and cloud-init Secrets a HarvesterMachine of the same namespace and name here may take over, when annotated harvester.butler.butlerlabs.dev/hand-over=true; empty (the default): none. The platform operator's decision: a tenant's annotation alone never takes another management cluster's VM.", func(v string) error {
+		for _, id := range strings.Split(v, ",") {
+			if id = strings.TrimSpace(id); id != "" {
+				o.HandOverFrom = append(o.HandOverFrom, id)
+			}
+		}
+		return nil
+	})
 	fs.BoolVar(&o.ClusterAPI, "cluster-api", true, "Run the Cluster API infrastructure controllers (HarvesterCluster, HarvesterMachine) when the management cluster serves their CRDs and Cluster API's Cluster and Machine; false: never.")
 	fs.DurationVar(&o.CreatingPoll, "creating-poll-interval", frontdoor.DefaultCreatingPollInterval, "How often a Creating machine is looked at again while waiting for its IP address, when its objects on Harvester are not watched (credentials without list and watch).")
 	fs.DurationVar(&o.WatchedPoll, "watched-poll-interval", frontdoor.DefaultWatchedPollInterval, "How often a Creating or Deleting machine whose objects on Harvester are watched is looked at again anyway: their changes wake it at once, so this only catches an event that was missed. Never shorter than --creating-poll-interval.")

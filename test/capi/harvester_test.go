@@ -44,8 +44,7 @@ func repoRoot() string {
 
 // capiWorld is a management API server with this provider's CRDs and Cluster API's, the real
 // Cluster API core manager, this provider's controllers, and a simulated Harvester with a VM
-// network and an image; namespace ns holds the credentials and a ProviderConfig "harvester". The
-// API server also serves the CRDs of the directories moreCRDs.
+// network and an image; namespace ns holds the credentials and a ProviderConfig "harvester".
 type capiWorld struct {
 	t    *testing.T
 	ctx  context.Context
@@ -61,11 +60,53 @@ type capiWorld struct {
 
 const ns = "tenants"
 
+// startCAPIWorld starts a simulated Harvester and a management cluster on it; the management API
+// server also serves the CRDs of the directories moreCRDs.
 func startCAPIWorld(t *testing.T, moreCRDs ...string) *capiWorld {
 	t.Helper()
-	assets := requireAssets(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
+	return startManagementCluster(ctx, t, startSimulatedHarvester(ctx, t), moreCRDs)
+}
+
+// startSimulatedHarvester starts the simulated Harvester with namespace vms, its VM network vlan40
+// and image ubuntu.
+func startSimulatedHarvester(ctx context.Context, t *testing.T) *sim.Harvester {
+	t.Helper()
+	hv, err := sim.StartHarvester(ctx, sim.Options{Sim: sim.Config{BootDelay: 200 * time.Millisecond, IPDelay: 100 * time.Millisecond, CloneDelay: 300 * time.Millisecond}})
+	if err != nil {
+		t.Fatalf("start the simulated Harvester: %v", err)
+	}
+	t.Cleanup(func() { _ = hv.Stop() })
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(hv.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vms"}}))
+	nad := &unstructured.Unstructured{}
+	nad.SetGroupVersionKind(sim.NetworkAttachmentDefinitionGVK)
+	nad.SetNamespace("vms")
+	nad.SetName("vlan40")
+	nad.SetAnnotations(map[string]string{sim.AnnotationRoute: `{"mode":"auto","cidr":"10.40.0.0/24"}`})
+	_ = unstructured.SetNestedField(nad.Object, `{"cniVersion":"0.3.1","type":"bridge","bridge":"mgmt-br","vlan":40}`, "spec", "config")
+	must(hv.Client.Create(ctx, nad))
+	image := &unstructured.Unstructured{}
+	image.SetGroupVersionKind(sim.VirtualMachineImageGVK)
+	image.SetNamespace("vms")
+	image.SetName("ubuntu")
+	_ = unstructured.SetNestedField(image.Object, "https://example.invalid/ubuntu.qcow2", "spec", "url")
+	must(hv.Client.Create(ctx, image))
+	return hv
+}
+
+// startManagementCluster starts a management cluster on Harvester hv: an API server with the CRDs,
+// the real Cluster API core manager and this provider; namespace ns holds the credentials and a
+// ProviderConfig "harvester" (platform configuration, installed on every management cluster).
+func startManagementCluster(ctx context.Context, t *testing.T, hv *sim.Harvester, moreCRDs []string, providerOpts ...func(*clusterapi.HarvesterMachineReconciler)) *capiWorld {
+	t.Helper()
+	assets := requireAssets(t)
 	env := &envtest.Environment{ErrorIfCRDPathMissing: true, CRDDirectoryPaths: append([]string{
 		testbed.ClusterAPICRDs(assets), filepath.Join(repoRoot(), "config", "crd", "bases"), filepath.Join(repoRoot(), "config", "crd", "infrastructure"),
 	}, moreCRDs...)}
@@ -74,11 +115,6 @@ func startCAPIWorld(t *testing.T, moreCRDs ...string) *capiWorld {
 		t.Fatalf("start the management API server: %v", err)
 	}
 	t.Cleanup(func() { _ = env.Stop() })
-	hv, err := sim.StartHarvester(ctx, sim.Options{Sim: sim.Config{BootDelay: 200 * time.Millisecond, IPDelay: 100 * time.Millisecond, CloneDelay: 300 * time.Millisecond}})
-	if err != nil {
-		t.Fatalf("start the simulated Harvester: %v", err)
-	}
-	t.Cleanup(func() { _ = hv.Stop() })
 
 	scheme := k8sruntime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
@@ -99,23 +135,7 @@ func startCAPIWorld(t *testing.T, moreCRDs ...string) *capiWorld {
 		t.Fatal(err)
 	}
 	w := &capiWorld{t: t, ctx: ctx, c: c, hv: hv, capi: capi, cfg: cfg, scheme: scheme}
-	w.stopProvider = startProvider(ctx, t, cfg, scheme)
-
-	// Harvester: a namespace with a VM network and an image.
-	w.must(hv.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vms"}}))
-	nad := &unstructured.Unstructured{}
-	nad.SetGroupVersionKind(sim.NetworkAttachmentDefinitionGVK)
-	nad.SetNamespace("vms")
-	nad.SetName("vlan40")
-	nad.SetAnnotations(map[string]string{sim.AnnotationRoute: `{"mode":"auto","cidr":"10.40.0.0/24"}`})
-	_ = unstructured.SetNestedField(nad.Object, `{"cniVersion":"0.3.1","type":"bridge","bridge":"mgmt-br","vlan":40}`, "spec", "config")
-	w.must(hv.Client.Create(ctx, nad))
-	image := &unstructured.Unstructured{}
-	image.SetGroupVersionKind(sim.VirtualMachineImageGVK)
-	image.SetNamespace("vms")
-	image.SetName("ubuntu")
-	_ = unstructured.SetNestedField(image.Object, "https://example.invalid/ubuntu.qcow2", "spec", "url")
-	w.must(hv.Client.Create(ctx, image))
+	w.stopProvider = startProvider(ctx, t, cfg, scheme, providerOpts...)
 
 	// Management cluster: the credentials, a ProviderConfig, and the tenant cluster's objects.
 	w.must(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
@@ -390,7 +410,7 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 // startProvider starts this provider's controllers in the test's process, as cmd/manager wires
 // them (ProviderConfig checks, HarvesterCluster and HarvesterMachine), each start with nothing in
 // memory. It returns a function that stops them and waits until they have stopped.
-func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *k8sruntime.Scheme) (stop func()) {
+func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *k8sruntime.Scheme, opts ...func(*clusterapi.HarvesterMachineReconciler)) (stop func()) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Client:     client.Options{Cache: &client.CacheOptions{Unstructured: true}}, // as cmd/manager
@@ -406,9 +426,12 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 	if err := pcr.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	on, err := clusterapi.SetupClusterAPI(ctx, mgr, mgr.GetLogger(),
-		&clusterapi.HarvesterMachineReconciler{Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, HarvesterEvents: events, Recorder: recorder, Preflight: pcr,
-			PollInterval: 2 * time.Second, StartLimits: harvester.StartLimits{IPReport: time.Minute}},
+	hmr := &clusterapi.HarvesterMachineReconciler{Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, HarvesterEvents: events, Recorder: recorder, Preflight: pcr,
+		PollInterval: 2 * time.Second, StartLimits: harvester.StartLimits{IPReport: time.Minute}}
+	for _, o := range opts {
+		o(hmr)
+	}
+	on, err := clusterapi.SetupClusterAPI(ctx, mgr, mgr.GetLogger(), hmr,
 		&clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr,
 			Harvester: clusters, SecretReader: mgr.GetAPIReader(), GuestRecheckInterval: 2 * time.Second})
 	if err != nil || !on {

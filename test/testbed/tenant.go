@@ -58,6 +58,8 @@ type TenantCluster struct {
 	MachineSpec infrav1.HarvesterMachineSpec
 	// GuestCredentials is the HarvesterCluster's spec.guestCredentials ("": the default, Managed).
 	GuestCredentials infrav1.GuestCredentialsPolicy
+	// BootstrapData is the bootstrap data of every machine; empty: a small cloud-config.
+	BootstrapData string
 }
 
 // BootstrapSecretName names the Secret that holds the bootstrap data of every machine.
@@ -78,8 +80,15 @@ func (tc TenantCluster) ClusterObjects() []client.Object {
 		Spec: infrav1.HarvesterClusterSpec{ProviderConfigRef: tc.ProviderConfig,
 			ControlPlaneEndpoint: tc.Endpoint, FailureDomains: tc.FailureDomains, GuestCredentials: tc.GuestCredentials}}
 	bootstrap := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: tc.Namespace, Name: tc.BootstrapSecretName()},
-		Data: map[string][]byte{"value": []byte("#cloud-config\n"), "format": []byte("cloud-config")}}
+		Data: map[string][]byte{"value": []byte(tc.bootstrapData()), "format": []byte("cloud-config")}}
 	return []client.Object{hc, bootstrap, tc.Cluster()}
+}
+
+func (tc TenantCluster) bootstrapData() string {
+	if tc.BootstrapData == "" {
+		return "#cloud-config\n"
+	}
+	return tc.BootstrapData
 }
 
 // Machine returns a standalone Machine of the cluster in failureDomain ("" for none) and its

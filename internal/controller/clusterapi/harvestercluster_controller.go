@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
@@ -115,6 +116,9 @@ func (r *HarvesterClusterReconciler) reconcile(ctx context.Context, s *objstatus
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if pc == nil {
+		return reconcile.Result{}, providerConfigNotInstalled(namespace, name)
+	}
 	t, err := frontdoor.ResolveProviderConfig(pc, namespace+"/"+name, "spec.providerConfigRef")
 	if err != nil {
 		return reconcile.Result{}, err
@@ -149,7 +153,8 @@ func (r *HarvesterClusterReconciler) reconcileDelete(ctx context.Context, s *obj
 		}
 		if n := len(machines.Items); n > 0 {
 			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, capiWaitingRetry,
-				"waiting for the %d HarvesterMachines of Cluster %s to be deleted (their deletion needs this HarvesterCluster's ProviderConfig)", n, clusterName)
+				"waiting for the %d HarvesterMachines of Cluster %s to be deleted (their deletion needs this HarvesterCluster's ProviderConfig); one that cannot reach Harvester says why in its Ready condition (DeletionBlocked), "+
+					"and is released without deleting anything on Harvester by: kubectl annotate harvestermachines -n %s -l %s=%s %s=true", n, clusterName, hc.Namespace, capiClusterNameLabel, clusterName, v1alpha1.AnnotationSkipHarvesterCleanup)
 		}
 	}
 	// No credential outlives its cluster.

@@ -62,6 +62,11 @@ type HarvesterMachineReconciler struct {
 	StartLimits harvester.StartLimits
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
 	MaxConcurrentReconciles int
+	// HandOverFrom are the management clusters (kube-system UIDs) whose HarvesterMachines'
+	// objects a HarvesterMachine of the same namespace and name may take over when annotated
+	// with the hand-over annotation: the platform operator's decision (a manager flag). Empty:
+	// no hand-over.
+	HandOverFrom []string
 
 	managementCluster string
 	statuses          objstatus.Memory[infrav1.HarvesterMachineStatus]
@@ -208,15 +213,17 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	spec.Owner = withHandOver(spec.Owner, hm, r.HandOverFrom)
 	// The failure domain places the VM when it is created, and only then: a machine whose VM
 	// exists stays where it runs, and keeps the status.failureDomain it was created with, whatever
 	// its Machine or the HarvesterCluster's failure domains say since (the engine never moves or
 	// rewrites a VM, and the gate judges only a machine without one). Cluster API copies
-	// status.failureDomain to the Machine. Nothing recomputes it later: a status lost (clusterctl
-	// move does not carry status) leaves it empty rather than guessed from fields that may have
-	// changed since the VM was placed.
+	// status.failureDomain to the Machine. The VM records the failure domain it was placed in
+	// (spec.FailureDomain): a status lost (clusterctl move does not carry status) is rebuilt from
+	// it, never guessed from fields that may have changed since the VM was placed.
 	var placement error
 	spec.NodeSelector, placement = failureDomainNodes(hm.Namespace, *machine, t.hc)
+	spec.FailureDomain = machine.FailureDomain
 	spec.Gate = func() error {
 		if placement != nil {
 			return placement
@@ -258,6 +265,8 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 		}
 	}
 	vm := fmt.Sprintf("VirtualMachine %s/%s", spec.Namespace, spec.Name)
+	reportTakeOver(ctx, s, vm, obs.Predecessor)
+	rebuildFailureDomain(hm, obs)
 	if obs.VMCreated {
 		s.Event(corev1.EventTypeNormal, "Created", "Create", "Created "+vm+" on Harvester")
 	}
@@ -323,21 +332,23 @@ func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *har
 	if !controllerutil.ContainsFinalizer(hm, infrav1.HarvesterMachineFinalizer) {
 		return reconcile.Result{}, nil
 	}
-	if _, recorded := hm.Annotations[v1alpha1.AnnotationPlacement]; recorded || hm.Spec.ProviderID != "" {
+	if skipsCleanup(s) {
+		reportCleanupSkipped(ctx, s)
+	} else if _, recorded := hm.Annotations[v1alpha1.AnnotationPlacement]; recorded || hm.Spec.ProviderID != "" {
 		t, home, err := r.reach(ctx, hm, cluster)
 		if err != nil {
-			return reconcile.Result{}, err
+			return reconcile.Result{}, harvesterMachineDeletionBlocked(s, err)
 		}
 		if home != nil {
 			if home.Elsewhere != nil {
-				return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry,
-					"the credentials of ProviderConfig %s now reach another Harvester cluster than the one the VM lives on (%s): restore them to delete it", t.Ref, home.Place.Server)
+				return reconcile.Result{}, harvesterMachineDeletionBlocked(s, objstatus.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry,
+					"the credentials of ProviderConfig %s now reach another Harvester cluster than the one the VM lives on (%s): restore them to delete it", t.Ref, home.Place.Server))
 			}
 			ref := harvester.MachineRef{Owner: harvester.Owner{Kind: OwnerKindHarvesterMachine, Namespace: hm.Namespace, Name: hm.Name, UID: hm.UID, Cluster: r.managementCluster},
 				Namespace: home.Place.Namespace, Name: home.Place.Name, VMUID: types.UID(frontdoor.UIDOfProviderID(hm.Spec.ProviderID))}
 			deletion, err := home.Cluster.Delete(ctx, ref)
 			if err != nil {
-				return reconcile.Result{}, err
+				return reconcile.Result{}, harvesterMachineDeletionBlocked(s, err)
 			}
 			if !deletion.Done {
 				return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, frontdoor.PollInterval(deletion.Watched, r.PollInterval, r.WatchedPollInterval), "deleting the machine on Harvester: waiting for %s", deletion.Remaining)

@@ -8,7 +8,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
@@ -65,8 +64,7 @@ func harvesterMachineSpec(hm *infrav1.HarvesterMachine, m capiMachine, t *frontd
 		role = "control-plane"
 	}
 	spec := &harvester.MachineSpec{
-		Owner: harvester.Owner{Kind: OwnerKindHarvesterMachine, Namespace: hm.Namespace, Name: hm.Name, UID: hm.UID,
-			Cluster: managementCluster, HandOver: hm.Annotations[v1alpha1.AnnotationHandOver] == "true"},
+		Owner:               harvesterMachineOwner(hm, managementCluster),
 		Namespace:           t.Credentials.Namespace,
 		Name:                hm.Name,
 		Role:                role,

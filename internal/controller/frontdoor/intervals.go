@@ -37,3 +37,6 @@ const ReconcileTimeout = time.Minute
 // ProviderConfigRetry is how soon to look again at a missing or unusable ProviderConfig (its
 // watch usually wakes us earlier).
 const ProviderConfigRetry = time.Minute
+
+// BlockedDeletionRetry is how soon a blocked deletion is tried again.
+const BlockedDeletionRetry = 30 * time.Second

@@ -17,7 +17,7 @@ import (
 var machineRequestAdvice = map[string]string{
 	harvester.ReasonVMDeleted: ": set annotation " + v1alpha1.AnnotationRetry +
 		"=true on the MachineRequest (or change its spec) to create a new VM, or delete the MachineRequest",
-	harvester.ReasonNameTaken:         "; choose another spec.machineName, or delete that object on Harvester",
+	harvester.ReasonNameTaken:         "; choose another spec.machineName. That object may be another machine's live node: find out whose it is (above) before anyone deletes it",
 	harvester.ReasonVMUnschedulable:   ". A MachineRequest's CPUs and memory are its spec.cpu and spec.memoryMB",
 	harvester.ReasonImageNotFound:     " in the MachineRequest's spec.image (or, when it names none, the ProviderConfig's harvester.imageName)",
 	harvester.ReasonVolumeMissing:     "; delete and recreate the MachineRequest",

@@ -429,7 +429,7 @@ func blockedDeletion(s *machineScope, err error) error {
 	if s.mr.Status.Conditions == nil || !sameCondition(s, v1alpha1.ReasonDeletionBlocked, msg) {
 		s.Event(corev1.EventTypeWarning, v1alpha1.ReasonDeletionBlocked, "Delete", msg)
 	}
-	return objstatus.Waiting(v1alpha1.ReasonDeletionBlocked, blockedDeletionRetry, "%s", msg)
+	return objstatus.Waiting(v1alpha1.ReasonDeletionBlocked, frontdoor.BlockedDeletionRetry, "%s", msg)
 }
 
 func sameCondition(s *machineScope, reason, msg string) bool {

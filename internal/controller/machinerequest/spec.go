@@ -2,7 +2,6 @@ package machinerequest
 
 import (
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -13,9 +12,6 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
-
-// blockedDeletionRetry is how soon a blocked deletion is tried again.
-const blockedDeletionRetry = 30 * time.Second
 
 // reservedLabelPrefixes are label prefixes the provider and Harvester own on the VM.
 var reservedLabelPrefixes = []string{"butler.butlerlabs.dev/", "harvesterhci.io/", "kubevirt.io/"}

@@ -1,0 +1,14 @@
+package v1alpha1
+
+// Reasons of the HarvesterMachine about its ownership of the machine on Harvester (see
+// docs/architecture.md, "Ownership and clusterctl move").
+const (
+	// ReasonVMTakenOver (event): the machine's VM, disks and cloud-init Secret on Harvester were
+	// labelled for this HarvesterMachine: it is the same machine re-created by clusterctl move or
+	// a restore (its bootstrap data proves it), an earlier HarvesterMachine of the same name, or
+	// one the platform operator allowed to be handed over. Nothing is created or deleted.
+	ReasonVMTakenOver = "VMTakenOver"
+	// ReasonCleanupSkipped (event): a deleted HarvesterMachine was released without deleting
+	// anything on Harvester, because of annotation harvester.butler.butlerlabs.dev/skip-cleanup.
+	ReasonCleanupSkipped = "CleanupSkipped"
+)

@@ -1,0 +1,71 @@
+package clusterapi
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+)
+
+// Deletion of a HarvesterMachine always ends: when what it needs to reach Harvester is gone (its
+// Cluster, HarvesterCluster, ProviderConfig or credentials, or Harvester itself for good), it
+// says so in a DeletionBlocked condition, and the user releases it with annotation
+// harvester.butler.butlerlabs.dev/skip-cleanup=true, as a MachineRequest is released.
+
+// skipsCleanup reports whether the user asked for the HarvesterMachine to be released without
+// deleting anything on Harvester.
+func skipsCleanup(s *harvesterMachineScope) bool {
+	return s.hm.Annotations[v1alpha1.AnnotationSkipHarvesterCleanup] == "true"
+}
+
+// reportCleanupSkipped records that the HarvesterMachine is released without cleaning up, and what
+// may be left on Harvester.
+func reportCleanupSkipped(ctx context.Context, s *harvesterMachineScope) {
+	left := "nothing was recorded as created"
+	if p, err := v1alpha1.DecodePlacement(s.hm.Annotations); err == nil && p != nil {
+		left = fmt.Sprintf("VM %s/%s on %s, its disks and cloud-init Secret (labelled %s=%s) may remain there", p.Namespace, p.Name, p.Server, harvester.LabelMachineRequestUID, s.hm.UID)
+	}
+	log.FromContext(ctx).Info("Released without deleting anything on Harvester (skip-cleanup annotation)")
+	s.Event(corev1.EventTypeWarning, infrav1.ReasonCleanupSkipped, "Delete",
+		"Released without deleting anything on Harvester because of annotation "+v1alpha1.AnnotationSkipHarvesterCleanup+"=true: "+left)
+}
+
+// harvesterMachineDeletionBlocked turns what keeps a deleted HarvesterMachine from reaching its
+// machine on Harvester into a DeletionBlocked wait that says how to get out of it. Transient
+// errors stay transient, and a disk a VM uses is Harvester's own rule, said as is.
+func harvesterMachineDeletionBlocked(s *harvesterMachineScope, err error) error {
+	err = frontdoor.FromEngineIn(err, harvesterMachineTerms)
+	var msg string
+	if w, ok := objstatus.AsWaiting(err); ok {
+		if w.Reason == infrav1.ReasonDiskInUse {
+			return err
+		}
+		msg = w.Message
+	} else if p, ok := objstatus.AsPermanent(err); ok {
+		msg = p.Message
+	} else {
+		return err
+	}
+	msg = fmt.Sprintf("Cannot delete the machine on Harvester: %s. Restore what is missing (a ProviderConfig and its credentials Secret are installed on each management cluster, see docs/cluster-api.md), "+
+		"or release the HarvesterMachine without deleting anything on Harvester: kubectl annotate harvestermachine -n %s %s %s=true",
+		msg, s.hm.Namespace, s.hm.Name, v1alpha1.AnnotationSkipHarvesterCleanup)
+	return objstatus.Waiting(infrav1.ReasonDeletionBlocked, frontdoor.BlockedDeletionRetry, "%s", msg)
+}
+
+// providerConfigNotInstalled is the wait of a HarvesterCluster whose ProviderConfig does not exist
+// on this management cluster. A ProviderConfig and its credentials Secret are platform
+// configuration: `clusterctl move` does not move them (they may serve MachineRequests and other
+// clusters, which stay), so a cluster moved here finds them only if they were installed here.
+func providerConfigNotInstalled(namespace, name string) error {
+	return objstatus.Waiting(infrav1.ReasonProviderConfigNotFound, frontdoor.ProviderConfigRetry,
+		"ProviderConfig %s/%s (spec.providerConfigRef) does not exist on this management cluster. ProviderConfigs and their credentials Secrets are platform configuration that clusterctl move does not move: "+
+			"install it here as on the management cluster the cluster came from (for example `kubectl get providerconfig -n %s %s -o yaml` there, and its spec.credentialsRef Secret, then kubectl apply them here), or correct spec.providerConfigRef",
+		namespace, name, namespace, name)
+}
