@@ -128,11 +128,12 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 	defer kubelets.Stop()
 	cloudProvider := testbed.PlayCloudProvider(ctx, d.tb.Mgmt, testbed.Namespace, capiCluster, c.tenant)
 	defer cloudProvider.Stop()
-	c.played = startPlayers(ctx, d.tb.Mgmt, testbed.Namespace, capiCluster, c.tenant.Config.Host)
+	c.played = startPlayers(ctx, d.tb.Mgmt, testbed.Namespace, capiCluster, c.tenant.Config.Host, d.say)
 	defer c.played.Stop()
 	d.say("  played here (only Cluster API core runs): Steward (the endpoint patch and the StewardControlPlane's status), the kubeadm bootstrap provider (a bootstrap data Secret per KubeadmConfig), the kubelets, the ClusterResourceSet and Harvester's cloud provider (from the credentials the provider delivers)")
 
 	d.say("Creating the tenant cluster %s/%s as rendered (%s) ...", testbed.Namespace, capiCluster, kindsOf(c.objs))
+	d.say("  (Cluster API's webhooks are not registered with this API server: the MachineDeployment gets the defaults its defaulting webhook would set)")
 	began := time.Now()
 	if err := c.create(ctx); err != nil {
 		return err

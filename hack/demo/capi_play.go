@@ -54,6 +54,8 @@ type played struct {
 	// host and port are the tenant API server's address: the endpoint Steward sets.
 	host string
 	port int64
+	// say tells what the players did.
+	say  func(format string, args ...any)
 	stop context.CancelFunc
 	done chan struct{}
 
@@ -63,9 +65,9 @@ type played struct {
 
 // startPlayers plays Steward and the kubeadm bootstrap provider for Cluster clusterName of
 // namespace, whose hosted API server is at tenantURL, until Stop or until ctx ends.
-func startPlayers(ctx context.Context, c client.Client, namespace, clusterName, tenantURL string) *played {
+func startPlayers(ctx context.Context, c client.Client, namespace, clusterName, tenantURL string, say func(format string, args ...any)) *played {
 	ctx, cancel := context.WithCancel(ctx)
-	p := &played{c: c, namespace: namespace, clusterName: clusterName, stop: cancel, done: make(chan struct{})}
+	p := &played{c: c, namespace: namespace, clusterName: clusterName, say: say, stop: cancel, done: make(chan struct{})}
 	host, port, err := hostPort(tenantURL)
 	p.host, p.port, p.err = host, port, err
 	go func() {
@@ -129,7 +131,11 @@ func (p *played) steward(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		return p.c.Patch(ctx, hc, client.RawPatch(types.MergePatchType, patch))
+		if err := p.c.Patch(ctx, hc, client.RawPatch(types.MergePatchType, patch)); err != nil {
+			return fmt.Errorf("HarvesterCluster %s endpoint: %w", hc.GetName(), err)
+		}
+		p.say("  Steward (played): patched HarvesterCluster %s with %s (its hosted API server's address)", hc.GetName(), patch)
+		return nil
 	}
 	scps := &unstructured.UnstructuredList{}
 	scps.SetGroupVersionKind(stewardControlPlaneGVK.GroupVersion().WithKind("StewardControlPlaneList"))
@@ -148,6 +154,7 @@ func (p *played) steward(ctx context.Context) error {
 		if err := p.c.Status().Patch(ctx, scp, client.RawPatch(types.MergePatchType, status)); err != nil {
 			return fmt.Errorf("StewardControlPlane %s status: %w", scp.GetName(), err)
 		}
+		p.say("  Steward (played): StewardControlPlane %s status initialized, ready, externalManagedControlPlane", scp.GetName())
 	}
 	return nil
 }
@@ -233,6 +240,7 @@ func (p *played) writeBootstrapData(ctx context.Context, kc *unstructured.Unstru
 	if err := p.c.Status().Patch(ctx, kc, client.RawPatch(types.MergePatchType, status)); err != nil {
 		return fmt.Errorf("KubeadmConfig %s status: %w", kc.GetName(), err)
 	}
+	p.say("  kubeadm bootstrap (played): bootstrap data Secret %s (format cloud-config, %d bytes) for KubeadmConfig %s; status.dataSecretName set", secret.Name, len(data), kc.GetName())
 	return nil
 }
 
@@ -266,7 +274,7 @@ func bootstrapData(kc *unstructured.Unstructured, endpoint string) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
-	header := fmt.Sprintf("## template: jinja\n#cloud-config\n# Bootstrap data of KubeadmConfig %s/%s, played by hack/demo (make demo-capi) as Cluster API's kubeadm\n# bootstrap provider would write it; without a bootstrap token: no kubeadm runs in the demo.\n",
+	header := fmt.Sprintf("## template: jinja\n#cloud-config\n# Bootstrap data of KubeadmConfig %s/%s, played by hack/demo (make demo-capi) as Cluster API's kubeadm\n# bootstrap provider would write it, but with no bootstrap token (none is issued: no kubeadm runs in the demo).\n",
 		kc.GetNamespace(), kc.GetName())
 	return append([]byte(header), cloudConfig...), nil
 }

@@ -38,9 +38,6 @@ func capiTable(rows []machineRow) string {
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
 	fmt.Fprintln(w, "  MACHINE\tPHASE\tHARVESTERMACHINE\tVM\tIP\tNODE\tPROVIDERID")
-	if len(rows) == 0 {
-		fmt.Fprintln(w, "  (none)\t\t\t\t\t\t")
-	}
 	for _, r := range rows {
 		phase := orDash(r.Phase)
 		if r.Deleting && r.Phase != "Deleting" {
@@ -49,6 +46,9 @@ func capiTable(rows []machineRow) string {
 		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Machine, phase, orDash(r.Infra), orDash(r.VM), orDash(r.IP), orDash(r.Node), orDash(r.ProviderID))
 	}
 	_ = w.Flush()
+	if len(rows) == 0 {
+		b.WriteString("  (no Machines)\n")
+	}
 	return b.String()
 }
 
