@@ -614,8 +614,8 @@ func (c *capiDemo) showCluster(ctx context.Context) error {
 	port, _, _ := unstructured.NestedInt64(cluster.Object, "spec", "controlPlaneEndpoint", "port")
 	infra, _, _ := unstructured.NestedBool(cluster.Object, "status", "initialization", "infrastructureProvisioned")
 	cp, _, _ := unstructured.NestedBool(cluster.Object, "status", "initialization", "controlPlaneInitialized")
-	c.say("Cluster %s: phase %s, endpoint %s:%d (the tenant API server), infrastructureProvisioned %v (HarvesterCluster), controlPlaneInitialized %v (StewardControlPlane, played)",
-		capiCluster, phase, host, port, infra, cp)
+	c.say("Cluster %s: phase %s, endpoint %s:%d (the tenant API server), infrastructureProvisioned %v (HarvesterCluster), controlPlaneInitialized %v (StewardControlPlane, played), %s",
+		capiCluster, phase, host, port, infra, cp, conditionText(cluster, "Available"))
 	identity, err := c.guestIdentity(ctx)
 	if err != nil {
 		return err
@@ -650,4 +650,15 @@ Explore with kubectl (no kubectl at hand? 'make kubectl' builds one and prints i
   kubectl --kubeconfig %[1]s -n %[9]s delete cluster %[8]s                              # and watch Harvester empty
 `, mk, hk, tk, c.tb.Path("manager.log"), c.tb.ClusterAPI.LogPath, c.tb.Path("cluster-"+capiCluster+".yaml"),
 		filepath.Join(c.assets, "clusterctl"), capiCluster, testbed.Namespace, testbed.HarvesterNamespace)
+}
+
+// conditionText renders condition t of a Cluster API object as "t=Status (Reason)".
+func conditionText(o *unstructured.Unstructured, t string) string {
+	conditions, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
+	for _, cond := range conditions {
+		if m, _ := cond.(map[string]any); m["type"] == t {
+			return fmt.Sprintf("%s=%v (%v)", t, m["status"], m["reason"])
+		}
+	}
+	return t + "=?"
 }
