@@ -146,6 +146,9 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 		return err
 	}
 	d.say("All %d Machines Running with their Nodes, providerIDs and distinct IPs from %s, %s after creation.", capiWorkers, testbed.NetworkCIDR, time.Since(began).Round(100*time.Millisecond))
+	if err := c.waitClusterAvailable(ctx); err != nil {
+		return err
+	}
 	if err := c.showCluster(ctx); err != nil {
 		return err
 	}
@@ -601,6 +604,30 @@ func (c *capiDemo) guestIdentity(ctx context.Context) (string, error) {
 	return strings.Join(out, ", "), nil
 }
 
+// waitClusterAvailable waits until Cluster API counts the Cluster Available: its infrastructure
+// ready, its control plane available, its workers available (their Nodes healthy), and the tenant
+// API server answering Cluster API's probe.
+func (c *capiDemo) waitClusterAvailable(ctx context.Context) error {
+	cluster := &unstructured.Unstructured{}
+	cluster.SetGroupVersionKind(testbed.ClusterGVK)
+	for deadline := time.Now().Add(c.o.timeout); ; {
+		if err := c.tb.Mgmt.Get(ctx, client.ObjectKey{Namespace: testbed.Namespace, Name: capiCluster}, cluster); err != nil {
+			return err
+		}
+		if conditionText(cluster, "Available") == "Available=True (Available)" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("Cluster %s not Available after %s: %s", capiCluster, c.o.timeout, conditionText(cluster, "Available"))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
 // showCluster prints the Cluster's side: its phase and endpoint, the HarvesterCluster, the played
 // control plane, and the guest credentials' way into the tenant cluster (names only).
 func (c *capiDemo) showCluster(ctx context.Context) error {
@@ -614,8 +641,8 @@ func (c *capiDemo) showCluster(ctx context.Context) error {
 	port, _, _ := unstructured.NestedInt64(cluster.Object, "spec", "controlPlaneEndpoint", "port")
 	infra, _, _ := unstructured.NestedBool(cluster.Object, "status", "initialization", "infrastructureProvisioned")
 	cp, _, _ := unstructured.NestedBool(cluster.Object, "status", "initialization", "controlPlaneInitialized")
-	c.say("Cluster %s: phase %s, endpoint %s:%d (the tenant API server), infrastructureProvisioned %v (HarvesterCluster), controlPlaneInitialized %v (StewardControlPlane, played), %s",
-		capiCluster, phase, host, port, infra, cp, conditionText(cluster, "Available"))
+	c.say("Cluster %s: %s, phase %s, endpoint %s:%d (the tenant API server), infrastructureProvisioned %v (HarvesterCluster), controlPlaneInitialized %v (StewardControlPlane, played)",
+		capiCluster, conditionText(cluster, "Available"), phase, host, port, infra, cp)
 	identity, err := c.guestIdentity(ctx)
 	if err != nil {
 		return err
