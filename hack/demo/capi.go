@@ -48,7 +48,6 @@ const (
 // Kinds the demo reads or plays; Cluster API's in their storage versions.
 var (
 	harvesterClusterGVK    = schema.GroupVersionKind{Group: "infrastructure.butlerlabs.dev", Version: "v1alpha1", Kind: "HarvesterCluster"}
-	harvesterMachineGVK    = schema.GroupVersionKind{Group: "infrastructure.butlerlabs.dev", Version: "v1alpha1", Kind: "HarvesterMachine"}
 	stewardControlPlaneGVK = schema.GroupVersionKind{Group: "controlplane.cluster.x-k8s.io", Version: "v1alpha1", Kind: "StewardControlPlane"}
 	kubeadmConfigGVK       = schema.GroupVersionKind{Group: "bootstrap.cluster.x-k8s.io", Version: "v1beta2", Kind: "KubeadmConfig"}
 )
@@ -186,7 +185,7 @@ func clusterAPIVersion(assets string) string {
 func labelledKubeadmCRDs(assets, dir string) (string, error) {
 	files, err := filepath.Glob(filepath.Join(assets, "kubeadm-crds", "*.yaml"))
 	if err != nil || len(files) == 0 {
-		return "", fmt.Errorf("no kubeadm CRDs in %s (%v): run 'make capi'", assets, err)
+		return "", fmt.Errorf("no kubeadm CRDs in %s: run 'make capi' (%w)", assets, err)
 	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return "", err
@@ -283,7 +282,7 @@ func (c *capiDemo) render(ctx context.Context, work string) error {
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(filepath.Join(repo, filepath.Base(f)), data, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(repo, filepath.Base(f)), data, 0o600); err != nil { //nolint:gosec // G703: the repository's templates, copied into the demo's work directory under their own base names
 			return err
 		}
 	}
@@ -618,7 +617,7 @@ func (c *capiDemo) waitClusterAvailable(ctx context.Context) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("Cluster %s not Available after %s: %s", capiCluster, c.o.timeout, conditionText(cluster, "Available"))
+			return fmt.Errorf("the Cluster %s is not Available after %s: %s", capiCluster, c.o.timeout, conditionText(cluster, "Available"))
 		}
 		select {
 		case <-ctx.Done():

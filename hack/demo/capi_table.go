@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"sort"
@@ -140,7 +141,7 @@ func (c *capiDemo) waitTable(ctx context.Context, done func([]machineRow) (bool,
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not done after %s (the played parts: %v)\n%s%s", c.o.timeout, c.played.Err(), c.tb.ManagerLogTail(), c.tb.ClusterAPI.LogTail())
+			return errors.Join(fmt.Errorf("not done after %s\n%s%s", c.o.timeout, c.tb.ManagerLogTail(), c.tb.ClusterAPI.LogTail()), c.played.Err())
 		}
 		select {
 		case <-ctx.Done():
@@ -169,7 +170,7 @@ func (c *capiDemo) waitMachines(ctx context.Context, want int) error {
 	return c.waitTable(ctx, func(rows []machineRow) (bool, error) {
 		for _, r := range rows {
 			if r.Phase == "Failed" {
-				return false, fmt.Errorf("Machine %s failed (HarvesterMachine: %s)", r.Machine, r.Infra)
+				return false, fmt.Errorf("the Machine %s failed (HarvesterMachine: %s)", r.Machine, r.Infra)
 			}
 		}
 		if !allRunning(rows, want) {
@@ -195,17 +196,17 @@ func (c *capiDemo) checkRunning(ctx context.Context, want int) error {
 	seen := map[string]string{}
 	for _, r := range rows {
 		if r.ProviderID != harvester.ProviderIDPrefix+r.VMUID {
-			return fmt.Errorf("Machine %s has providerID %q, its VM's UID is %s", r.Machine, r.ProviderID, r.VMUID)
+			return fmt.Errorf("the Machine %s has providerID %q, its VM's UID is %s", r.Machine, r.ProviderID, r.VMUID)
 		}
 		if r.Node != r.Machine {
-			return fmt.Errorf("Machine %s has Node %s: the VM (the guest's hostname) is named after the machine", r.Machine, r.Node)
+			return fmt.Errorf("the Machine %s has Node %s: the VM (the guest's hostname) is named after the machine", r.Machine, r.Node)
 		}
 		ip, err := netip.ParseAddr(r.IP)
 		if err != nil || !prefix.Contains(ip) {
-			return fmt.Errorf("Machine %s has IP %q, not in the network's range %s", r.Machine, r.IP, testbed.NetworkCIDR)
+			return fmt.Errorf("the Machine %s has IP %q, not in the network's range %s", r.Machine, r.IP, testbed.NetworkCIDR)
 		}
 		if other, dup := seen[r.IP]; dup {
-			return fmt.Errorf("Machines %s and %s have the same IP %s", other, r.Machine, r.IP)
+			return fmt.Errorf("the Machines %s and %s have the same IP %s", other, r.Machine, r.IP)
 		}
 		seen[r.IP] = r.Machine
 	}
