@@ -12,9 +12,11 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -129,7 +131,7 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 	defer cloudProvider.Stop()
 	c.played = startPlayers(ctx, d.tb.Mgmt, testbed.Namespace, capiCluster, c.tenant.Config.Host, d.say)
 	defer c.played.Stop()
-	d.say("  played here (only Cluster API core runs): Steward (the endpoint patch and the StewardControlPlane's status), the kubeadm bootstrap provider (a bootstrap data Secret per KubeadmConfig), the kubelets, the ClusterResourceSet and Harvester's cloud provider (from the credentials the provider delivers)")
+	d.say("  played here (only Cluster API core runs): Steward (the endpoint patch and the StewardControlPlane's status), the kubeadm bootstrap provider (a bootstrap data Secret per KubeadmConfig), the workers' kubelets, and Harvester's cloud provider in the tenant (from the credentials the provider delivers)")
 
 	d.say("Creating the tenant cluster %s/%s as rendered (%s) ...", testbed.Namespace, capiCluster, kindsOf(c.objs))
 	d.say("  (Cluster API's webhooks are not registered with this API server: the MachineDeployment gets the defaults its defaulting webhook would set)")
@@ -580,11 +582,11 @@ func (c *capiDemo) harvesterLeft(ctx context.Context) (harvesterLeft, error) {
 	return l, nil
 }
 
-// guestIdentity names the guest credentials' ServiceAccount and RoleBinding on Harvester.
+// guestIdentity names the guest credentials' ServiceAccount and bindings on Harvester.
 func (c *capiDemo) guestIdentity(ctx context.Context) (string, error) {
 	sel := client.MatchingLabels{harvester.LabelOwnerKind: "HarvesterCluster"}
-	sas, rbs := &corev1.ServiceAccountList{}, &rbacv1.RoleBindingList{}
-	for _, list := range []client.ObjectList{sas, rbs} {
+	sas, rbs, crbs := &corev1.ServiceAccountList{}, &rbacv1.RoleBindingList{}, &rbacv1.ClusterRoleBindingList{}
+	for _, list := range []client.ObjectList{sas, rbs, crbs} {
 		if err := c.tb.Harvester.Client.List(ctx, list, sel); err != nil {
 			return "", err
 		}
@@ -596,6 +598,9 @@ func (c *capiDemo) guestIdentity(ctx context.Context) (string, error) {
 	for _, rb := range rbs.Items {
 		out = append(out, "RoleBinding "+rb.Namespace+"/"+rb.Name+" (to "+rb.RoleRef.Kind+" "+rb.RoleRef.Name+")")
 	}
+	for _, crb := range crbs.Items {
+		out = append(out, "ClusterRoleBinding "+crb.Name+" (to "+crb.RoleRef.Kind+" "+crb.RoleRef.Name+")")
+	}
 	slices.Sort(out)
 	if len(out) == 0 {
 		return "none", nil
@@ -603,9 +608,10 @@ func (c *capiDemo) guestIdentity(ctx context.Context) (string, error) {
 	return strings.Join(out, ", "), nil
 }
 
-// waitClusterAvailable waits until Cluster API counts the Cluster Available: its infrastructure
-// ready, its control plane available, its workers available (their Nodes healthy), and the tenant
-// API server answering Cluster API's probe.
+// waitClusterAvailable waits until Cluster API counts the Cluster Available (its infrastructure
+// ready, its control plane available, its workers available: their Nodes healthy; the tenant API
+// server answering Cluster API's probe) and Cluster API's ClusterResourceSet controller has applied
+// the flavour's ClusterResourceSet in the tenant cluster.
 func (c *capiDemo) waitClusterAvailable(ctx context.Context) error {
 	cluster := &unstructured.Unstructured{}
 	cluster.SetGroupVersionKind(testbed.ClusterGVK)
@@ -613,11 +619,16 @@ func (c *capiDemo) waitClusterAvailable(ctx context.Context) error {
 		if err := c.tb.Mgmt.Get(ctx, client.ObjectKey{Namespace: testbed.Namespace, Name: capiCluster}, cluster); err != nil {
 			return err
 		}
-		if conditionText(cluster, "Available") == "Available=True (Available)" {
+		crs, err := c.clusterResourceSet(ctx)
+		if err != nil {
+			return err
+		}
+		if conditionStatus(cluster, "Available") == "True" && conditionStatus(crs, "ResourcesApplied") == "True" {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the Cluster %s is not Available after %s: %s", capiCluster, c.o.timeout, conditionText(cluster, "Available"))
+			return fmt.Errorf("the Cluster %s is not Available after %s (%s), or its ClusterResourceSet not applied (%s)", capiCluster, c.o.timeout,
+				conditionText(cluster, "Available"), conditionText(crs, "ResourcesApplied"))
 		}
 		select {
 		case <-ctx.Done():
@@ -642,18 +653,47 @@ func (c *capiDemo) showCluster(ctx context.Context) error {
 	cp, _, _ := unstructured.NestedBool(cluster.Object, "status", "initialization", "controlPlaneInitialized")
 	c.say("Cluster %s: %s, phase %s, endpoint %s:%d (the tenant API server), infrastructureProvisioned %v (HarvesterCluster), controlPlaneInitialized %v (StewardControlPlane, played)",
 		capiCluster, conditionText(cluster, "Available"), phase, host, port, infra, cp)
+	crs, err := c.clusterResourceSet(ctx)
+	if err != nil {
+		return err
+	}
+	applied, err := c.appliedInTenant(ctx)
+	if err != nil {
+		return err
+	}
+	c.say("ClusterResourceSet %s: %s, applied by Cluster API core in the tenant cluster: %s (their pods do not run here: Harvester's cloud provider is played)",
+		crs.GetName(), conditionText(crs, "ResourcesApplied"), applied)
 	identity, err := c.guestIdentity(ctx)
 	if err != nil {
 		return err
 	}
-	tenantSecret := &corev1.Secret{}
-	applied := "absent"
-	if err := c.tenant.Client.Get(ctx, client.ObjectKey{Namespace: testbed.TenantCloudConfigNamespace, Name: testbed.TenantCloudConfigName}, tenantSecret); err == nil {
-		applied = "present"
-	}
-	c.say("Guest credentials: on Harvester %s; delivered in Secret %s/%s%s, applied in the tenant as Secret %s/%s (%s): the Nodes' providerIDs come from them.",
-		identity, testbed.Namespace, capiCluster, testbed.CloudConfigSecretSuffix, testbed.TenantCloudConfigNamespace, testbed.TenantCloudConfigName, applied)
+	c.say("Guest credentials: on Harvester %s; delivered in Secret %s/%s%s for the tenant's Secret %s/%s: the Nodes' providerIDs come from them.",
+		identity, testbed.Namespace, capiCluster, testbed.CloudConfigSecretSuffix, testbed.TenantCloudConfigNamespace, testbed.TenantCloudConfigName)
 	return nil
+}
+
+// appliedInTenant names what the tenant cluster's kube-system holds of the ClusterResourceSet's
+// resources: the credentials Secret, the cloud provider's and CSI driver's workloads.
+func (c *capiDemo) appliedInTenant(ctx context.Context) (string, error) {
+	var found []string
+	for _, o := range []client.Object{
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testbed.TenantCloudConfigNamespace, Name: testbed.TenantCloudConfigName}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "harvester-cloud-provider"}},
+		&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "harvester-csi-driver"}},
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "harvester-csi-driver-controllers"}},
+	} {
+		switch err := c.tenant.Client.Get(ctx, client.ObjectKeyFromObject(o), o); {
+		case err == nil:
+			kind := strings.TrimPrefix(fmt.Sprintf("%T", o), "*v1.")
+			found = append(found, kind+" "+o.GetNamespace()+"/"+o.GetName())
+		case client.IgnoreNotFound(err) != nil:
+			return "", err
+		}
+	}
+	if len(found) == 0 {
+		return "nothing", nil
+	}
+	return strings.Join(found, ", "), nil
 }
 
 // explain prints how to explore both sides with --keep.
@@ -676,6 +716,30 @@ Explore with kubectl (no kubectl at hand? 'make kubectl' builds one and prints i
   kubectl --kubeconfig %[1]s -n %[9]s delete cluster %[8]s                              # and watch Harvester empty
 `, mk, hk, tk, c.tb.Path("manager.log"), c.tb.ClusterAPI.LogPath, c.tb.Path("cluster-"+capiCluster+".yaml"),
 		filepath.Join(c.assets, "clusterctl"), capiCluster, testbed.Namespace, testbed.HarvesterNamespace)
+}
+
+// clusterResourceSet reads the flavour's ClusterResourceSet.
+func (c *capiDemo) clusterResourceSet(ctx context.Context) (*unstructured.Unstructured, error) {
+	for _, o := range c.objs {
+		if o.GetKind() == "ClusterResourceSet" {
+			crs := &unstructured.Unstructured{}
+			crs.SetGroupVersionKind(o.GroupVersionKind())
+			return crs, c.tb.Mgmt.Get(ctx, client.ObjectKeyFromObject(o), crs)
+		}
+	}
+	return nil, fmt.Errorf("the %s flavour has no ClusterResourceSet", capiFlavour)
+}
+
+// conditionStatus is the status of condition t of a Cluster API object ("" if it has none).
+func conditionStatus(o *unstructured.Unstructured, t string) string {
+	conditions, _, _ := unstructured.NestedSlice(o.Object, "status", "conditions")
+	for _, cond := range conditions {
+		if m, _ := cond.(map[string]any); m["type"] == t {
+			s, _ := m["status"].(string)
+			return s
+		}
+	}
+	return ""
 }
 
 // conditionText renders condition t of a Cluster API object as "t=Status (Reason)".
