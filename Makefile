@@ -109,6 +109,11 @@ demo: ## Run the provider end to end on a simulated Harvester (no cluster needed
 	@assets=$$(bash hack/tools/controlplane.sh) && \
 		KUBEBUILDER_ASSETS=$$assets $(GO) run ./hack/demo $(DEMO_FLAGS)
 
+.PHONY: demo-capi
+demo-capi: ## The Cluster API door end to end on a simulated Harvester: the real Cluster API core manager and clusterctl (built once by hack/tools/capi.sh), a tenant cluster of the hosted flavour. DEMO_FLAGS=--keep to explore.
+	@assets=$$(bash hack/tools/controlplane.sh) && capi=$$(bash hack/tools/capi.sh) && \
+		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) run ./hack/demo --capi $(DEMO_FLAGS)
+
 N ?= 100
 .PHONY: bench
 bench: ## Benchmark N machines end to end, as MachineRequests and as a Cluster API MachineDeployment (default 100; N=1000 documented), and add the table to docs/benchmarks.md.

@@ -4,6 +4,10 @@
 // (the ImageSync first, then the machines from its image), shows the machines come up, deletes
 // them and shows that nothing is left on Harvester but the image. It exits 0 only if all of that
 // happened. `make demo` runs it; KUBEBUILDER_ASSETS must point at kube-apiserver and etcd.
+//
+// With --capi (`make demo-capi`) it shows the Cluster API door instead (capi.go): the real Cluster
+// API core manager (CAPI_ASSETS must point at what hack/tools/capi.sh builds) creates a tenant
+// cluster that the real clusterctl rendered from the hosted flavour, scales it and deletes it.
 package main
 
 import (
@@ -28,6 +32,7 @@ import (
 
 type options struct {
 	keep       bool
+	capi       bool
 	timeout    time.Duration
 	bootDelay  time.Duration
 	ipDelay    time.Duration
@@ -39,6 +44,7 @@ type options struct {
 
 func main() {
 	o := options{}
+	flag.BoolVar(&o.capi, "capi", false, "The Cluster API door instead (make demo-capi): the real Cluster API core manager and clusterctl (CAPI_ASSETS, from hack/tools/capi.sh), a tenant cluster of the hosted flavour with a MachineDeployment of 3 workers, scaled to 1, then deleted.")
 	flag.BoolVar(&o.keep, "keep", false, "Leave both control planes, the simulator and the manager running once the machines are Running, and print how to explore them (Ctrl-C ends).")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "Give up if the machines are not all Running, or not all deleted, within this time.")
 	flag.DurationVar(&o.cloneDelay, "clone-delay", 5*time.Second, "Simulated time Longhorn takes to clone the image into a VM's root disk (the disk is Pending meanwhile).")
@@ -65,6 +71,9 @@ func run(ctx context.Context, o options, out io.Writer) error {
 		return errors.New("KUBEBUILDER_ASSETS is not set: run the demo with 'make demo', which builds kube-apiserver and etcd first")
 	}
 	start := time.Now()
+	if o.capi {
+		return runCAPI(ctx, o, &demo{o: o, out: out, start: start})
+	}
 	work, err := filepath.Abs(o.workDir)
 	if err != nil {
 		return err

@@ -25,12 +25,12 @@ import (
 const kubeletWorkers = 4
 
 // Kubelets plays, on a tenant cluster, the kubelets of the VMs of a Harvester namespace, from
-// watches: once a VM's VMI runs, a Ready Node named after the VM (the guest's hostname), as a
-// kubelet with --cloud-provider=external registers it: without spec.providerID and tainted
-// node.cloudprovider.kubernetes.io/uninitialized, for the cloud provider to initialize (see
-// PlayCloudProvider, which does it only with the credentials the provider delivered). Once the VM
-// is gone or being deleted, its Node turns Ready Unknown, as a Node whose kubelet stopped posting
-// does.
+// watches: once a VM's VMI runs, a Ready Node named after the VM (the guest's hostname), with no
+// memory, disk or PID pressure, as a kubelet with --cloud-provider=external registers it: without
+// spec.providerID and tainted node.cloudprovider.kubernetes.io/uninitialized, for the cloud
+// provider to initialize (see PlayCloudProvider, which does it only with the credentials the
+// provider delivered). Once the VM is gone or being deleted, its Node turns Ready Unknown, as a
+// Node whose kubelet stopped posting does.
 type Kubelets struct {
 	// adminCloudProvider: the Node is registered with its providerID already (see
 	// WithAdminCloudProvider).
@@ -199,9 +199,26 @@ func (k *Kubelets) runningVM(ctx context.Context, name string) (string, bool, er
 	return string(vm.UID), vm.DeletionTimestamp == nil && vmi.Status.Phase == kubevirtv1.Running, nil
 }
 
+// setReady writes the Node's conditions as a kubelet posts them (Ready, and the memory, disk and
+// PID pressure conditions False: Cluster API's NodeHealthy reads all four), or, with status
+// Unknown, as the node lifecycle controller leaves them once the kubelet stopped posting (all
+// four Unknown).
 func (k *Kubelets) setReady(ctx context.Context, node *corev1.Node, status corev1.ConditionStatus, reason string) error {
 	now := metav1.Now()
-	node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: reason, LastHeartbeatTime: now, LastTransitionTime: now}}
+	condition := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, LastHeartbeatTime: now, LastTransitionTime: now}
+	}
+	node.Status.Conditions = []corev1.NodeCondition{condition(corev1.NodeReady, status, reason)}
+	for _, p := range []struct {
+		t      corev1.NodeConditionType
+		reason string
+	}{{corev1.NodeMemoryPressure, "KubeletHasSufficientMemory"}, {corev1.NodeDiskPressure, "KubeletHasNoDiskPressure"}, {corev1.NodePIDPressure, "KubeletHasSufficientPID"}} {
+		if status == corev1.ConditionUnknown {
+			node.Status.Conditions = append(node.Status.Conditions, condition(p.t, corev1.ConditionUnknown, reason))
+		} else {
+			node.Status.Conditions = append(node.Status.Conditions, condition(p.t, corev1.ConditionFalse, p.reason))
+		}
+	}
 	return k.tenant.Status().Update(ctx, node)
 }
 
