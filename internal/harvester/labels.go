@@ -3,6 +3,7 @@ package harvester
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"time"
 
@@ -172,4 +173,25 @@ func mergeMaps(maps ...map[string]string) map[string]string {
 		}
 	}
 	return out
+}
+
+// AnnotationOwnerCreated is the creation time (RFC 3339) of the owner object the machine's
+// objects on Harvester are labelled for, when its front door records one (Succession).
+const AnnotationOwnerCreated = "butler.butlerlabs.dev/owner-created"
+
+// AnnotationFailureDomain on a VM names the failure domain it was placed in when created
+// (MachineSpec.FailureDomain).
+const AnnotationFailureDomain = "butler.butlerlabs.dev/failure-domain"
+
+// Succession is what a front door whose objects may be re-created (the HarvesterMachine) tells
+// the engine about the owner.
+type Succession struct {
+	// Created is the owner object's creationTimestamp.
+	Created time.Time
+}
+
+// handsOverFrom says whether the owner may take objects that management cluster maker made for an
+// owner of the same kind, namespace and name (the hand-over).
+func (o Owner) handsOverFrom(maker string) bool {
+	return o.HandOver && (len(o.HandOverFrom) == 0 || slices.Contains(o.HandOverFrom, maker))
 }

@@ -74,3 +74,14 @@ const ProviderIDPrefix = "harvester://"
 
 // deletionRetry is how soon to look again at objects that are being deleted.
 const deletionRetry = 5 * time.Second
+
+// Predecessor is the owner a machine's objects were made for before they were taken over.
+type Predecessor struct {
+	UID types.UID
+	// Cluster is the management cluster it was in ("" if none was recorded).
+	Cluster string
+	// Succession is true when the objects were taken over as the same machine re-created
+	// (clusterctl move, a restore), false for an earlier owner of the same name (see
+	// takeOverSuperseded).
+	Succession bool
+}

@@ -3,8 +3,6 @@ package harvester
 import (
 	"context"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,38 +36,6 @@ import (
 // so an interrupted succession is done again), each with a JSON patch that tests the ownership
 // label it was read with (relabel): of two reconciles that decided at once, one fails and looks
 // again.
-
-// AnnotationOwnerCreated is the creation time (RFC 3339) of the owner object the machine's
-// objects on Harvester are labelled for, when its front door records one (Succession).
-const AnnotationOwnerCreated = "butler.butlerlabs.dev/owner-created"
-
-// AnnotationFailureDomain on a VM names the failure domain it was placed in when created
-// (MachineSpec.FailureDomain).
-const AnnotationFailureDomain = "butler.butlerlabs.dev/failure-domain"
-
-// Succession is what a front door whose objects may be re-created (the HarvesterMachine) tells
-// the engine about the owner.
-type Succession struct {
-	// Created is the owner object's creationTimestamp.
-	Created time.Time
-}
-
-// handsOverFrom says whether the owner may take objects that management cluster maker made for an
-// owner of the same kind, namespace and name (the hand-over).
-func (o Owner) handsOverFrom(maker string) bool {
-	return o.HandOver && (len(o.HandOverFrom) == 0 || slices.Contains(o.HandOverFrom, maker))
-}
-
-// Predecessor is the owner a machine's objects were made for before they were taken over.
-type Predecessor struct {
-	UID types.UID
-	// Cluster is the management cluster it was in ("" if none was recorded).
-	Cluster string
-	// Succession is true when the objects were taken over as the same machine re-created
-	// (clusterctl move, a restore), false for an earlier owner of the same name (see
-	// takeOverSuperseded).
-	Succession bool
-}
 
 // succeed carries the machine of spec on with the objects made for an earlier object of the same
 // owner (see Succession above): the VM vm, read live, which carries another owner's UID. It
@@ -113,42 +79,6 @@ func (m *machines) succeed(ctx context.Context, spec *MachineSpec, vm *kubevirtv
 		return Predecessor{}, err
 	}
 	return earlier, nil
-}
-
-// whoseObject names the owner an object on Harvester was made for, from its labels, and says how
-// to read them, for a message about an object that is not ours: never delete it unseen, it may be
-// another cluster's live node.
-func whoseObject(kind string, obj client.Object) string {
-	l := obj.GetLabels()
-	owner := l[LabelOwnerKind]
-	if owner == "" {
-		owner = OwnerKindMachineRequest
-	}
-	if full := obj.GetAnnotations()[AnnotationMachineRequest]; full != "" {
-		owner += " " + full
-	} else {
-		owner += " " + l[LabelMachineRequestNamespace] + "/" + l[LabelMachineRequestName]
-	}
-	who := fmt.Sprintf(". It was made for %s (UID %s)", owner, l[LabelMachineRequestUID])
-	if mc := l[LabelManagementCluster]; mc != "" {
-		who += " of the management cluster whose kube-system namespace has UID " + mc
-	}
-	if l[LabelMachineRequestUID] == "" {
-		who = ". This provider did not make it (it has no owner label)"
-	}
-	return who + fmt.Sprintf("; read its labels with `kubectl -n %s get %s %s --show-labels` on Harvester, and a management cluster's identity with `kubectl get namespace kube-system -o jsonpath='{.metadata.uid}'`",
-		obj.GetNamespace(), kubectlResource(kind), obj.GetName())
-}
-
-// kubectlResource is how kubectl names a kind of object on Harvester.
-func kubectlResource(kind string) string {
-	switch kind {
-	case "VirtualMachine":
-		return "virtualmachines.kubevirt.io"
-	case "DataVolume":
-		return "datavolumes.cdi.kubevirt.io"
-	}
-	return strings.ToLower(kind)
 }
 
 // findSucceededVM is findVM for an owner that may be a re-creation (Succession), once the VM of

@@ -179,3 +179,39 @@ func nameConflict(kind string, obj client.Object, o Owner) error {
 		"%s exists on Harvester but was not created for %s: it is left untouched%s",
 		describe(kind, obj.GetNamespace(), obj.GetName()), o, whoseObject(kind, obj))
 }
+
+// whoseObject names the owner an object on Harvester was made for, from its labels, and says how
+// to read them, for a message about an object that is not ours: never delete it unseen, it may be
+// another cluster's live node.
+func whoseObject(kind string, obj client.Object) string {
+	l := obj.GetLabels()
+	owner := l[LabelOwnerKind]
+	if owner == "" {
+		owner = OwnerKindMachineRequest
+	}
+	if full := obj.GetAnnotations()[AnnotationMachineRequest]; full != "" {
+		owner += " " + full
+	} else {
+		owner += " " + l[LabelMachineRequestNamespace] + "/" + l[LabelMachineRequestName]
+	}
+	who := fmt.Sprintf(". It was made for %s (UID %s)", owner, l[LabelMachineRequestUID])
+	if mc := l[LabelManagementCluster]; mc != "" {
+		who += " of the management cluster whose kube-system namespace has UID " + mc
+	}
+	if l[LabelMachineRequestUID] == "" {
+		who = ". This provider did not make it (it has no owner label)"
+	}
+	return who + fmt.Sprintf("; read its labels with `kubectl -n %s get %s %s --show-labels` on Harvester, and a management cluster's identity with `kubectl get namespace kube-system -o jsonpath='{.metadata.uid}'`",
+		obj.GetNamespace(), kubectlResource(kind), obj.GetName())
+}
+
+// kubectlResource is how kubectl names a kind of object on Harvester.
+func kubectlResource(kind string) string {
+	switch kind {
+	case "VirtualMachine":
+		return "virtualmachines.kubevirt.io"
+	case "DataVolume":
+		return "datavolumes.cdi.kubevirt.io"
+	}
+	return strings.ToLower(kind)
+}

@@ -69,3 +69,6 @@ func rebuildFailureDomain(hm *infrav1.HarvesterMachine, obs harvester.Observatio
 		hm.Status.FailureDomain = obs.FailureDomain
 	}
 }
+
+// OwnerKindHarvesterMachine is the owner kind of the objects a HarvesterMachine has on Harvester.
+const OwnerKindHarvesterMachine = "HarvesterMachine"

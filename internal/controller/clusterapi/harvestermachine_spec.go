@@ -13,9 +13,6 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
-// OwnerKindHarvesterMachine is the owner kind of the objects a HarvesterMachine has on Harvester.
-const OwnerKindHarvesterMachine = "HarvesterMachine"
-
 // Keys of a Cluster API bootstrap data Secret (Cluster API's bootstrap provider contract).
 const (
 	bootstrapValueKey  = "value"
