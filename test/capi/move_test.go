@@ -325,6 +325,10 @@ func testMove(t *testing.T, throughDirectory bool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(kubelets.Stop)
+	// Harvester's cloud provider runs in the tenant from the credentials the management cluster
+	// that holds the Cluster delivered: the source's before the move, the target's after.
+	cloudProvider := testbed.PlayCloudProvider(ctx, src.c, ns, tenant.Name, tenantAPI)
+	t.Cleanup(func() { cloudProvider.Stop() })
 
 	tc := tenant
 	tc.BootstrapData = randomBootstrapData(t)
@@ -353,6 +357,8 @@ func testMove(t *testing.T, throughDirectory bool) {
 		t.Logf("clusterctl move:\n%s", out)
 	}
 	t.Logf("clusterctl moved the tenant cluster in %s", time.Since(start).Round(time.Millisecond))
+	cloudProvider.Stop()
+	cloudProvider = testbed.PlayCloudProvider(ctx, dst.c, ns, tenant.Name, tenantAPI)
 
 	after := dst.machinesRunning(2)
 	t.Logf("every Machine Running on the target %s after the move started", time.Since(start).Round(time.Millisecond))
@@ -571,6 +577,19 @@ func TestClusterAPIMoveLeftBehindDeletionEnds(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	w.must(c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster))
 	w.must(c.Patch(ctx, &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-md-0"}},
+		client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, v1alpha1.AnnotationSkipHarvesterCleanup)))))
+	// The HarvesterCluster cannot delete the tenant's credentials on Harvester without its
+	// ProviderConfig either: it says so and how to release it, and is released the same way.
+	waitFor(ctx, t, w.capi, "the HarvesterCluster to say its deletion is blocked and how to release it", func() error {
+		hc := &infrav1.HarvesterCluster{}
+		w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: tenant.Name}, hc))
+		if cond := findCondition(hc.Status.Conditions, infrav1.ConditionReady); cond == nil || cond.Reason != infrav1.ReasonDeletionBlocked ||
+			!strings.Contains(cond.Message, "kubectl annotate harvestercluster -n tenants "+tenant.Name+" "+v1alpha1.AnnotationSkipHarvesterCleanup+"=true") {
+			return fmt.Errorf("Ready %+v", cond)
+		}
+		return nil
+	})
+	w.must(c.Patch(ctx, &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tenant.Name}},
 		client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, v1alpha1.AnnotationSkipHarvesterCleanup)))))
 	waitFor(ctx, t, w.capi, "the Cluster to go", func() error { return clusterGone(ctx, c, cluster) })
 	// Released without cleaning up: the VM is still there.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -157,8 +158,12 @@ func (r *HarvesterClusterReconciler) reconcileDelete(ctx context.Context, s *obj
 					"and is released without deleting anything on Harvester by: kubectl annotate harvestermachines -n %s -l %s=%s %s=true", n, clusterName, hc.Namespace, capiClusterNameLabel, clusterName, v1alpha1.AnnotationSkipHarvesterCleanup)
 		}
 	}
-	// No credential outlives its cluster.
-	if err := r.guestDeleteStep(ctx, hc, clusterNameOf(hc)); err != nil {
+	// No credential outlives its cluster, unless the user releases it (skip-cleanup): then what it
+	// made on Harvester stays, as for a HarvesterMachine.
+	if hc.Annotations[v1alpha1.AnnotationSkipHarvesterCleanup] == "true" {
+		s.Event(corev1.EventTypeWarning, "CleanupSkipped", "Delete", fmt.Sprintf(
+			"released by annotation %s: the tenant cluster's Harvester credentials, if any, stay on Harvester", v1alpha1.AnnotationSkipHarvesterCleanup))
+	} else if err := r.guestDeleteStep(ctx, hc, clusterNameOf(hc)); err != nil {
 		return reconcile.Result{}, err
 	}
 	patch := client.MergeFromWithOptions(hc.DeepCopy(), client.MergeFromWithOptimisticLock{})

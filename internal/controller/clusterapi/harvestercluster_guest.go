@@ -398,7 +398,7 @@ func (r *HarvesterClusterReconciler) guestDeleteStep(ctx context.Context, hc *in
 			return nil
 		}
 		return objstatus.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry,
-			"the tenant cluster's Harvester credentials (recorded in Secret %s) cannot be deleted: %v", delivered.Name, err)
+			"the tenant cluster's Harvester credentials (recorded in Secret %s) cannot be deleted: %v. %s", delivered.Name, err, releaseAdvice(hc))
 	}
 	namespaces := []string{t.Credentials.Namespace}
 	if delivered != nil && delivered.Annotations[annotationGuestNamespace] != t.Credentials.Namespace {
@@ -410,7 +410,7 @@ func (r *HarvesterClusterReconciler) guestDeleteStep(ctx context.Context, hc *in
 			// may not read them could not have made them).
 			return nil
 		}
-		return objstatus.Waiting(infrav1.ReasonDeletionBlocked, guestFailedRetry, "%v", err)
+		return objstatus.Waiting(infrav1.ReasonDeletionBlocked, guestFailedRetry, "%v. %s", err, releaseAdvice(hc))
 	}
 	if delivered != nil {
 		if err := r.Delete(ctx, delivered, client.Preconditions{UID: &delivered.UID}); client.IgnoreNotFound(err) != nil {
@@ -418,4 +418,12 @@ func (r *HarvesterClusterReconciler) guestDeleteStep(ctx context.Context, hc *in
 		}
 	}
 	return nil
+}
+
+// releaseAdvice says how a user ends the deletion of a HarvesterCluster whose tenant credentials
+// cannot be deleted on Harvester (its ProviderConfig or Harvester is gone for good).
+func releaseAdvice(hc *infrav1.HarvesterCluster) string {
+	return fmt.Sprintf("If they cannot be deleted any more, release the HarvesterCluster without deleting them: kubectl annotate harvestercluster -n %s %s %s=true "+
+		"(the ServiceAccount, its bindings and token then stay on Harvester, labelled with this HarvesterCluster: delete them there)",
+		hc.Namespace, hc.Name, v1alpha1.AnnotationSkipHarvesterCleanup)
 }
