@@ -40,10 +40,12 @@ type directResult struct {
 	// hvWrites is what the Harvester API server was asked to write per machine, by verb and
 	// resource, creating and deleting: the direct provider's writes and the simulator's.
 	hvWrites string
-	// floor is the management side no MachineRequest provider can avoid (not measured for the
-	// Cluster API front door: floorErr says so, or why it was not measured).
-	floor    floorResult
-	floorErr error
+	// floor is the management side no MachineRequest provider can avoid, capiFloor what Cluster
+	// API core costs with a perfect provider (the Cluster API front door's); floorErr says why
+	// the run's was not measured.
+	floor     floorResult
+	capiFloor clusterAPIFloor
+	floorErr  error
 	// providerCPU is the CPU the direct provider's own work used (see labelledCPU), creating
 	// and deleting; providerCPUErr says why it was not measured.
 	providerCPU    [2]float64
@@ -51,6 +53,17 @@ type directResult struct {
 }
 
 func runDirect(ctx context.Context, o options, sc scenario, work string) (directResult, error) {
+	res, err := runDirectTwin(ctx, o, sc, work)
+	if err == nil && sc.clusterAPI {
+		// After the direct twin's testbed has stopped: its API servers would compete with it.
+		res.capiFloor, res.floorErr = measureClusterAPIFloor(ctx, o, sc, work)
+	}
+	return res, err
+}
+
+// runDirectTwin runs the direct twin and, for MachineRequests, the management floor on its
+// testbed.
+func runDirectTwin(ctx context.Context, o options, sc scenario, work string) (directResult, error) {
 	var res directResult
 	tb, err := startSeeded(ctx, o, sc, testbed.Options{WorkDir: filepath.Join(work, "direct"), NoManager: true})
 	defer tb.Stop()
@@ -67,11 +80,9 @@ func runDirect(ctx context.Context, o options, sc scenario, work string) (direct
 		return res, err
 	}
 	res.left = vms + vmis + pvcs + secrets
-	if sc.clusterAPI {
-		res.floorErr = errors.New("not measured for the Cluster API front door")
-		return res, nil
+	if !sc.clusterAPI {
+		res.floor, res.floorErr = measureManagementFloor(ctx, o, sc, tb)
 	}
-	res.floor, res.floorErr = measureManagementFloor(ctx, o, sc, tb)
 	return res, nil
 }
 
@@ -146,33 +157,50 @@ func (d *directResult) drive(ctx context.Context, o options, sc scenario, tb *te
 	return nil
 }
 
-// createDirect creates machine i as the provider would, in the provider's order: the root disk,
-// the cloud-init Secret owned by it, the VM.
+// createDirect creates machine i as the provider would (createDirectMachine), as createAll's
+// MachineRequest i asks.
 func createDirect(ctx context.Context, c client.Client, image harvester.ImageInfo, i int, userData bool) error {
 	name := machineName(i)
-	role := "worker" // as createAll's MachineRequests
-	if i < 3 {
-		role = "control-plane"
-	}
-	spec := &harvester.MachineSpec{
-		Owner:     harvester.Owner{Namespace: testbed.Namespace, Name: name, UID: types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", i))},
-		Namespace: testbed.HarvesterNamespace, Name: name, Role: role, CPU: 4, MemoryMB: 8192, DiskGB: 50,
-		Image: image.Ref, Network: harvester.ObjectRef{Namespace: testbed.HarvesterNamespace, Name: testbed.NetworkName},
-	}
+	var data string
 	if userData {
-		spec.UserData = "#cloud-config\nhostname: " + name + "\n"
+		data = "#cloud-config\nhostname: " + name + "\n"
 	}
+	spec := directSpec(name, types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", i)), data)
+	if i < 3 { // as createAll's MachineRequests
+		spec.Role = "control-plane"
+	}
+	_, err := createDirectMachine(ctx, c, image, spec)
+	return err
+}
+
+// directSpec is a machine of the size of createAll's MachineRequests and the Cluster API run's
+// HarvesterMachines, on the testbed's network.
+func directSpec(name string, owner types.UID, userData string) *harvester.MachineSpec {
+	return &harvester.MachineSpec{
+		Owner:     harvester.Owner{Namespace: testbed.Namespace, Name: name, UID: owner},
+		Namespace: testbed.HarvesterNamespace, Name: name, Role: "worker", CPU: 4, MemoryMB: 8192, DiskGB: 50,
+		Network: harvester.ObjectRef{Namespace: testbed.HarvesterNamespace, Name: testbed.NetworkName},
+		UserData: userData,
+	}
+}
+
+// createDirectMachine creates the machine as the provider would, with its builders and in its
+// order: the root disk, the cloud-init Secret owned by it (if there is userData), the VM. It
+// returns the VM as the API server created it.
+func createDirectMachine(ctx context.Context, c client.Client, image harvester.ImageInfo, spec *harvester.MachineSpec) (*kubevirtv1.VirtualMachine, error) {
+	spec.Image = image.Ref
 	root := harvester.BuildRootDiskClaim(spec, image)
 	if err := c.Create(ctx, root); err != nil {
-		return err
+		return nil, err
 	}
 	if spec.HasCloudInit() {
 		owner := metav1.OwnerReference{APIVersion: "v1", Kind: "PersistentVolumeClaim", Name: root.Name, UID: root.UID}
 		if err := c.Create(ctx, harvester.BuildCloudInitSecret(spec, &owner)); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return c.Create(ctx, harvester.BuildVirtualMachine(spec))
+	vm := harvester.BuildVirtualMachine(spec)
+	return vm, c.Create(ctx, vm)
 }
 
 // forEachMachine runs create for 0..n-1 from 8 goroutines, as createAll creates MachineRequests.
@@ -217,6 +245,11 @@ func watchVMIAddresses(ctx context.Context, cfg *rest.Config, scheme *runtime.Sc
 // direct run's times.
 func compareWithDirect(r result, d directResult) string {
 	line := vsDirect(r, d)
+	if floor, err := vsFloor(r, d); err == nil {
+		line += "\n   " + floor
+	} else {
+		line += "\n   vs floor: not measured: " + err.Error()
+	}
 	fmt.Println("   " + line)
 	return fmt.Sprintf("- %s: %s (direct: all Running in %s, deleted in %s; %s; %s)", r.runName(), line,
 		d.toRunning.Round(10*time.Millisecond), d.toDeleted.Round(10*time.Millisecond), d.providerCPUPerMachine(r.n), d.floorLine(r.n))
@@ -236,7 +269,10 @@ func (d directResult) providerCPUPerMachine(n int) string {
 // floorLine describes the management floor, or why it was not measured.
 func (d directResult) floorLine(n int) string {
 	if d.floorErr != nil {
-		return "management floor " + d.floorErr.Error()
+		return "floor not measured: " + d.floorErr.Error()
+	}
+	if d.capiFloor.toRunning > 0 {
+		return d.capiFloor.describe(n)
 	}
 	return d.floor.describe(d, n)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -165,7 +166,38 @@ func (f floorResult) describe(d directResult, n int) string {
 
 // ratios is the least create and delete ratio to direct the floor allows (see the file's comment).
 func (f floorResult) ratios(d directResult) string {
+	create, del := f.leastRatios(d)
+	return fmt.Sprintf("create %.2fx, delete %.2fx", create, del)
+}
+
+// leastRatios are the least create and delete ratios to direct the floor allows.
+func (f floorResult) leastRatios(d directResult) (create, del float64) {
 	least := func(direct, floor float64) float64 { return (direct + floor) / direct }
-	return fmt.Sprintf("create %.2fx, delete %.2fx",
-		least(d.cpu[0], f.serverCPU[0]+f.clientCPU[0]), least(d.cpu[1], f.serverCPU[1]+f.clientCPU[1]))
+	return least(d.cpu[0], f.serverCPU[0]+f.clientCPU[0]), least(d.cpu[1], f.serverCPU[1]+f.clientCPU[1])
+}
+
+// vsFloor is the provider's own margin over the floor, in a form scripts read: its times over
+// the least times any provider could take here, and the manager's CPU over a perfect provider's.
+// For MachineRequests the least times are the direct twin's times by the floor's least ratios,
+// and a perfect provider's CPU is the direct twin's own plus the floor's writes and watch; for
+// the Cluster API front door both come from the Cluster API floor's run (capifloor.go).
+func vsFloor(ours result, d directResult) (string, error) {
+	var leastRunning, leastDeleted, perfectCPU float64
+	switch {
+	case d.floorErr != nil:
+		return "", d.floorErr
+	case ours.scenario.clusterAPI && d.capiFloor.providerCPUErr != nil:
+		return "", d.capiFloor.providerCPUErr
+	case ours.scenario.clusterAPI:
+		leastRunning, leastDeleted = d.capiFloor.toRunning.Seconds(), d.capiFloor.toDeleted.Seconds()
+		perfectCPU = d.capiFloor.providerCPU[0] + d.capiFloor.providerCPU[1]
+	case d.providerCPUErr != nil || d.floor.clientCPUErr != nil:
+		return "", errors.Join(d.providerCPUErr, d.floor.clientCPUErr)
+	default:
+		create, del := d.floor.leastRatios(d)
+		leastRunning, leastDeleted = create*d.toRunning.Seconds(), del*d.toDeleted.Seconds()
+		perfectCPU = d.providerCPU[0] + d.providerCPU[1] + d.floor.clientCPU[0] + d.floor.clientCPU[1]
+	}
+	return fmt.Sprintf("vs floor: create %.2fx, delete %.2fx; manager CPU %.1fx a perfect provider's",
+		ours.toRunning.Seconds()/leastRunning, ours.toDeleted.Seconds()/leastDeleted, ours.cpuSeconds/perfectCPU), nil
 }

@@ -28,6 +28,9 @@ func (m *machines) Ensure(ctx context.Context, spec *MachineSpec) (Observation, 
 		// cloud-init Secret owned by the root disk (so that it goes with the disk, without a
 		// second write to name an owner), and the VM last: it starts only once everything it
 		// mounts is there.
+		if err := spec.loadUserData(ctx); err != nil {
+			return Observation{}, err
+		}
 		if spec.Gate != nil {
 			if err := spec.Gate(); err != nil {
 				return Observation{}, err

@@ -13,15 +13,29 @@ import (
 )
 
 // ensureCloudInitSecret creates the machine's cloud-init Secret, owned by owner (its root disk)
-// when given, or brings ours up to date. A machine without cloud-init data has none.
+// when given, or brings ours up to date (a machine whose data is read when needed keeps the
+// Secret it was made with: see MachineSpec.LoadUserData). A machine without cloud-init data has
+// none.
 func (m *machines) ensureCloudInitSecret(ctx context.Context, spec *MachineSpec, owner *metav1.OwnerReference) error {
+	if spec.LoadUserData == nil && !spec.HasCloudInit() {
+		return nil
+	}
+	key := client.ObjectKey{Namespace: spec.Namespace, Name: cloudInitSecretName(spec.Name)}
+	have := secretMeta(key.Namespace, key.Name)
+	err := m.peek(ctx, key, have)
+	if spec.LoadUserData != nil {
+		if err == nil && isOwnedBy(have.Labels, spec.Owner) {
+			return nil
+		}
+		if err := spec.loadUserData(ctx); err != nil {
+			return err
+		}
+	}
 	if !spec.HasCloudInit() {
 		return nil
 	}
 	want := BuildCloudInitSecret(spec, owner)
 	what := describe("Secret", want.Namespace, want.Name)
-	have := secretMeta(want.Namespace, want.Name)
-	err := m.peek(ctx, client.ObjectKeyFromObject(want), have)
 	if apierrors.IsNotFound(err) {
 		if owner == nil {
 			// Recreated for a VM that exists (someone deleted the Secret): it goes with the

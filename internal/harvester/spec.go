@@ -34,6 +34,14 @@ type MachineSpec struct {
 	DefaultStorageClass string
 	UserData            string
 	NetworkData         string
+	// LoadUserData, if set, reads UserData when Ensure first needs it, and is cleared then: to
+	// create the machine, to recreate its cloud-init Secret or take one over, and to prove a
+	// succession. A front door whose data costs a read (Cluster API's bootstrap data Secret) sets
+	// it instead of UserData, so that a machine whose VM and cloud-init Secret exist costs no
+	// read. Such data is the machine's as created: the cloud-init Secret of a machine made with
+	// it is not brought up to date when the data changes (Cluster API never rewrites a Machine's
+	// bootstrap data; a VM reads it once, at its first boot).
+	LoadUserData func(ctx context.Context) (string, error)
 	// Labels are the user's labels for the VM (spec.labels); ours take precedence.
 	Labels map[string]string
 	// NodeSelector, if set, are the labels a Harvester node must carry for the VM to run on it
@@ -63,6 +71,19 @@ type MachineSpec struct {
 // bootstrap sends: Talos gets its configuration pushed to the booted node), the VM gets no
 // cloud-init disk and no Secret is created for it.
 func (s *MachineSpec) HasCloudInit() bool { return s.UserData != "" || s.NetworkData != "" }
+
+// loadUserData fills UserData from LoadUserData, once.
+func (s *MachineSpec) loadUserData(ctx context.Context) error {
+	if s.LoadUserData == nil {
+		return nil
+	}
+	data, err := s.LoadUserData(ctx)
+	if err != nil {
+		return err
+	}
+	s.UserData, s.LoadUserData = data, nil
+	return nil
+}
 
 // DiskSpec is one extra disk.
 type DiskSpec struct {

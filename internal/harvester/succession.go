@@ -58,6 +58,9 @@ func (m *machines) succeed(ctx context.Context, spec *MachineSpec, vm *kubevirtv
 			"%s carries on with %s of the same name created %s, later than this one (%s): when a clusterctl move is interrupted and both copies run, the VM stays with the newer; it is left untouched%s",
 			what, o.kind(), recorded.Format(time.RFC3339), o.Succession.Created.UTC().Format(time.RFC3339), whoseObject("VirtualMachine", vm))
 	}
+	if err := spec.loadUserData(ctx); err != nil {
+		return Predecessor{}, err
+	}
 	if !spec.HasCloudInit() {
 		return Predecessor{}, Permanent(ReasonNameTaken,
 			"%s was made for another %s of this namespace and name, and this one has no bootstrap data to prove it is the same machine: it is left untouched%s",

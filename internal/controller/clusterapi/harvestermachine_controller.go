@@ -173,21 +173,15 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 		return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonWaitingForBootstrapData, capiWaitingRetry,
 			"waiting for the bootstrap provider to set spec.bootstrap.dataSecretName of Machine %s/%s", hm.Namespace, machine.Name)
 	}
-	secret := &corev1.Secret{}
-	if err := r.SecretReader.Get(ctx, client.ObjectKey{Namespace: hm.Namespace, Name: machine.DataSecretName}, secret); err != nil {
-		if client.IgnoreNotFound(err) == nil {
-			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonWaitingForBootstrapData, capiWaitingRetry,
-				"bootstrap data Secret %s/%s (spec.bootstrap.dataSecretName of Machine %s) does not exist yet", hm.Namespace, machine.DataSecretName, machine.Name)
-		}
-		return reconcile.Result{}, err
-	}
-	userData, err := bootstrapUserData(secret)
+	spec, err := harvesterMachineSpec(hm, *machine, t.Target, r.managementCluster)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	spec, err := harvesterMachineSpec(hm, *machine, t.Target, userData, r.managementCluster)
-	if err != nil {
-		return reconcile.Result{}, err
+	// The bootstrap data Secret is read live (see SecretReader), and only when the engine needs
+	// the data: to create the machine, or to prove it is the machine a VM was made for. A machine
+	// whose VM exists costs no read.
+	spec.LoadUserData = func(ctx context.Context) (string, error) {
+		return r.readBootstrapData(ctx, hm.Namespace, machine)
 	}
 	spec.Owner = withHandOver(spec.Owner, hm, r.HandOverFrom)
 	// The failure domain places the VM when it is created, and only then: a machine whose VM
@@ -268,6 +262,19 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 		next = max(d, objstatus.TimerSlack)
 	}
 	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+// readBootstrapData reads the Machine's bootstrap data from the Secret its bootstrap provider wrote.
+func (r *HarvesterMachineReconciler) readBootstrapData(ctx context.Context, namespace string, machine *capiMachine) (string, error) {
+	secret := &corev1.Secret{}
+	if err := r.SecretReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: machine.DataSecretName}, secret); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return "", objstatus.Waiting(infrav1.ReasonWaitingForBootstrapData, capiWaitingRetry,
+				"bootstrap data Secret %s/%s (spec.bootstrap.dataSecretName of Machine %s) does not exist yet", namespace, machine.DataSecretName, machine.Name)
+		}
+		return "", err
+	}
+	return bootstrapUserData(secret)
 }
 
 // reach resolves the machine's ProviderConfig and reaches its recorded place (home is nil when
@@ -405,7 +412,8 @@ func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 	machine, cluster := &unstructured.Unstructured{}, &unstructured.Unstructured{}
 	machine.SetGroupVersionKind(capiMachineGVK)
 	cluster.SetGroupVersionKind(capiClusterGVK)
-	b := ctrl.NewControllerManagedBy(mgr).Named("harvestermachine").For(&infrav1.HarvesterMachine{}).
+	b := ctrl.NewControllerManagedBy(mgr).Named("harvestermachine").
+		For(&infrav1.HarvesterMachine{}, builder.WithPredicates(harvesterMachineUpdatesThatMatter(infrav1.HarvesterMachineFinalizer))).
 		// A Machine's bootstrap data arriving or its failure domain changing, a Cluster's
 		// infrastructure or pause changing, and a HarvesterCluster's spec (its failure domains)
 		// changing move their HarvesterMachines on.

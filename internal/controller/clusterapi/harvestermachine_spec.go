@@ -47,7 +47,7 @@ func bootstrapUserData(secret *corev1.Secret) (string, error) {
 // names now (the caller puts it where the machine lives, if that is recorded). The VM is named
 // after the HarvesterMachine: it is the guest's hostname and the tenant cluster's Node name, which
 // is how Harvester's cloud provider and CSI driver find the VM of a Node.
-func harvesterMachineSpec(hm *infrav1.HarvesterMachine, m capiMachine, t *frontdoor.Target, userData, managementCluster string) (*harvester.MachineSpec, error) {
+func harvesterMachineSpec(hm *infrav1.HarvesterMachine, m capiMachine, t *frontdoor.Target, managementCluster string) (*harvester.MachineSpec, error) {
 	network, err := machineNetwork(hm, t)
 	if err != nil {
 		return nil, err
@@ -71,7 +71,6 @@ func harvesterMachineSpec(hm *infrav1.HarvesterMachine, m capiMachine, t *frontd
 		Image:               image,
 		Network:             network,
 		DefaultStorageClass: t.StorageClass,
-		UserData:            userData,
 		Labels:              hm.Spec.Labels,
 	}
 	for _, d := range hm.Spec.ExtraDisks {

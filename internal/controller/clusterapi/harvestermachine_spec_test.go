@@ -55,8 +55,8 @@ func TestHarvesterMachineSpec(t *testing.T) {
 				if s.Owner.Kind != OwnerKindHarvesterMachine || s.Owner.UID != "hm-uid" || s.Owner.Namespace != "tenants" || s.Owner.Cluster != "mgmt-uid" {
 					t.Fatalf("owner %+v", s.Owner)
 				}
-				if s.UserData != "#cloud-config\n" {
-					t.Fatalf("userData %q", s.UserData)
+				if s.UserData != "" {
+					t.Fatalf("userData %q: the engine reads the bootstrap data when it needs it (LoadUserData)", s.UserData)
 				}
 			},
 		},
@@ -102,7 +102,7 @@ func TestHarvesterMachineSpec(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := harvesterMachineSpec(hm, m, target, "#cloud-config\n", "mgmt-uid")
+			s, err := harvesterMachineSpec(hm, m, target, "mgmt-uid")
 			if tc.wantErr != "" {
 				if reason := reasonOf(err); reason != tc.wantErr {
 					t.Fatalf("err = %v, want reason %s", err, tc.wantErr)

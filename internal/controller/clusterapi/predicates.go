@@ -8,6 +8,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
 )
 
 // capiChangesThatMatter passes the updates of a Cluster API Cluster or Machine that change what a
@@ -28,4 +30,26 @@ func capiChangesThatMatter[T comparable](read func(*unstructured.Unstructured) T
 			read(o) != read(n) ||
 			(mapsTo != nil && !slices.Equal(mapsTo(context.Background(), o), mapsTo(context.Background(), n)))
 	}}
+}
+
+// harvesterMachineUpdatesThatMatter passes the updates of a HarvesterMachine that can change what
+// the provider does with it: those frontdoor.UpdatesThatMatter passes, and Cluster API naming its
+// Machine (owner references) and its Cluster (the cluster-name label), which it does after
+// creating it. It drops the provider's own status patches and finalizer changes.
+func harvesterMachineUpdatesThatMatter(ownFinalizer string) predicate.Predicate {
+	updates := frontdoor.UpdatesThatMatter(ownFinalizer)
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, n := e.ObjectOld, e.ObjectNew
+		return updates.Update(e) ||
+			o.GetLabels()[capiClusterNameLabel] != n.GetLabels()[capiClusterNameLabel] ||
+			ownerOfKind(o, capiMachineGVK) != ownerOfKind(n, capiMachineGVK)
+	}}
+}
+
+// onlyDeletions passes deletions alone: a HarvesterMachine going is all a HarvesterCluster waits
+// for of its machines (reconcileDelete).
+var onlyDeletions = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	UpdateFunc:  func(event.UpdateEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
 }
