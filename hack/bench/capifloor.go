@@ -296,7 +296,9 @@ func (p *perfectProvider) reconcile(ctx context.Context, name string) error {
 		return p.release(ctx, hm)
 	}
 	if len(hm.Finalizers) == 0 {
-		patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/resourceVersion","value":%q},{"op":"add","path":"/metadata/finalizers","value":[%q]}]`, hm.ResourceVersion, infrav1.HarvesterMachineFinalizer)
+		// Nothing else puts a finalizer on a HarvesterMachine here: the list is set whole, with
+		// no lock that Cluster API's own writes to the object (labels, owners) would fail.
+		patch := fmt.Sprintf(`[{"op":"add","path":"/metadata/finalizers","value":[%q]}]`, infrav1.HarvesterMachineFinalizer)
 		if err := p.mgmt.Patch(ctx, hm, client.RawPatch(types.JSONPatchType, []byte(patch))); err != nil {
 			return err
 		}

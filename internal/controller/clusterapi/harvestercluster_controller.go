@@ -167,9 +167,7 @@ func (r *HarvesterClusterReconciler) reconcileDelete(ctx context.Context, s *obj
 	} else if err := r.guestDeleteStep(ctx, hc, clusterNameOf(hc)); err != nil {
 		return reconcile.Result{}, err
 	}
-	patch := client.MergeFromWithOptions(hc.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(hc, infrav1.HarvesterClusterFinalizer)
-	if err := s.PatchMeta(ctx, r.Client, patch); err != nil {
+	if err := frontdoor.RemoveFinalizer(ctx, r.Client, s, hc, infrav1.HarvesterClusterFinalizer); err != nil {
 		return reconcile.Result{}, err
 	}
 	s.Release()

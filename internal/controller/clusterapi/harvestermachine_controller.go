@@ -338,9 +338,7 @@ func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *har
 			}
 		}
 	}
-	patch := client.MergeFromWithOptions(hm.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(hm, infrav1.HarvesterMachineFinalizer)
-	if err := s.PatchMeta(ctx, r.Client, patch); err != nil {
+	if err := frontdoor.RemoveFinalizer(ctx, r.Client, s.Scope, hm, infrav1.HarvesterMachineFinalizer); err != nil {
 		return reconcile.Result{}, err
 	}
 	s.Release()

@@ -2,6 +2,8 @@ package frontdoor
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -14,19 +16,20 @@ import (
 )
 
 // RecordPlace stores where the machine of obj (of any front door's kind) lives in
-// AnnotationPlacement, with finalizer, in one write locked on the resourceVersion, and checks the
+// AnnotationPlacement, with finalizer, in one write locked on both (PatchFinalizersAndAnnotations), and checks the
 // API server's answer (see recordPlacement).
 func RecordPlace[O client.Object, S any](ctx context.Context, c client.Client, s *objstatus.Scope[O, S], obj O, kind, finalizer string, place harvester.Place) error {
 	p := v1alpha1.Placement{ClusterID: place.ClusterID, Server: place.Server, Namespace: place.Namespace, Name: place.Name}
-	patch := client.MergeFromWithOptions(obj.DeepCopyObject().(client.Object), client.MergeFromWithOptimisticLock{})
-	controllerutil.AddFinalizer(obj, finalizer)
-	annotations := obj.GetAnnotations()
+	finalizers := obj.GetFinalizers()
+	if !slices.Contains(finalizers, finalizer) {
+		finalizers = append(slices.Clone(finalizers), finalizer)
+	}
+	annotations := maps.Clone(obj.GetAnnotations())
 	if annotations == nil {
 		annotations = map[string]string{}
 	}
 	annotations[v1alpha1.AnnotationPlacement] = v1alpha1.EncodePlacement(p)
-	obj.SetAnnotations(annotations)
-	if err := s.PatchMeta(ctx, c, patch); err != nil {
+	if err := PatchFinalizersAndAnnotations(ctx, c, s, obj, finalizers, annotations); err != nil {
 		return err
 	}
 	// obj is the server's answer now.

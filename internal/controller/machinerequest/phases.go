@@ -457,12 +457,10 @@ func (r *Reconciler) handOver(ctx context.Context, s *machineScope) error {
 	return r.removeFinalizer(ctx, s)
 }
 
-// removeFinalizer removes our finalizer, locked like ensureFinalizer so that finalizers other
-// controllers added meanwhile stay.
+// removeFinalizer removes our finalizer, locked on the finalizers so that those other controllers
+// added meanwhile stay (frontdoor.RemoveFinalizer).
 func (r *Reconciler) removeFinalizer(ctx context.Context, s *machineScope) error {
-	patch := client.MergeFromWithOptions(s.mr.DeepCopy(), client.MergeFromWithOptimisticLock{})
-	controllerutil.RemoveFinalizer(s.mr, v1alpha1.MachineRequestFinalizer)
-	if err := s.PatchMeta(ctx, r.Client, patch); err != nil {
+	if err := frontdoor.RemoveFinalizer(ctx, r.Client, s.Scope, s.mr, v1alpha1.MachineRequestFinalizer); err != nil {
 		return err // objstatus.ErrGone when it went meanwhile: nothing left to do
 	}
 	s.Release() // gone with its last finalizer, or another provider's now: no status from us
