@@ -180,7 +180,8 @@ func (r *HarvesterClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	cluster, machine := &unstructured.Unstructured{}, &infrav1.HarvesterMachine{}
 	cluster.SetGroupVersionKind(capiClusterGVK)
 	return ctrl.NewControllerManagedBy(mgr).Named("harvestercluster").For(&infrav1.HarvesterCluster{}).
-		// The Cluster's pause and endpoint, and the last HarvesterMachine going, move it on;
+		// The Cluster's pause and endpoint, and, while it is deleted, its last HarvesterMachine
+		// going, move it on;
 		// nothing else of theirs does. Cluster API writes a Cluster's status with every change
 		// of its machines, and each HarvesterMachine many times: passing those cost a
 		// reconcile, a read of the delivered Secret and one of the token on Harvester, some six
@@ -211,7 +212,8 @@ func infrastructureClusterOf(ctx context.Context, o client.Object) []ctrl.Reques
 	return []ctrl.Request{{NamespacedName: client.ObjectKey{Namespace: u.GetNamespace(), Name: cl.InfrastructureName}}}
 }
 
-// clusterOfMachine names the HarvesterClusters of a HarvesterMachine's cluster.
+// clusterOfMachine names the HarvesterClusters of a HarvesterMachine's cluster that are being
+// deleted: they wait for their machines to go (reconcileDelete); the others have no use for it.
 func (r *HarvesterClusterReconciler) clusterOfMachine(ctx context.Context, o client.Object) []ctrl.Request {
 	clusterName := o.GetLabels()[capiClusterNameLabel]
 	if clusterName == "" {
@@ -223,7 +225,9 @@ func (r *HarvesterClusterReconciler) clusterOfMachine(ctx context.Context, o cli
 	}
 	reqs := make([]ctrl.Request, 0, len(list.Items))
 	for _, hc := range list.Items {
-		reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&hc)})
+		if hc.DeletionTimestamp != nil {
+			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&hc)})
+		}
 	}
 	return reqs
 }

@@ -1,14 +1,19 @@
 package clusterapi
 
 import (
+	"context"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 )
 
 func TestCAPIChangesThatMatter(t *testing.T) {
@@ -58,5 +63,67 @@ func TestCAPIChangesThatMatter(t *testing.T) {
 				t.Fatalf("passes = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// A HarvesterMachine's own status and finalizer writes do not wake it; Cluster API naming its
+// Machine and Cluster does, and so does everything frontdoor.UpdatesThatMatter passes.
+func TestHarvesterMachineUpdatesThatMatter(t *testing.T) {
+	hm := func(f func(*infrav1.HarvesterMachine)) *infrav1.HarvesterMachine {
+		o := &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hm-0", ResourceVersion: "1", Generation: 1}}
+		if f != nil {
+			f(o)
+		}
+		return o
+	}
+	pred := harvesterMachineUpdatesThatMatter(infrav1.HarvesterMachineFinalizer)
+	for name, tc := range map[string]struct {
+		change func(*infrav1.HarvesterMachine)
+		want   bool
+	}{
+		"its status": {change: func(o *infrav1.HarvesterMachine) {
+			o.ResourceVersion, o.Status.Initialization.Provisioned = "2", ptr.To(true)
+		}},
+		"our finalizer": {change: func(o *infrav1.HarvesterMachine) {
+			o.ResourceVersion, o.Finalizers = "2", []string{infrav1.HarvesterMachineFinalizer}
+		}},
+		"its Machine named": {want: true, change: func(o *infrav1.HarvesterMachine) {
+			o.ResourceVersion = "2"
+			o.OwnerReferences = []metav1.OwnerReference{{APIVersion: capiMachineGVK.GroupVersion().String(), Kind: "Machine", Name: "m-0", UID: "u"}}
+		}},
+		"its Cluster named": {want: true, change: func(o *infrav1.HarvesterMachine) {
+			o.ResourceVersion, o.Labels = "2", map[string]string{capiClusterNameLabel: "c"}
+		}},
+		"its spec": {want: true, change: func(o *infrav1.HarvesterMachine) { o.ResourceVersion, o.Generation = "2", 2 }},
+		"paused": {want: true, change: func(o *infrav1.HarvesterMachine) {
+			o.ResourceVersion, o.Annotations = "2", map[string]string{capiPausedAnnotation: ""}
+		}},
+		"a resync": {want: true, change: func(*infrav1.HarvesterMachine) {}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := pred.Update(event.UpdateEvent{ObjectOld: hm(nil), ObjectNew: hm(tc.change)}); got != tc.want {
+				t.Fatalf("passes = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// A HarvesterMachine going wakes only the HarvesterClusters of its cluster that wait for it: those
+// being deleted.
+func TestClusterOfMachineOnlyWhileDeleted(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := infrav1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	labelled := func(name string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: map[string]string{capiClusterNameLabel: "c"}}
+	}
+	deleting := &infrav1.HarvesterCluster{ObjectMeta: labelled("deleting")}
+	deleting.Finalizers, deleting.DeletionTimestamp = []string{infrav1.HarvesterClusterFinalizer}, ptr.To(metav1.Now())
+	r := &HarvesterClusterReconciler{Client: fake.NewClientBuilder().WithScheme(scheme).
+		WithObjects(&infrav1.HarvesterCluster{ObjectMeta: labelled("live")}, deleting).Build()}
+	got := r.clusterOfMachine(context.Background(), &infrav1.HarvesterMachine{ObjectMeta: labelled("hm-0")})
+	if len(got) != 1 || got[0].Name != "deleting" {
+		t.Fatalf("requests %v, want the deleting HarvesterCluster alone", got)
 	}
 }
