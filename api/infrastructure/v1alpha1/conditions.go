@@ -177,7 +177,9 @@ const (
 	// MachineRequest's.
 	ReasonPlacementNotRecorded = "PlacementNotRecorded"
 	// ReasonDeleting: the object is being deleted: the machine's VM, disks and cloud-init Secret
-	// are being removed from Harvester. Same as the MachineRequest's.
+	// are being removed from Harvester, and the same one of them has been left there for 30
+	// seconds past the VM's shutdown grace period (the message names it). A deletion that makes
+	// progress is not reported step by step. Same as the MachineRequest's.
 	ReasonDeleting = "Deleting"
 	// ReasonDeletionBlocked (waiting): the object is being deleted but Harvester cannot be reached
 	// (ProviderConfig or credentials gone). Same as the MachineRequest's.

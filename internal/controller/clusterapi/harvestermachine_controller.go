@@ -68,8 +68,15 @@ type HarvesterMachineReconciler struct {
 	// no hand-over.
 	HandOverFrom []string
 
+	// DeletionReportDelay is how long a deletion may wait for the same thing on Harvester, on
+	// top of the time that may take by itself, before its Ready condition says so (default
+	// frontdoor.DefaultDeletionReportDelay; see frontdoor.DeletionStalls).
+	DeletionReportDelay time.Duration
+
 	managementCluster string
 	statuses          objstatus.Memory[infrav1.HarvesterMachineStatus]
+	// stalls remembers what each deletion in progress waits for, and since when.
+	stalls frontdoor.DeletionStalls
 }
 
 // Reconcile moves one HarvesterMachine one step towards its desired state.
@@ -78,6 +85,7 @@ func (r *HarvesterMachineReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	if err := r.Get(ctx, req.NamespacedName, hm); err != nil {
 		if client.IgnoreNotFound(err) == nil {
 			r.statuses.ForgetKey(req.NamespacedName)
+			r.stalls.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -334,7 +342,14 @@ func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *har
 				return reconcile.Result{}, harvesterMachineDeletionBlocked(s, err)
 			}
 			if !deletion.Done {
-				return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, frontdoor.PollInterval(deletion.Watched, r.PollInterval, r.WatchedPollInterval), "deleting the machine on Harvester: waiting for %s", deletion.Remaining)
+				// Said in the status only once the same thing has held the deletion up past
+				// the time it may take (frontdoor.DeletionStalls), as for MachineRequests.
+				poll := frontdoor.PollInterval(deletion.Watched, r.PollInterval, r.WatchedPollInterval)
+				patience := deletion.ShutdownGrace + r.DeletionReportDelay
+				if held := r.stalls.HeldFor(hm, deletion.Remaining, time.Now()); held < patience {
+					return reconcile.Result{RequeueAfter: min(poll, patience-held+objstatus.TimerSlack)}, nil
+				}
+				return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, poll, "deleting the machine on Harvester: waiting for %s", deletion.Remaining)
 			}
 		}
 	}
@@ -343,6 +358,7 @@ func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *har
 	}
 	s.Release()
 	r.statuses.Forget(hm)
+	r.stalls.Forget(client.ObjectKeyFromObject(hm))
 	return reconcile.Result{}, nil
 }
 
@@ -399,6 +415,9 @@ func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 	}
 	if r.HealthCheckInterval <= 0 {
 		r.HealthCheckInterval = frontdoor.DefaultHealthCheckInterval
+	}
+	if r.DeletionReportDelay <= 0 {
+		r.DeletionReportDelay = frontdoor.DefaultDeletionReportDelay
 	}
 	if r.StartLimits.StartGrace <= 0 {
 		r.StartLimits.StartGrace = frontdoor.DefaultStartGracePeriod

@@ -61,7 +61,7 @@ type Reconciler struct {
 	// shutdown grace period, harvester.Deletion.ShutdownGrace). A deletion that goes as it
 	// should makes progress faster than that, and is over before long: reporting each of its
 	// steps would cost a status write per step and machine and tell nobody anything (see
-	// deletionStalls).
+	// frontdoor.DeletionStalls).
 	DeletionReportDelay time.Duration
 	// ProvisioningTimeout is how long a machine may take to become Running before it is Failed
 	// with reason ProvisioningTimeout and the diagnosis; 0 waits for ever.
@@ -88,7 +88,7 @@ type Reconciler struct {
 	// statuses remembers the last status written for each MachineRequest.
 	statuses objstatus.Memory[v1alpha1.MachineRequestStatus]
 	// stalls remembers what each deletion in progress waits for, and since when.
-	stalls deletionStalls
+	stalls frontdoor.DeletionStalls
 }
 
 // +kubebuilder:rbac:groups=butler.butlerlabs.dev,resources=machinerequests,verbs=get;list;watch;update;patch
@@ -105,7 +105,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err := r.Get(ctx, req.NamespacedName, mr); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.statuses.ForgetKey(req.NamespacedName)
-			r.stalls.forget(req.NamespacedName)
+			r.stalls.Forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}

@@ -356,10 +356,10 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *machineScope) (reco
 	if !deletion.Done {
 		// Reported only once the same thing has held the deletion up for DeletionReportDelay
 		// past the time it may take by itself (a VM's shutdown grace period; see
-		// deletionStalls); what is left is named, so that the report says by what.
+		// frontdoor.DeletionStalls); what is left is named, so that the report says by what.
 		poll := frontdoor.PollInterval(deletion.Watched, r.DeletionPollInterval, r.WatchedPollInterval)
 		patience := deletion.ShutdownGrace + r.DeletionReportDelay
-		if held := r.stalls.heldFor(s.mr, deletion.Remaining, time.Now()); held < patience {
+		if held := r.stalls.HeldFor(s.mr, deletion.Remaining, time.Now()); held < patience {
 			return reconcile.Result{RequeueAfter: min(poll, patience-held+objstatus.TimerSlack)}, nil
 		}
 		msg := "Deleting on Harvester; waiting for " + deletion.Remaining

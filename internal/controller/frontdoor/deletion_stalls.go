@@ -1,4 +1,4 @@
-package machinerequest
+package frontdoor
 
 import (
 	"sync"
@@ -8,14 +8,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// deletionStalls remembers, for each deletion in progress, what was left of it on Harvester and
+// DeletionStalls remembers, for each deletion in progress, what was left of it on Harvester and
 // since when this manager has seen exactly that left. The status names what a deletion waits for
-// only once the same thing has held it up for DeletionReportDelay past the time it may take by
+// only once the same thing has held it up for a report delay (DefaultDeletionReportDelay) past the time it may take by
 // itself (a VM's shutdown grace period): a deletion that makes progress (the VM, then its disks,
 // then the cloud-init Secret) costs no status write per step, and one that is held up (a finalizer
 // on the Secret, a VM that outlives its grace period) says by what. It is memory only: after a
 // restart, a held-up deletion is reported one delay later.
-type deletionStalls struct {
+type DeletionStalls struct {
 	m sync.Map // types.NamespacedName -> deletionStall
 }
 
@@ -25,9 +25,9 @@ type deletionStall struct {
 	since     time.Time
 }
 
-// heldFor returns how long the deletion of obj has been waiting for remaining, as this manager has
+// HeldFor returns how long the deletion of obj has been waiting for remaining, as this manager has
 // seen it: 0 the first time, or when what is left has changed since the last call.
-func (d *deletionStalls) heldFor(obj client.Object, remaining string, now time.Time) time.Duration {
+func (d *DeletionStalls) HeldFor(obj client.Object, remaining string, now time.Time) time.Duration {
 	key := client.ObjectKeyFromObject(obj)
 	if v, ok := d.m.Load(key); ok {
 		if s := v.(deletionStall); s.uid == obj.GetUID() && s.remaining == remaining {
@@ -38,5 +38,5 @@ func (d *deletionStalls) heldFor(obj client.Object, remaining string, now time.T
 	return 0
 }
 
-// forget drops what is remembered of an object that is gone.
-func (d *deletionStalls) forget(key types.NamespacedName) { d.m.Delete(key) }
+// Forget drops what is remembered of an object that is gone.
+func (d *DeletionStalls) Forget(key types.NamespacedName) { d.m.Delete(key) }
