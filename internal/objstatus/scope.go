@@ -153,14 +153,29 @@ func (s *Scope[O, S]) SetPhase(p string) {
 	*f.LastUpdated = &now
 }
 
-// SetCondition sets a condition for the object's generation.
+// SetCondition sets a condition for the object's generation. The same judgement for a newer
+// generation (only its observedGeneration would change) is not worth a write of its own: it rides
+// along with the next write there is, as Observed's does during deletion. A generation raised by
+// the provider's own spec write (a HarvesterMachine's providerID) or by a deletion starting would
+// otherwise cost a status write per machine each.
 func (s *Scope[O, S]) SetCondition(condType string, status metav1.ConditionStatus, reason, message string) {
+	generation := s.Obj.GetGeneration()
+	if c := s.Condition(condType); c != nil && c.Status == status && c.Reason == reason && c.Message == message {
+		if c.ObservedGeneration != generation {
+			s.SetLazily(func(st *S) {
+				if c := meta.FindStatusCondition(*s.kind.Fields(st).Conditions, condType); c != nil {
+					c.ObservedGeneration = generation
+				}
+			})
+		}
+		return
+	}
 	meta.SetStatusCondition(s.fields().Conditions, metav1.Condition{
 		Type:               condType,
 		Status:             status,
 		Reason:             reason,
 		Message:            message,
-		ObservedGeneration: s.Obj.GetGeneration(),
+		ObservedGeneration: generation,
 	})
 }
 

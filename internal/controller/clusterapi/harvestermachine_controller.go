@@ -89,6 +89,9 @@ func (r *HarvesterMachineReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if wait, quiet := notTakenOnYet(hm, time.Now()); quiet {
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	s := &harvesterMachineScope{hm: hm, Scope: objstatus.New(hm, harvesterMachineStatus, objstatus.Policy{
 		Action: "Provision", FailAction: "Fail", Degrading: frontdoor.DegradingReasons.Has,
 		NewWaitCondition: infrav1.ConditionProgressing, TransientReason: infrav1.ReasonHarvesterUnavailable,
@@ -100,6 +103,26 @@ func (r *HarvesterMachineReconciler) Reconcile(ctx context.Context, req ctrl.Req
 	}()
 	res, err := r.reconcile(ctx, s)
 	return frontdoor.AsPoll(s.Outcome(ctx, res, frontdoor.FromEngineIn(err, harvesterMachineTerms)))
+}
+
+// ownerReportDelay is how long a new HarvesterMachine may go without its Machine (owner) and
+// Cluster (label) before its status says it waits for them (WaitingForOwner).
+const ownerReportDelay = 30 * time.Second
+
+// notTakenOnYet says whether hm is a new HarvesterMachine that Cluster API has not named its
+// Machine and Cluster on yet, and how long until that is worth reporting. Cluster API does so
+// right after creating it (a MachineSet's machines), and that update wakes it
+// (harvesterMachineUpdatesThatMatter): until then there is nothing to do, and nothing worth a
+// status write (one per machine in the bench).
+func notTakenOnYet(hm *infrav1.HarvesterMachine, now time.Time) (time.Duration, bool) {
+	if hm.DeletionTimestamp != nil || (ownerOfKind(hm, capiMachineGVK) != "" && hm.Labels[capiClusterNameLabel] != "") {
+		return 0, false
+	}
+	age := now.Sub(hm.CreationTimestamp.Time)
+	if age >= ownerReportDelay {
+		return 0, false
+	}
+	return ownerReportDelay - age + objstatus.TimerSlack, true
 }
 
 func (r *HarvesterMachineReconciler) reconcile(ctx context.Context, s *harvesterMachineScope) (reconcile.Result, error) {

@@ -3,6 +3,7 @@ package clusterapi
 import (
 	"context"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -125,5 +126,39 @@ func TestClusterOfMachineOnlyWhileDeleted(t *testing.T) {
 	got := r.clusterOfMachine(context.Background(), &infrav1.HarvesterMachine{ObjectMeta: labelled("hm-0")})
 	if len(got) != 1 || got[0].Name != "deleting" {
 		t.Fatalf("requests %v, want the deleting HarvesterCluster alone", got)
+	}
+}
+
+// A HarvesterMachine Cluster API has not taken on yet is left alone, without a status, for a
+// while: the update that names its Machine and Cluster wakes it.
+func TestNotTakenOnYet(t *testing.T) {
+	now := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
+	owned := []metav1.OwnerReference{{APIVersion: capiMachineGVK.GroupVersion().String(), Kind: "Machine", Name: "m-0", UID: "u"}}
+	for name, tc := range map[string]struct {
+		age       time.Duration
+		owners    []metav1.OwnerReference
+		labelled  bool
+		deleting  bool
+		wantQuiet bool
+	}{
+		"new, not taken on":         {age: time.Second, wantQuiet: true},
+		"new, its Machine named":    {age: time.Second, owners: owned, wantQuiet: true},
+		"new, taken on":             {age: time.Second, owners: owned, labelled: true},
+		"not taken on for a while":  {age: ownerReportDelay},
+		"new, not taken on, delete": {age: time.Second, deleting: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			hm := &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{CreationTimestamp: metav1.NewTime(now.Add(-tc.age)), OwnerReferences: tc.owners}}
+			if tc.labelled {
+				hm.Labels = map[string]string{capiClusterNameLabel: "c"}
+			}
+			if tc.deleting {
+				hm.DeletionTimestamp = ptr.To(metav1.NewTime(now))
+			}
+			wait, quiet := notTakenOnYet(hm, now)
+			if quiet != tc.wantQuiet || (quiet && (wait <= 0 || wait > ownerReportDelay+time.Second)) {
+				t.Fatalf("notTakenOnYet = %s, %v; want quiet %v", wait, quiet, tc.wantQuiet)
+			}
+		})
 	}
 }
