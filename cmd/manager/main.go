@@ -148,7 +148,7 @@ func run(ctx context.Context, args []string) error {
 		return fmt.Errorf("set up ImageSync controller: %w", err)
 	}
 	hmr := &clusterapi.HarvesterMachineReconciler{
-		Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, HarvesterEvents: harvesterEvents, Recorder: recorder, Preflight: pcr,
+		Client: mgr.GetClient(), LiveReader: mgr.GetAPIReader(), Harvester: clusters, HarvesterEvents: harvesterEvents, Recorder: recorder, Preflight: pcr,
 		PollInterval: o.CreatingPoll, WatchedPollInterval: o.WatchedPoll, HealthCheckInterval: o.HealthInterval,
 		StartLimits:             harvester.StartLimits{IPReport: o.IPReportTimeout},
 		MaxConcurrentReconciles: o.Concurrency,

@@ -426,7 +426,7 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 	if err := pcr.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	hmr := &clusterapi.HarvesterMachineReconciler{Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, HarvesterEvents: events, Recorder: recorder, Preflight: pcr,
+	hmr := &clusterapi.HarvesterMachineReconciler{Client: mgr.GetClient(), LiveReader: mgr.GetAPIReader(), Harvester: clusters, HarvesterEvents: events, Recorder: recorder, Preflight: pcr,
 		PollInterval: 2 * time.Second, StartLimits: harvester.StartLimits{IPReport: time.Minute}}
 	for _, o := range opts {
 		o(hmr)

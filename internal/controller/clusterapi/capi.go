@@ -96,28 +96,48 @@ func readCAPIClusterFrom(u *unstructured.Unstructured) *capiCluster {
 	return cl
 }
 
-// capiClusterOf and capiMachineOf are what the front door reads of a Cluster and a Machine, as
-// values (see capiChangesThatMatter).
+// capiClusterOf is what the front door reads of a Cluster, as a value (see capiChangesThatMatter).
 func capiClusterOf(u *unstructured.Unstructured) capiCluster { return *readCAPIClusterFrom(u) }
 
-func capiMachineOf(u *unstructured.Unstructured) capiMachine { return *readCAPIMachineFrom(u) }
-
-// readCAPIMachine reads the Machine of the given name, nil if it does not exist.
+// readCAPIMachine reads the Machine of the given name as the cache holds it, by its metadata
+// alone (its name and whether it is a control plane machine), nil if it does not exist. Its spec
+// (readCAPIMachineSpec) matters only when the machine is made.
 func readCAPIMachine(ctx context.Context, c client.Reader, namespace, name string) (*capiMachine, error) {
-	u, found, err := getCAPI(ctx, c, capiMachineGVK, namespace, name)
-	if !found {
+	if name == "" {
+		return nil, nil
+	}
+	m := capiMachineMetadata()
+	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, m)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
 		return nil, err
 	}
-	return readCAPIMachineFrom(u), nil
+	_, controlPlane := m.GetLabels()[capiControlPlaneLabel]
+	return &capiMachine{Name: name, ControlPlane: controlPlane}, nil
 }
 
-// readCAPIMachineFrom reads what the front door needs of a Machine.
-func readCAPIMachineFrom(u *unstructured.Unstructured) *capiMachine {
-	m := &capiMachine{Name: u.GetName()}
-	m.DataSecretName, _, _ = unstructured.NestedString(u.Object, "spec", "bootstrap", "dataSecretName")
-	_, m.ControlPlane = u.GetLabels()[capiControlPlaneLabel]
-	m.FailureDomain, _, _ = unstructured.NestedString(u.Object, "spec", "failureDomain")
+// capiMachineMetadata is an empty Machine read, cached and watched by its metadata alone: Cluster
+// API writes a Machine's status many times in its life, and the provider needs none of it.
+func capiMachineMetadata() *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(capiMachineGVK)
 	return m
+}
+
+// readCAPIMachineSpec fills in machine what the front door reads of its spec, read by r (live).
+func readCAPIMachineSpec(ctx context.Context, r client.Reader, namespace string, machine *capiMachine) error {
+	u, found, err := getCAPI(ctx, r, capiMachineGVK, namespace, machine.Name)
+	if err != nil {
+		return err
+	}
+	if !found {
+		return waitingForOwner("Machine")
+	}
+	machine.DataSecretName, _, _ = unstructured.NestedString(u.Object, "spec", "bootstrap", "dataSecretName")
+	machine.FailureDomain, _, _ = unstructured.NestedString(u.Object, "spec", "failureDomain")
+	return nil
 }
 
 // capiPaused reports whether Cluster API asks the provider to leave obj alone: its Cluster is
@@ -136,6 +156,9 @@ func waitingForOwner(ownerKind string) error {
 // a HarvesterMachine (read as unstructured: the project does not import Cluster API's modules).
 type capiMachine struct {
 	Name string
+	// DataSecretName and FailureDomain are read from the spec when the machine is made
+	// (readCAPIMachineSpec); empty until then.
+	//
 	// DataSecretName is spec.bootstrap.dataSecretName: empty until the bootstrap provider has
 	// written the machine's bootstrap data.
 	DataSecretName string

@@ -38,10 +38,11 @@ import (
 // status.initialization.provisioned and the Ready condition.
 type HarvesterMachineReconciler struct {
 	client.Client
-	// SecretReader reads bootstrap data Secrets uncached (get only): through the cached Client,
-	// the first read would start a watch of every Secret of the cluster, which the provider's RBAC
-	// does not grant.
-	SecretReader client.Reader
+	// LiveReader reads uncached (get only): bootstrap data Secrets (through the cached Client,
+	// the first read would start a watch of every Secret of the cluster, which the provider's
+	// RBAC does not grant), and a Machine's spec when its machine is made (Machines are watched
+	// by their metadata alone).
+	LiveReader client.Reader
 	// Harvester hands out the engine of a ProviderConfig's Harvester cluster.
 	Harvester harvester.Connector
 	// HarvesterEvents, if set, brings the HarvesterMachines whose objects on Harvester changed.
@@ -200,35 +201,53 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 				"waiting for Cluster %s/%s's infrastructure to be provisioned", cluster.Namespace, cluster.Name)
 		}
 	}
-	if machine.DataSecretName == "" {
-		return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonWaitingForBootstrapData, capiWaitingRetry,
-			"waiting for the bootstrap provider to set spec.bootstrap.dataSecretName of Machine %s/%s", hm.Namespace, machine.Name)
-	}
 	spec, err := harvesterMachineSpec(hm, *machine, t.Target, r.managementCluster)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	// The bootstrap data Secret is read live (see SecretReader), and only when the engine needs
-	// the data: to create the machine, or to prove it is the machine a VM was made for. A machine
-	// whose VM exists costs no read.
+	// The Machine's spec (its bootstrap data Secret, its failure domain) matters only to make the
+	// machine: it is read live, once, when the engine makes it (Machines are watched by their
+	// metadata alone). So is the bootstrap data Secret, only when the engine needs the data: to
+	// create the machine, or to prove it is the machine a VM was made for. A machine whose VM
+	// exists costs no read.
+	specRead := false
+	readSpec := func(ctx context.Context) error {
+		if !specRead {
+			if err := readCAPIMachineSpec(ctx, r.LiveReader, hm.Namespace, machine); err != nil {
+				return err
+			}
+			specRead = true
+		}
+		return nil
+	}
 	spec.LoadUserData = func(ctx context.Context) (string, error) {
+		if err := readSpec(ctx); err != nil {
+			return "", err
+		}
+		if machine.DataSecretName == "" {
+			return "", objstatus.Waiting(infrav1.ReasonWaitingForBootstrapData, capiWaitingRetry,
+				"waiting for the bootstrap provider to set spec.bootstrap.dataSecretName of Machine %s/%s", hm.Namespace, machine.Name)
+		}
 		return r.readBootstrapData(ctx, hm.Namespace, machine)
 	}
 	spec.Owner = withHandOver(spec.Owner, hm, r.HandOverFrom)
 	// The failure domain places the VM when it is created, and only then: a machine whose VM
 	// exists stays where it runs, and keeps the status.failureDomain it was created with, whatever
 	// its Machine or the HarvesterCluster's failure domains say since (the engine never moves or
-	// rewrites a VM, and the gate judges only a machine without one). Cluster API copies
-	// status.failureDomain to the Machine. The VM records the failure domain it was placed in
-	// (spec.FailureDomain): a status lost (clusterctl move does not carry status) is rebuilt from
-	// it, never guessed from fields that may have changed since the VM was placed.
-	var placement error
-	spec.NodeSelector, placement = failureDomainNodes(hm.Namespace, *machine, t.hc)
-	spec.FailureDomain = machine.FailureDomain
+	// rewrites a VM, and the gate judges only a machine without one, before the VM is built).
+	// Cluster API copies status.failureDomain to the Machine. The VM records the failure domain
+	// it was placed in (spec.FailureDomain): a status lost (clusterctl move does not carry
+	// status) is rebuilt from it, never guessed from fields that may have changed since the VM
+	// was placed.
 	spec.Gate = func() error {
-		if placement != nil {
-			return placement
+		if err := readSpec(ctx); err != nil {
+			return err
 		}
+		nodes, err := failureDomainNodes(hm.Namespace, *machine, t.hc)
+		if err != nil {
+			return err
+		}
+		spec.NodeSelector, spec.FailureDomain = nodes, machine.FailureDomain
 		if err := frontdoor.SharedWith(t.ProviderConfig, hm.Namespace, "HarvesterMachines", "spec.providerConfigRef of their HarvesterCluster"); err != nil {
 			return err
 		}
@@ -298,7 +317,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 // readBootstrapData reads the Machine's bootstrap data from the Secret its bootstrap provider wrote.
 func (r *HarvesterMachineReconciler) readBootstrapData(ctx context.Context, namespace string, machine *capiMachine) (string, error) {
 	secret := &corev1.Secret{}
-	if err := r.SecretReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: machine.DataSecretName}, secret); err != nil {
+	if err := r.LiveReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: machine.DataSecretName}, secret); err != nil {
 		if client.IgnoreNotFound(err) == nil {
 			return "", objstatus.Waiting(infrav1.ReasonWaitingForBootstrapData, capiWaitingRetry,
 				"bootstrap data Secret %s/%s (spec.bootstrap.dataSecretName of Machine %s) does not exist yet", namespace, machine.DataSecretName, machine.Name)
@@ -385,17 +404,29 @@ func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *har
 	return reconcile.Result{}, nil
 }
 
-// infrastructureMachineOf names the HarvesterMachine of a Machine (its spec.infrastructureRef).
-func infrastructureMachineOf(_ context.Context, o client.Object) []ctrl.Request {
-	u, ok := o.(*unstructured.Unstructured)
-	if !ok {
+// harvesterMachinesByMachine indexes HarvesterMachines by the Machine that owns them: a Machine,
+// watched by its metadata alone, names its HarvesterMachine only in its spec.
+const harvesterMachinesByMachine = "infrastructure.butlerlabs.dev/owner-machine"
+
+// machineOwnerOf is the index value of harvesterMachinesByMachine.
+func machineOwnerOf(o client.Object) []string {
+	if name := ownerOfKind(o, capiMachineGVK); name != "" {
+		return []string{name}
+	}
+	return nil
+}
+
+// machinesOfMachine names the HarvesterMachines a Machine owns.
+func (r *HarvesterMachineReconciler) machinesOfMachine(ctx context.Context, o client.Object) []ctrl.Request {
+	list := &infrav1.HarvesterMachineList{}
+	if err := r.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{harvesterMachinesByMachine: o.GetName()}); err != nil {
 		return nil
 	}
-	if kind, _, _ := unstructured.NestedString(u.Object, "spec", "infrastructureRef", "kind"); kind != "HarvesterMachine" {
-		return nil
+	reqs := make([]ctrl.Request, 0, len(list.Items))
+	for _, hm := range list.Items {
+		reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&hm)})
 	}
-	name, _, _ := unstructured.NestedString(u.Object, "spec", "infrastructureRef", "name")
-	return []ctrl.Request{{NamespacedName: types.NamespacedName{Namespace: u.GetNamespace(), Name: name}}}
+	return reqs
 }
 
 // machinesOfCluster names the HarvesterMachines of a Cluster.
@@ -449,16 +480,18 @@ func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 		r.StartLimits.IPReport = frontdoor.DefaultIPReportTimeout
 	}
 	r.managementCluster = frontdoor.IdentifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
-	machine, cluster := &unstructured.Unstructured{}, &unstructured.Unstructured{}
-	machine.SetGroupVersionKind(capiMachineGVK)
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &infrav1.HarvesterMachine{}, harvesterMachinesByMachine, machineOwnerOf); err != nil {
+		return err
+	}
+	cluster := &unstructured.Unstructured{}
 	cluster.SetGroupVersionKind(capiClusterGVK)
 	b := ctrl.NewControllerManagedBy(mgr).Named("harvestermachine").
 		For(&infrav1.HarvesterMachine{}, builder.WithPredicates(harvesterMachineUpdatesThatMatter(infrav1.HarvesterMachineFinalizer))).
-		// A Machine's bootstrap data arriving or its failure domain changing, a Cluster's
-		// infrastructure or pause changing, and a HarvesterCluster's spec (its failure domains)
-		// changing move their HarvesterMachines on.
-		Watches(machine, handler.EnqueueRequestsFromMapFunc(infrastructureMachineOf),
-			builder.WithPredicates(capiChangesThatMatter(capiMachineOf, infrastructureMachineOf))).
+		// A Machine's spec changing (its bootstrap data arriving, its failure domain), a
+		// Cluster's infrastructure or pause changing, and a HarvesterCluster's spec (its failure
+		// domains) changing move their HarvesterMachines on.
+		Watches(capiMachineMetadata(), handler.EnqueueRequestsFromMapFunc(r.machinesOfMachine),
+			builder.OnlyMetadata, builder.WithPredicates(capiMachineChangesThatMatter)).
 		Watches(cluster, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster),
 			builder.WithPredicates(capiChangesThatMatter(capiClusterOf, nil))).
 		Watches(&infrav1.HarvesterCluster{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfHarvesterCluster),

@@ -12,12 +12,12 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
 )
 
-// capiChangesThatMatter passes the updates of a Cluster API Cluster or Machine that change what a
-// HarvesterMachine reads of it (read, the front door's own reading: readCAPIClusterFrom,
-// readCAPIMachineFrom), whom it maps to (mapsTo, the watch's own mapping; nil when that depends on
-// the name alone), or its deletion, and resyncs. Cluster API writes its Clusters' and Machines' status many times per machine (replica
-// counts, conditions, the Node's addresses): a Cluster's update wakes every HarvesterMachine of
-// it, and passing them all cost about 21 work queue adds per machine in the bench.
+// capiChangesThatMatter passes the updates of a Cluster API Cluster that change what the front
+// door reads of it (read, its own reading: readCAPIClusterFrom), whom it maps to (mapsTo, the
+// watch's own mapping; nil when that depends on the name alone), or its deletion, and resyncs.
+// Cluster API writes its Clusters' status many times per machine (replica counts, conditions): a
+// Cluster's update wakes every HarvesterMachine of it, and passing them all cost about 21 work
+// queue adds per machine in the bench.
 func capiChangesThatMatter[T comparable](read func(*unstructured.Unstructured) T, mapsTo handler.MapFunc) predicate.Predicate {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		o, oldOK := e.ObjectOld.(*unstructured.Unstructured)
@@ -53,3 +53,15 @@ var onlyDeletions = predicate.Funcs{
 	UpdateFunc:  func(event.UpdateEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
 }
+
+// capiMachineChangesThatMatter passes the updates of a Machine (watched by its metadata) that can
+// change what a HarvesterMachine does: its spec (the generation: its bootstrap data Secret, its
+// failure domain), its control plane label, its deletion, and resyncs. Cluster API writes a
+// Machine's status many times in its life; none of it matters here.
+var capiMachineChangesThatMatter = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	o, n := e.ObjectOld, e.ObjectNew
+	_, wasControlPlane := o.GetLabels()[capiControlPlaneLabel]
+	_, isControlPlane := n.GetLabels()[capiControlPlaneLabel]
+	return o.GetResourceVersion() == n.GetResourceVersion() || o.GetGeneration() != n.GetGeneration() ||
+		!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) || wasControlPlane != isControlPlane
+}}

@@ -40,7 +40,7 @@ func TestCAPIChangesThatMatter(t *testing.T) {
 	}
 	now := metav1.Now()
 	clusters := capiChangesThatMatter(capiClusterOf, nil)
-	machines := capiChangesThatMatter(capiMachineOf, infrastructureMachineOf)
+	machines := capiMachineChangesThatMatter
 	for name, tc := range map[string]struct {
 		pred     predicate.Predicate
 		old, new *unstructured.Unstructured
@@ -52,12 +52,14 @@ func TestCAPIChangesThatMatter(t *testing.T) {
 		"cluster infrastructure provisioned": {clusters, cluster("1", nil), cluster("2", set(true, "status", "initialization", "infrastructureProvisioned")), true},
 		"cluster endpoint moved":             {clusters, cluster("1", nil), cluster("2", set("10.0.0.2", "spec", "controlPlaneEndpoint", "host")), true},
 		"cluster deleted":                    {clusters, cluster("1", nil), cluster("2", func(u *unstructured.Unstructured) { u.SetDeletionTimestamp(&now) }), true},
-		"machine status of Cluster API":      {machines, machine("1", nil), machine("2", set("10.0.0.5", "status", "addresses")), false},
-		"machine bootstrap data written":     {machines, machine("1", nil), machine("2", set("m-bootstrap", "spec", "bootstrap", "dataSecretName")), true},
-		"machine failure domain":             {machines, machine("1", nil), machine("2", set("rack-1", "spec", "failureDomain")), true},
-		"machine control plane label":        {machines, machine("1", nil), machine("2", func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{capiControlPlaneLabel: ""}) }), true},
-		"machine infrastructure ref":         {machines, machine("1", nil), machine("2", set("hm-1", "spec", "infrastructureRef", "name")), true},
-		"machine deleted":                    {machines, machine("1", nil), machine("2", func(u *unstructured.Unstructured) { u.SetDeletionTimestamp(&now) }), true},
+		// Machines are watched by their metadata: the API server raises the generation with every
+		// change of the spec (bootstrap data Secret, failure domain), and only then.
+		"machine resync":                {machines, machine("1", nil), machine("1", nil), true},
+		"machine status of Cluster API": {machines, machine("1", nil), machine("2", nil), false},
+		"machine spec changed":          {machines, machine("1", nil), machine("2", func(u *unstructured.Unstructured) { u.SetGeneration(2) }), true},
+		"machine control plane label":   {machines, machine("1", nil), machine("2", func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{capiControlPlaneLabel: ""}) }), true},
+		"machine another label":         {machines, machine("1", nil), machine("2", func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"team": "a"}) }), false},
+		"machine deleted":               {machines, machine("1", nil), machine("2", func(u *unstructured.Unstructured) { u.SetDeletionTimestamp(&now) }), true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got := tc.pred.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
