@@ -367,6 +367,25 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 	w.machine("tenant-md-2", "zone-d")
 	w.readyCondition("tenant-md-2", infrav1.ReasonVMUnschedulable, "didn't match Pod's node affinity/selector", zone+"=zone-d", "label the nodes")
 
+	// A Machine whose bootstrap data is not written yet: nothing is made, and the HarvesterMachine
+	// says what it waits for. The bootstrap provider naming the Secret (a change of the Machine's
+	// spec, seen by its metadata watch) wakes it at once, well before it would look again.
+	waiting, waitingMachine := tenant.Machine("tenant-md-3", "")
+	unstructured.RemoveNestedField(waitingMachine.Object, "spec", "bootstrap", "dataSecretName")
+	must(testbed.CreateAll(ctx, c, waiting, waitingMachine))
+	w.readyCondition("tenant-md-3", infrav1.ReasonWaitingForBootstrapData, "spec.bootstrap.dataSecretName of Machine tenants/tenant-md-3")
+	if err := hv.Client.Get(ctx, types.NamespacedName{Namespace: "vms", Name: "tenant-md-3"}, &kubevirtv1.VirtualMachine{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("VM of a machine without bootstrap data: %v", err)
+	}
+	must(c.Patch(ctx, waitingMachine, client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"bootstrap":{"dataSecretName":%q}}}`, tenant.BootstrapSecretName())))))
+	named := time.Now()
+	waitFor(ctx, t, capi, "the VM of tenant-md-3 once its bootstrap data is named", func() error {
+		return hv.Client.Get(ctx, types.NamespacedName{Namespace: "vms", Name: "tenant-md-3"}, &kubevirtv1.VirtualMachine{})
+	})
+	if took := time.Since(named); took > frontdoor.ProviderConfigRetry/2 {
+		t.Fatalf("the VM came %s after the Machine named its bootstrap data: the Machine's watch did not wake its HarvesterMachine", took)
+	}
+
 	// A machine whose VM exists stays where it runs: its Machine moved to a failure domain the
 	// HarvesterCluster lacks neither stops it nor changes its VM or its status.failureDomain.
 	generation := vm.Generation

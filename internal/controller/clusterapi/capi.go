@@ -62,13 +62,13 @@ func ownerOfKind(obj metav1.Object, gvk schema.GroupVersionKind) string {
 
 // getCAPI reads a Cluster API object; found is false when it does not exist, or is not named yet
 // (an infrastructure machine gets its cluster-name label from Cluster API after it is created).
-func getCAPI(ctx context.Context, c client.Reader, gvk schema.GroupVersionKind, namespace, name string) (*unstructured.Unstructured, bool, error) {
+func getCAPI(ctx context.Context, c client.Reader, gvk schema.GroupVersionKind, namespace, name string, opts ...client.GetOption) (*unstructured.Unstructured, bool, error) {
 	if name == "" {
 		return nil, false, nil
 	}
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(gvk)
-	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, u)
+	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, u, opts...)
 	if apierrors.IsNotFound(err) {
 		return nil, false, nil
 	}
@@ -77,7 +77,8 @@ func getCAPI(ctx context.Context, c client.Reader, gvk schema.GroupVersionKind, 
 
 // readCAPICluster reads the Cluster of the given name, nil if it does not exist.
 func readCAPICluster(ctx context.Context, c client.Reader, namespace, name string) (*capiCluster, error) {
-	u, found, err := getCAPI(ctx, c, capiClusterGVK, namespace, name)
+	// Read-only here (readCAPIClusterFrom): the cache's own copy, not a deep copy per read.
+	u, found, err := getCAPI(ctx, c, capiClusterGVK, namespace, name, client.UnsafeDisableDeepCopy)
 	if !found {
 		return nil, err
 	}
@@ -107,7 +108,7 @@ func readCAPIMachine(ctx context.Context, c client.Reader, namespace, name strin
 		return nil, nil
 	}
 	m := capiMachineMetadata()
-	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, m)
+	err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, m, client.UnsafeDisableDeepCopy) // read-only here
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
