@@ -74,7 +74,7 @@ func measureClusterAPIFloor(ctx context.Context, o options, sc scenario, work st
 	fd := &machineDeployment{timeout: o.timeout}
 	defer fd.close()
 	if err := fd.prepare(ctx, tb); err != nil {
-		return res, fmt.Errorf("Cluster API floor: %w", err)
+		return res, fmt.Errorf("the Cluster API floor: %w", err)
 	}
 	writesAtStart := p.writeCount()
 	profile := startLabelledCPU()
@@ -83,7 +83,7 @@ func measureClusterAPIFloor(ctx context.Context, o options, sc scenario, work st
 		return res, err
 	}
 	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) { return fd.running() == o.n, p.failed() }); err != nil {
-		return res, fmt.Errorf("Cluster API floor: waiting for Running (%d of %d): %w", fd.running(), o.n, err)
+		return res, fmt.Errorf("the Cluster API floor: waiting for Running (%d of %d): %w", fd.running(), o.n, err)
 	}
 	res.toRunning = time.Since(start)
 	res.providerCPU[0], res.providerCPUErr = profile.stop()
@@ -99,7 +99,7 @@ func measureClusterAPIFloor(ctx context.Context, o options, sc scenario, work st
 		}
 		return fd.gone(ctx, tb, nil)
 	}); err != nil {
-		return res, fmt.Errorf("Cluster API floor: waiting for deletion: %w", err)
+		return res, fmt.Errorf("the Cluster API floor: waiting for deletion: %w", err)
 	}
 	res.toDeleted = time.Since(start)
 	var deleteErr error
