@@ -55,12 +55,7 @@ type clusterAPIFloor struct {
 // measureClusterAPIFloor runs the scenario's MachineDeployment with the perfect provider.
 func measureClusterAPIFloor(ctx context.Context, o options, sc scenario, work string) (clusterAPIFloor, error) {
 	var res clusterAPIFloor
-	opts := testbed.Options{WorkDir: filepath.Join(work, "capi-floor"), NoManager: true}
-	var err error
-	if opts.ClusterAPI, err = clusterAPIAssets(ctx, o.repoRoot); err != nil {
-		return res, err
-	}
-	tb, err := startSeeded(ctx, o, sc, opts)
+	tb, err := startSeededWithClusterAPI(ctx, o, sc, testbed.Options{WorkDir: filepath.Join(work, "capi-floor"), NoManager: true})
 	defer tb.Stop()
 	if err != nil {
 		return res, err

@@ -127,13 +127,11 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 		}
 		return p.managerArgs(o, metricsAddr, pprofAddr), nil
 	}}
-	var err error
+	startTestbed := startSeeded
 	if sc.clusterAPI {
-		if opts.ClusterAPI, err = clusterAPIAssets(ctx, o.repoRoot); err != nil {
-			return res, err
-		}
+		startTestbed = startSeededWithClusterAPI
 	}
-	tb, err := startSeeded(ctx, o, sc, opts)
+	tb, err := startTestbed(ctx, o, sc, opts)
 	defer tb.Stop()
 	if err != nil {
 		return res, err
@@ -330,6 +328,15 @@ func startSeeded(ctx context.Context, o options, sc scenario, opts testbed.Optio
 		return tb, err
 	}
 	return tb, tb.Seed(ctx)
+}
+
+// startSeededWithClusterAPI is startSeeded with the Cluster API core manager running too.
+func startSeededWithClusterAPI(ctx context.Context, o options, sc scenario, opts testbed.Options) (*testbed.Testbed, error) {
+	var err error
+	if opts.ClusterAPI, err = clusterAPIAssets(ctx, o.repoRoot); err != nil {
+		return &testbed.Testbed{}, err // nothing started: stopping it does nothing
+	}
+	return startSeeded(ctx, o, sc, opts)
 }
 
 func waitProviderConfigReady(ctx context.Context, tb *testbed.Testbed) error {
