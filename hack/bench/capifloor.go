@@ -389,8 +389,9 @@ func (p *perfectProvider) release(ctx context.Context, hm *infrav1.HarvesterMach
 		p.mu.Lock()
 		p.deleted[hm.Name] = true
 		p.mu.Unlock()
-		return nil // the VM's and the disk's deletion events bring it back
 	}
+	// The VM's and the disk's deletion events bring it back until both are gone; a machine
+	// deleted before its VM was made (a MachineSet's one too many) has neither.
 	if err := p.hvCache.Get(ctx, key, &kubevirtv1.VirtualMachine{}); !apierrors.IsNotFound(err) {
 		return client.IgnoreNotFound(err)
 	}
