@@ -387,9 +387,8 @@ func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *har
 				// Said in the status only once the same thing has held the deletion up past
 				// the time it may take (frontdoor.DeletionStalls), as for MachineRequests.
 				poll := frontdoor.PollInterval(deletion.Watched, r.PollInterval, r.WatchedPollInterval)
-				patience := deletion.ShutdownGrace + r.DeletionReportDelay
-				if held := r.stalls.HeldFor(hm, deletion.Remaining, time.Now()); held < patience {
-					return reconcile.Result{RequeueAfter: min(poll, patience-held+objstatus.TimerSlack)}, nil
+				if next, quiet := r.stalls.Unreported(hm, deletion, r.DeletionReportDelay, poll, time.Now()); quiet {
+					return reconcile.Result{RequeueAfter: next}, nil
 				}
 				return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, poll, "deleting the machine on Harvester: waiting for %s", deletion.Remaining)
 			}
@@ -418,15 +417,7 @@ func machineOwnerOf(o client.Object) []string {
 
 // machinesOfMachine names the HarvesterMachines a Machine owns.
 func (r *HarvesterMachineReconciler) machinesOfMachine(ctx context.Context, o client.Object) []ctrl.Request {
-	list := &infrav1.HarvesterMachineList{}
-	if err := r.List(ctx, list, client.InNamespace(o.GetNamespace()), client.MatchingFields{harvesterMachinesByMachine: o.GetName()}); err != nil {
-		return nil
-	}
-	reqs := make([]ctrl.Request, 0, len(list.Items))
-	for _, hm := range list.Items {
-		reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&hm)})
-	}
-	return reqs
+	return r.harvesterMachines(ctx, o.GetNamespace(), client.MatchingFields{harvesterMachinesByMachine: o.GetName()})
 }
 
 // machinesOfCluster names the HarvesterMachines of a Cluster.
@@ -448,8 +439,14 @@ func (r *HarvesterMachineReconciler) machinesOfHarvesterCluster(ctx context.Cont
 // machinesOfClusterNamed names the HarvesterMachines of the Cluster of that name (by Cluster API's
 // cluster-name label).
 func (r *HarvesterMachineReconciler) machinesOfClusterNamed(ctx context.Context, namespace, cluster string) []ctrl.Request {
+	return r.harvesterMachines(ctx, namespace, client.MatchingLabels{capiClusterNameLabel: cluster})
+}
+
+// harvesterMachines names the HarvesterMachines of namespace that match (from the cache; none if
+// it cannot be read).
+func (r *HarvesterMachineReconciler) harvesterMachines(ctx context.Context, namespace string, match client.ListOption) []ctrl.Request {
 	list := &infrav1.HarvesterMachineList{}
-	if err := r.List(ctx, list, client.InNamespace(namespace), client.MatchingLabels{capiClusterNameLabel: cluster}); err != nil {
+	if err := r.List(ctx, list, client.InNamespace(namespace), match); err != nil {
 		return nil
 	}
 	reqs := make([]ctrl.Request, 0, len(list.Items))

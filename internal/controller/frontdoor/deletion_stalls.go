@@ -6,6 +6,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // DeletionStalls remembers, for each deletion in progress, what was left of it on Harvester and
@@ -36,6 +39,17 @@ func (d *DeletionStalls) HeldFor(obj client.Object, remaining string, now time.T
 	}
 	d.m.Store(key, deletionStall{uid: obj.GetUID(), remaining: remaining, since: now})
 	return 0
+}
+
+// Unreported says whether the deletion of obj, not done yet, has not been held up long enough to
+// be worth a status: not by the same thing for its shutdown grace period and reportDelay. If so,
+// it returns when to look again: at the next poll, or when it would be.
+func (d *DeletionStalls) Unreported(obj client.Object, deletion harvester.Deletion, reportDelay, poll time.Duration, now time.Time) (time.Duration, bool) {
+	patience := deletion.ShutdownGrace + reportDelay
+	if held := d.HeldFor(obj, deletion.Remaining, now); held < patience {
+		return min(poll, patience-held+objstatus.TimerSlack), true
+	}
+	return 0, false
 }
 
 // Forget drops what is remembered of an object that is gone.

@@ -358,9 +358,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *machineScope) (reco
 		// past the time it may take by itself (a VM's shutdown grace period; see
 		// frontdoor.DeletionStalls); what is left is named, so that the report says by what.
 		poll := frontdoor.PollInterval(deletion.Watched, r.DeletionPollInterval, r.WatchedPollInterval)
-		patience := deletion.ShutdownGrace + r.DeletionReportDelay
-		if held := r.stalls.HeldFor(s.mr, deletion.Remaining, time.Now()); held < patience {
-			return reconcile.Result{RequeueAfter: min(poll, patience-held+objstatus.TimerSlack)}, nil
+		if next, quiet := r.stalls.Unreported(s.mr, deletion, r.DeletionReportDelay, poll, time.Now()); quiet {
+			return reconcile.Result{RequeueAfter: next}, nil
 		}
 		msg := "Deleting on Harvester; waiting for " + deletion.Remaining
 		s.setPhase(v1alpha1.MachinePhaseDeleting)
