@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,8 +29,16 @@ import (
 // than the direct run's time by the ratio of (its CPU + this floor) to its CPU: the ratio the
 // floor line prints.
 
-// floorResult is the management floor, creating and deleting.
+// The contract's floor is the same with the writes DESIGN.md asks of every MachineRequest
+// provider on top: the status that says Creating once the VM exists, and the events Created,
+// Running and Deleted (readable in kubectl describe). Seven writes per machine, where the
+// management floor counts three: what this provider writes. The management floor is the issue's
+// yardstick; the contract's floor says how much of the margin over it the contract itself costs.
+
+// floorResult is the management floor (or the contract's), creating and deleting.
 type floorResult struct {
+	// contract is set for the contract's floor.
+	contract bool
 	// serverCPU is the management API server's and etcd's CPU seconds, creating and deleting.
 	serverCPU [2]float64
 	// clientCPU is the CPU seconds of the writes and watch of the floor's provider (see
@@ -39,8 +49,8 @@ type floorResult struct {
 
 // measureManagementFloor creates n MachineRequests as createAll does and plays the least a
 // provider must do with them, then deletes them and lets them go.
-func measureManagementFloor(ctx context.Context, o options, sc scenario, tb *testbed.Testbed) (floorResult, error) {
-	var res floorResult
+func measureManagementFloor(ctx context.Context, o options, sc scenario, tb *testbed.Testbed, contract bool) (floorResult, error) {
+	res := floorResult{contract: contract}
 	cfg := ownConnection(tb.MgmtConfig)
 	var provider client.Client
 	var seen *ipSeen
@@ -69,12 +79,18 @@ func measureManagementFloor(ctx context.Context, o options, sc scenario, tb *tes
 	}
 	defer counts.stop()
 
+	// Each machine's UID, which its events name (a provider knows it from its watch).
+	uids := make([]types.UID, o.n)
 	cpuAtStart := processCPU(tb)
 	profile := startLabelledCPU()
 	if err := createAll(ctx, tb, o.n, !sc.noUserData); err != nil {
 		return res, err
 	}
-	if err := forEachMachineAsProvider(ctx, o.n, func(ctx context.Context, i int) error { return placeAndRun(ctx, provider, i) }); err != nil {
+	if err := forEachMachineAsProvider(ctx, o.n, func(ctx context.Context, i int) error {
+		uid, err := placeAndRun(ctx, provider, i, contract)
+		uids[i] = uid
+		return err
+	}); err != nil {
 		return res, err
 	}
 	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) { return seen.count() == o.n, nil }); err != nil {
@@ -88,7 +104,7 @@ func measureManagementFloor(ctx context.Context, o options, sc scenario, tb *tes
 	if err := (&machineRequests{}).deleteAll(ctx, tb); err != nil {
 		return res, err
 	}
-	if err := forEachMachineAsProvider(ctx, o.n, func(ctx context.Context, i int) error { return release(ctx, provider, i) }); err != nil {
+	if err := forEachMachineAsProvider(ctx, o.n, func(ctx context.Context, i int) error { return release(ctx, provider, i, uids[i], contract) }); err != nil {
 		return res, err
 	}
 	if err := counts.waitEmpty(ctx, o.timeout, tb); err != nil {
@@ -116,30 +132,89 @@ func forEachMachineAsProvider(ctx context.Context, n int, do func(context.Contex
 // placeAndRun writes what a provider must of machine i once its VM reports an IP: the finalizer
 // with the place (a merge patch locked on the resourceVersion, which createAll's answer does not
 // give here, so the finalizer goes in a JSON patch that also tests the list is absent, as on a new
-// MachineRequest), then the status.
-func placeAndRun(ctx context.Context, c client.Client, i int) error {
+// MachineRequest), then the status. For the contract's floor, the status Creating and the event
+// Created come between, and the event Running last.
+func placeAndRun(ctx context.Context, c client.Client, i int, contract bool) (types.UID, error) {
 	mr := &v1alpha1.MachineRequest{ObjectMeta: metav1.ObjectMeta{Namespace: testbed.Namespace, Name: machineName(i)}}
 	place := v1alpha1.EncodePlacement(v1alpha1.Placement{ClusterID: "floor", Server: "https://harvester.invalid", Namespace: testbed.HarvesterNamespace, Name: mr.Name})
 	meta := fmt.Sprintf(`[{"op":"add","path":"/metadata/finalizers","value":[%q]},{"op":"add","path":"/metadata/annotations","value":{%q:%q}}]`,
 		v1alpha1.MachineRequestFinalizer, v1alpha1.AnnotationPlacement, place)
 	if err := c.Patch(ctx, mr, client.RawPatch(types.JSONPatchType, []byte(meta))); err != nil {
-		return fmt.Errorf("management floor: finalizer and place of %s: %w", mr.Name, err)
+		return "", fmt.Errorf("management floor: finalizer and place of %s: %w", mr.Name, err)
+	}
+	vm := "VirtualMachine " + testbed.HarvesterNamespace + "/" + mr.Name
+	if contract {
+		status := client.MergeFrom(mr.DeepCopy())
+		mr.Status.Phase = v1alpha1.MachinePhaseCreating
+		mr.Status.ProviderID = "harvester://" + string(mr.UID)
+		setConditions(mr, metav1.ConditionTrue, v1alpha1.ReasonVMCreating, "Creating "+vm+" on Harvester")
+		if err := c.Status().Patch(ctx, mr, status); err != nil {
+			return "", fmt.Errorf("contract's floor: status Creating of %s: %w", mr.Name, err)
+		}
+		if err := c.Create(ctx, floorEvent(mr, "Created", "Created "+vm+" on Harvester")); err != nil {
+			return "", fmt.Errorf("contract's floor: event Created of %s: %w", mr.Name, err)
+		}
 	}
 	status := client.MergeFrom(mr.DeepCopy())
 	mr.Status.Phase = v1alpha1.MachinePhaseRunning
 	mr.Status.ProviderID = "harvester://" + string(mr.UID)
 	mr.Status.IPAddress = fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
 	mr.Status.IPAddresses = []string{mr.Status.IPAddress}
-	if err := c.Status().Patch(ctx, mr, status); err != nil {
-		return fmt.Errorf("management floor: status of %s: %w", mr.Name, err)
+	running := vm + " is running at " + mr.Status.IPAddress
+	if contract {
+		setConditions(mr, metav1.ConditionFalse, v1alpha1.ReasonVMRunning, running)
 	}
-	return nil
+	if err := c.Status().Patch(ctx, mr, status); err != nil {
+		return "", fmt.Errorf("management floor: status of %s: %w", mr.Name, err)
+	}
+	if contract {
+		if err := c.Create(ctx, floorEvent(mr, "Running", running)); err != nil {
+			return "", fmt.Errorf("contract's floor: event Running of %s: %w", mr.Name, err)
+		}
+	}
+	return mr.UID, nil
+}
+
+// setConditions gives mr the three conditions a provider's status carries: Progressing as given,
+// Ready its opposite, Degraded False.
+func setConditions(mr *v1alpha1.MachineRequest, progressing metav1.ConditionStatus, reason, message string) {
+	ready := metav1.ConditionFalse
+	if progressing == metav1.ConditionFalse {
+		ready = metav1.ConditionTrue
+	}
+	for _, c := range []metav1.Condition{
+		{Type: v1alpha1.ConditionProgressing, Status: progressing, Reason: reason, Message: message},
+		{Type: v1alpha1.ConditionReady, Status: ready, Reason: reason, Message: message},
+		{Type: v1alpha1.ConditionDegraded, Status: metav1.ConditionFalse, Reason: "Healthy", Message: "Nothing keeps the provider from making progress"},
+	} {
+		meta.SetStatusCondition(&mr.Status.Conditions, c)
+	}
+}
+
+// floorEvent is a Normal event about mr, as a provider's event recorder posts it.
+func floorEvent(mr *v1alpha1.MachineRequest, reason, message string) *corev1.Event {
+	now := metav1.Now()
+	return &corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{Namespace: mr.Namespace, Name: fmt.Sprintf("%s.%x", mr.Name, now.UnixNano())},
+		InvolvedObject: corev1.ObjectReference{Kind: "MachineRequest", APIVersion: v1alpha1.GroupVersion.String(),
+			Namespace: mr.Namespace, Name: mr.Name, UID: mr.UID, ResourceVersion: mr.ResourceVersion},
+		Reason: reason, Message: message, Type: corev1.EventTypeNormal, Count: 1,
+		Source:         corev1.EventSource{Component: "floor"},
+		FirstTimestamp: now, LastTimestamp: now,
+	}
 }
 
 // release removes the finalizer of machine i, which is being deleted, as a provider does once
-// its VM is gone: a JSON patch that tests the list is the provider's finalizer alone.
-func release(ctx context.Context, c client.Client, i int) error {
-	mr := &v1alpha1.MachineRequest{ObjectMeta: metav1.ObjectMeta{Namespace: testbed.Namespace, Name: machineName(i)}}
+// its VM is gone: a JSON patch that tests the list is the provider's finalizer alone. For the
+// contract's floor, the event Deleted first.
+func release(ctx context.Context, c client.Client, i int, uid types.UID, contract bool) error {
+	mr := &v1alpha1.MachineRequest{ObjectMeta: metav1.ObjectMeta{Namespace: testbed.Namespace, Name: machineName(i), UID: uid}}
+	if contract {
+		vm := "VirtualMachine " + testbed.HarvesterNamespace + "/" + mr.Name
+		if err := c.Create(ctx, floorEvent(mr, "Deleted", "Deleted "+vm+" and its disks from Harvester")); err != nil {
+			return fmt.Errorf("contract's floor: event Deleted of %s: %w", mr.Name, err)
+		}
+	}
 	patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers","value":[%q]},{"op":"remove","path":"/metadata/finalizers"}]`, v1alpha1.MachineRequestFinalizer)
 	if err := c.Patch(ctx, mr, client.RawPatch(types.JSONPatchType, []byte(patch))); err != nil {
 		return fmt.Errorf("management floor: finalizer of %s: %w", mr.Name, err)
@@ -160,8 +235,12 @@ func (f floorResult) describe(d directResult, n int) string {
 		own = fmt.Sprintf("its writes' and watch's own CPU %.1f ms per machine (%.1f + %.1f)",
 			perMachine(f.clientCPU[0]+f.clientCPU[1]), perMachine(f.clientCPU[0]), perMachine(f.clientCPU[1]))
 	}
-	return fmt.Sprintf("management floor (the user's creates and deletes, a watch of MachineRequests, a provider's 3 writes per machine: finalizer with place, status Running, finalizer removed): management API server and etcd %.1f s creating + %.1f s deleting, %s; so no MachineRequest provider can beat %s on this machine",
-		f.serverCPU[0], f.serverCPU[1], own, f.ratios(d))
+	what, who := "management floor (the user's creates and deletes, a watch of MachineRequests, a provider's 3 writes per machine: finalizer with place, status Running, finalizer removed)", "no MachineRequest provider"
+	if f.contract {
+		what, who = "contract's floor (the same, plus what DESIGN.md asks of a provider: status Creating and the events Created, Running, Deleted; 7 writes per machine)", "no provider that keeps the contract"
+	}
+	return fmt.Sprintf("%s: management API server and etcd %.1f s creating + %.1f s deleting, %s; so %s can beat %s on this machine",
+		what, f.serverCPU[0], f.serverCPU[1], own, who, f.ratios(d))
 }
 
 // ratios is the least create and delete ratio to direct the floor allows (see the file's comment).
@@ -179,25 +258,38 @@ func (f floorResult) leastRatios(d directResult) (create, del float64) {
 // vsFloor is the provider's own margin over the floor, in a form scripts read: its times over
 // the least times any provider could take here, and the manager's CPU over a perfect provider's.
 // For MachineRequests the least times are the direct twin's times by the floor's least ratios,
-// and a perfect provider's CPU is the direct twin's own plus the floor's writes and watch; for
-// the Cluster API front door both come from the Cluster API floor's run (capifloor.go).
+// and a perfect provider's CPU is the direct twin's own plus the floor's writes and watch; the
+// same over the contract's floor follows, if it was measured. For the Cluster API front door
+// both come from the Cluster API floor's run (capifloor.go).
 func vsFloor(ours result, d directResult) (string, error) {
-	var leastRunning, leastDeleted, perfectCPU float64
 	switch {
 	case d.floorErr != nil:
 		return "", d.floorErr
 	case ours.scenario.clusterAPI && d.capiFloor.providerCPUErr != nil:
 		return "", d.capiFloor.providerCPUErr
 	case ours.scenario.clusterAPI:
-		leastRunning, leastDeleted = d.capiFloor.toRunning.Seconds(), d.capiFloor.toDeleted.Seconds()
-		perfectCPU = d.capiFloor.providerCPU[0] + d.capiFloor.providerCPU[1]
+		return "vs floor: " + margin(ours, d.capiFloor.toRunning.Seconds(), d.capiFloor.toDeleted.Seconds(),
+			d.capiFloor.providerCPU[0]+d.capiFloor.providerCPU[1]), nil
 	case d.providerCPUErr != nil || d.floor.clientCPUErr != nil:
 		return "", errors.Join(d.providerCPUErr, d.floor.clientCPUErr)
-	default:
-		create, del := d.floor.leastRatios(d)
-		leastRunning, leastDeleted = create*d.toRunning.Seconds(), del*d.toDeleted.Seconds()
-		perfectCPU = d.providerCPU[0] + d.providerCPU[1] + d.floor.clientCPU[0] + d.floor.clientCPU[1]
 	}
-	return fmt.Sprintf("vs floor: create %.2fx, delete %.2fx; manager CPU %.1fx a perfect provider's",
-		ours.toRunning.Seconds()/leastRunning, ours.toDeleted.Seconds()/leastDeleted, ours.cpuSeconds/perfectCPU), nil
+	line := "vs floor: " + d.floor.margin(ours, d)
+	if d.contractFloor.clientCPUErr == nil && d.contractFloor.serverCPU[0] > 0 {
+		line += "; vs the contract's floor: " + d.contractFloor.margin(ours, d)
+	}
+	return line, nil
+}
+
+// margin is the provider's margin over the floor f on top of the direct twin d.
+func (f floorResult) margin(ours result, d directResult) string {
+	create, del := f.leastRatios(d)
+	return margin(ours, create*d.toRunning.Seconds(), del*d.toDeleted.Seconds(),
+		d.providerCPU[0]+d.providerCPU[1]+f.clientCPU[0]+f.clientCPU[1])
+}
+
+// margin is the provider's times over the least times, and its manager's CPU over a perfect
+// provider's, in seconds.
+func margin(ours result, leastRunning, leastDeleted, perfectCPU float64) string {
+	return fmt.Sprintf("create %.2fx, delete %.2fx; manager CPU %.1fx a perfect provider's",
+		ours.toRunning.Seconds()/leastRunning, ours.toDeleted.Seconds()/leastDeleted, ours.cpuSeconds/perfectCPU)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -24,6 +25,38 @@ func TestFloorRatiosAddTheManagementSideToTheDirectRunsCPU(t *testing.T) {
 	f.clientCPUErr = errors.New("cpu profiling already in use")
 	if line := f.describe(d, 1000); !strings.Contains(line, "not measured: cpu profiling already in use") {
 		t.Errorf("describe without the client's CPU = %q, want it to say why", line)
+	}
+}
+
+func TestVsFloorMeasuresTheMarginOverBothFloors(t *testing.T) {
+	d := directResult{
+		toRunning: 40 * time.Second, toDeleted: 20 * time.Second,
+		cpu:           [2]float64{80, 40},
+		providerCPU:   [2]float64{1.5, 0.5},
+		floor:         floorResult{serverCPU: [2]float64{8, 3.5}, clientCPU: [2]float64{0.5, 0.5}},
+		contractFloor: floorResult{contract: true, serverCPU: [2]float64{15, 7}, clientCPU: [2]float64{1, 1}},
+	}
+	ours := result{toRunning: 60 * time.Second, toDeleted: 30 * time.Second, cpuSeconds: 12}
+	got, err := vsFloor(ours, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Least times: 40 s by (80 + 8.5) / 80 = 44.25 s, 20 s by (40 + 4) / 40 = 22 s; a perfect
+	// provider's CPU 2 + 1 = 3 s. Over the contract's floor: 40 s by 96 / 80 = 48 s, 20 s by
+	// 48 / 40 = 24 s, 2 + 2 = 4 s.
+	want := "vs floor: create 1.36x, delete 1.36x; manager CPU 4.0x a perfect provider's; " +
+		"vs the contract's floor: create 1.25x, delete 1.25x; manager CPU 3.0x a perfect provider's"
+	if got != want {
+		t.Errorf("vsFloor =\n%s\nwant\n%s", got, want)
+	}
+	if line := d.floorLine(1000); !strings.Contains(line, "no MachineRequest provider can beat create 1.11x, delete 1.10x") ||
+		!strings.Contains(line, "7 writes per machine") || !strings.Contains(line, "no provider that keeps the contract can beat create 1.20x, delete 1.20x") {
+		t.Errorf("floorLine = %q, want both floors and their least ratios", line)
+	}
+
+	d.contractFloor = floorResult{}
+	if got, _ := vsFloor(ours, d); strings.Contains(got, "contract") {
+		t.Errorf("vsFloor without a contract's floor = %q, want the management floor alone", got)
 	}
 }
 
