@@ -74,3 +74,9 @@ func TestReconcileCountSumsTheControllersResults(t *testing.T) {
 		t.Errorf("reconcileCount = %v, want 12 (7 + 5, the other controller's left out)", got)
 	}
 }
+
+func TestStandingCPUIsPerSecondOfItsWindow(t *testing.T) {
+	if got, want := (standingCPU{seconds: 0.25}).perSecond(), 1000*0.25/standingWindow.Seconds(); got != want || got <= 0 {
+		t.Errorf("perSecond = %v, want %v ms per second", got, want)
+	}
+}

@@ -109,7 +109,37 @@ type result struct {
 	deletionReconciles float64
 	// notes are what the front door adds (Cluster API: where each machine's time went).
 	notes string
+	// standing is the manager's CPU while all machines run and nothing is asked of it (see
+	// measureStanding), left out of cpuSeconds.
+	standing standingCPU
 }
+
+// standingWindow is how long measureStanding watches the manager.
+const standingWindow = 10 * time.Second
+
+// standingCPU is the CPU the manager used in standingWindow.
+type standingCPU struct{ seconds float64 }
+
+// measureStanding measures the manager's CPU for standingWindow once all machines run, with
+// nothing asked of it and the bench's metrics scrapes stopped: what it costs per second only by
+// running, watching what it watches (for Cluster API, the Machines Cluster API core keeps
+// writing). It explains a run that takes longer costing more per machine.
+func measureStanding(ctx context.Context, tb *testbed.Testbed) (standingCPU, error) {
+	_, atStart, err := processUsage(tb.ManagerPID())
+	if err != nil {
+		return standingCPU{}, err
+	}
+	select {
+	case <-ctx.Done():
+		return standingCPU{}, ctx.Err()
+	case <-time.After(standingWindow):
+	}
+	_, atEnd, err := processUsage(tb.ManagerPID())
+	return standingCPU{seconds: atEnd - atStart}, err
+}
+
+// perSecond is the standing CPU in milliseconds per second.
+func (s standingCPU) perSecond() float64 { return 1000 * s.seconds / standingWindow.Seconds() }
 
 // runScenario measures a provider (this one, or the published one: see published.go) on a
 // scenario.
@@ -189,6 +219,9 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 		return res, err
 	}
 	res.ipDelays = fd.afterRunning(tb)
+	if res.standing, err = measureStanding(ctx, tb); err != nil {
+		return res, err
+	}
 
 	counts, err := watchCounts(ctx, append([]countedKind{fd.counted(tb)}, harvesterKinds(tb)...))
 	if err != nil {
@@ -246,6 +279,7 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 	if res.peakRSSMB, res.cpuSeconds, err = processUsage(tb.ManagerPID()); err != nil {
 		return res, err
 	}
+	res.cpuSeconds -= res.standing.seconds
 	res.notes, err = fd.finish(ctx, tb)
 	return res, err
 }
