@@ -97,6 +97,14 @@ func (p *profiler) heap(ctx context.Context, when string) {
 	}
 }
 
+// managerCPU takes the manager's CPU profile for the given time, now, as name.
+func (p *profiler) managerCPU(ctx context.Context, name string, span time.Duration) {
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprofAddr, int(span.Seconds()))
+	if err := p.fetch(ctx, http.DefaultClient, url, name); err != nil {
+		p.fail(fmt.Errorf("%s: %w", name, err))
+	}
+}
+
 // wait waits for the CPU profiles and returns what failed.
 func (p *profiler) wait() error {
 	p.wg.Wait()

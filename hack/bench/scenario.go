@@ -117,25 +117,51 @@ type result struct {
 // standingWindow is how long measureStanding watches the manager.
 const standingWindow = 10 * time.Second
 
-// standingCPU is the CPU the manager used in standingWindow.
-type standingCPU struct{ seconds float64 }
+// standingCPU is the CPU the manager used in standingWindow, and what the management API server
+// was asked to write meanwhile, per second (the changes its watches heard).
+type standingCPU struct {
+	seconds    float64
+	mgmtWrites string
+}
 
 // measureStanding measures the manager's CPU for standingWindow once all machines run, with
 // nothing asked of it and the bench's metrics scrapes stopped: what it costs per second only by
 // running, watching what it watches (for Cluster API, the Machines Cluster API core keeps
-// writing). It explains a run that takes longer costing more per machine.
-func measureStanding(ctx context.Context, tb *testbed.Testbed) (standingCPU, error) {
+// writing). It explains a run that takes longer costing more per machine. With prof, and once
+// the creating CPU profile is done (a run of at least its window), the manager's CPU profile of
+// the window is cpu-standing-manager.pprof.
+func measureStanding(ctx context.Context, tb *testbed.Testbed, prof *profiler, runningAfter time.Duration) (standingCPU, error) {
+	writesAtStart, err := apiServerWrites(ctx, tb.MgmtConfig)
+	if err != nil {
+		return standingCPU{}, err
+	}
 	_, atStart, err := processUsage(tb.ManagerPID())
 	if err != nil {
 		return standingCPU{}, err
 	}
-	select {
-	case <-ctx.Done():
-		return standingCPU{}, ctx.Err()
-	case <-time.After(standingWindow):
+	if prof != nil && runningAfter > cpuWindowStart+cpuWindowSpan {
+		prof.managerCPU(ctx, "cpu-standing-manager.pprof", standingWindow)
+	} else {
+		select {
+		case <-ctx.Done():
+			return standingCPU{}, ctx.Err()
+		case <-time.After(standingWindow):
+		}
 	}
 	_, atEnd, err := processUsage(tb.ManagerPID())
-	return standingCPU{seconds: atEnd - atStart}, err
+	if err != nil {
+		return standingCPU{}, err
+	}
+	writesAtEnd, err := apiServerWrites(ctx, tb.MgmtConfig)
+	return standingCPU{seconds: atEnd - atStart, mgmtWrites: describeWrites(writesAtStart, writesAtEnd, int(standingWindow.Seconds()))}, err
+}
+
+// writes are the management writes per second of the window, "none" if there were none.
+func (s standingCPU) writes() string {
+	if s.mgmtWrites == "" {
+		return "none"
+	}
+	return s.mgmtWrites
 }
 
 // perSecond is the standing CPU in milliseconds per second.
@@ -219,7 +245,7 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 		return res, err
 	}
 	res.ipDelays = fd.afterRunning(tb)
-	if res.standing, err = measureStanding(ctx, tb); err != nil {
+	if res.standing, err = measureStanding(ctx, tb, prof, res.toRunning); err != nil {
 		return res, err
 	}
 
