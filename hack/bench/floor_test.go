@@ -80,3 +80,14 @@ func TestStandingCPUIsPerSecondOfItsWindow(t *testing.T) {
 		t.Errorf("perSecond = %v, want %v ms per second", got, want)
 	}
 }
+
+func TestSpreadCreatesEvenlyFromTheFirst(t *testing.T) {
+	for _, tc := range []struct {
+		i    int
+		want time.Duration
+	}{{0, 0}, {50, 10 * time.Second}, {99, 19800 * time.Millisecond}} {
+		if got := spreadAt(tc.i, 100, 20*time.Second); got != tc.want {
+			t.Errorf("spreadAt(%d, 100, 20s) = %s, want %s", tc.i, got, tc.want)
+		}
+	}
+}

@@ -68,7 +68,7 @@ func frontDoorOf(o options, sc scenario) frontDoor {
 	if sc.clusterAPI {
 		return &machineDeployment{timeout: o.timeout}
 	}
-	return &machineRequests{userData: !sc.noUserData}
+	return &machineRequests{userData: !sc.noUserData, spread: o.spread}
 }
 
 type result struct {
@@ -313,7 +313,9 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 // machineRequests is the front door of the MachineRequest runs: n MachineRequests created at
 // once, with a small cloud-config as userData or none, and deleted all together.
 type machineRequests struct {
-	userData  bool
+	userData bool
+	// spread is how long the creates are spread over (0: all at once).
+	spread    time.Duration
 	seen      *ipSeen
 	stopWatch func()
 }
@@ -331,8 +333,29 @@ func (m *machineRequests) close() {
 	}
 }
 
+// create creates the n MachineRequests, all at once or, with spread, machine i at i/n of it.
 func (m *machineRequests) create(ctx context.Context, tb *testbed.Testbed, n int) error {
-	return createAll(ctx, tb, n, m.userData)
+	if m.spread <= 0 {
+		return createAll(ctx, tb, n, m.userData)
+	}
+	start := time.Now()
+	for i := range n {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Until(start.Add(spreadAt(i, n, m.spread)))):
+		}
+		if err := createMachineRequest(ctx, tb, i, m.userData); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// spreadAt is when machine i of n is created, from the first create, when the creates are
+// spread evenly over spread.
+func spreadAt(i, n int, spread time.Duration) time.Duration {
+	return spread * time.Duration(i) / time.Duration(n)
 }
 
 func (m *machineRequests) running() int { return m.seen.count() }
@@ -410,24 +433,28 @@ func waitProviderConfigReady(ctx context.Context, tb *testbed.Testbed) error {
 // createAll creates n MachineRequests from 8 goroutines, as a bootstrap controller would, with a
 // small cloud-config as userData or none.
 func createAll(ctx context.Context, tb *testbed.Testbed, n int, userData bool) error {
-	return forEachMachine(n, func(i int) error {
-		role := v1alpha1.MachineRoleWorker
-		if i < 3 {
-			role = v1alpha1.MachineRoleControlPlane
-		}
-		name := machineName(i)
-		mr := &v1alpha1.MachineRequest{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testbed.Namespace},
-			Spec: v1alpha1.MachineRequestSpec{
-				ProviderRef: v1alpha1.ProviderReference{Name: "harvester-config"},
-				MachineName: name, Role: role, CPU: 4, MemoryMB: 8192, DiskGB: 50,
-			},
-		}
-		if userData {
-			mr.Spec.UserData = "#cloud-config\nhostname: " + name + "\n"
-		}
-		return tb.Mgmt.Create(ctx, mr)
-	})
+	return forEachMachine(n, func(i int) error { return createMachineRequest(ctx, tb, i, userData) })
+}
+
+// createMachineRequest creates machine i's MachineRequest, as a user does: the first three
+// control plane nodes, the others workers.
+func createMachineRequest(ctx context.Context, tb *testbed.Testbed, i int, userData bool) error {
+	role := v1alpha1.MachineRoleWorker
+	if i < 3 {
+		role = v1alpha1.MachineRoleControlPlane
+	}
+	name := machineName(i)
+	mr := &v1alpha1.MachineRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testbed.Namespace},
+		Spec: v1alpha1.MachineRequestSpec{
+			ProviderRef: v1alpha1.ProviderReference{Name: "harvester-config"},
+			MachineName: name, Role: role, CPU: 4, MemoryMB: 8192, DiskGB: 50,
+		},
+	}
+	if userData {
+		mr.Spec.UserData = "#cloud-config\nhostname: " + name + "\n"
+	}
+	return tb.Mgmt.Create(ctx, mr)
 }
 
 // machineName is the name of machine i, of its MachineRequest and of its objects on Harvester.
