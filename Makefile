@@ -124,7 +124,7 @@ N ?= 100
 bench: ## Benchmark N machines end to end, as MachineRequests and as a Cluster API MachineDeployment (default 100; N=1000 documented), and add the table to docs/benchmarks.md.
 	@assets=$$(bash hack/tools/controlplane.sh) && capi=$$(bash hack/tools/capi.sh) && \
 		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) run ./hack/bench -n $(N) $(BENCH_FLAGS)
-	@echo "Go benchmarks of the object builders and IP selection:"
+	@echo "Go benchmarks of the object builders, IP selection and decoding a VM watch event:"
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/harvester/
 
 # The published provider's commit make bench-published builds (hack/tools/published-provider.sh):
