@@ -43,7 +43,8 @@ type options struct {
 	runs              int
 	only              string
 	direct            bool
-	// spread spreads the MachineRequests' creates over this long (see machineRequests.create).
+	// spread spreads the MachineRequests' creates, and their deletes, over this long (see
+	// machineRequests.create and deleteAll).
 	spread time.Duration
 	// The world and the other provider of make bench-published (see published.go).
 	schema                       string
@@ -67,7 +68,7 @@ func main() {
 	flag.StringVar(&o.profileDir, "profile-dir", "", "If set, the first run writes CPU profiles of both API servers, the manager and the simulator, taken 5s to 35s after the first create and again after the deletion starts, and the manager's heap when all are Running and when all are deleted, to this directory.")
 	flag.IntVar(&o.runs, "runs", 4, "How many of the four runs (zero boot delay, realistic boot, no userData, Cluster API MachineDeployment) to do, in that order.")
 	flag.StringVar(&o.only, "only", "", "If set, do only the runs among those -runs chooses whose names contain this (case-insensitive), e.g. -only 'cluster api'.")
-	flag.DurationVar(&o.spread, "spread-creates", 0, "Create the MachineRequests one after another over this long instead of all at once (the runs of MachineRequests only, not their direct twins), e.g. at the pace Cluster API core hands a MachineDeployment's machines to the provider: what the provider costs per machine when its machines come a few at a time.")
+	flag.DurationVar(&o.spread, "spread", 0, "Create the MachineRequests one after another over this long instead of all at once, and delete them so (the runs of MachineRequests only, not their direct twins or floors: use -direct=false), e.g. at the pace Cluster API core hands a MachineDeployment's machines to the provider and takes them back: what the provider costs per machine when its machines come and go a few at a time.")
 	flag.BoolVar(&o.direct, "direct", true, "After each run, run its \"direct\" twin (the bench creates the Harvester objects itself, no provider: the machine's physical limit) and print the provider's time over it.")
 	flag.StringVar(&o.schema, "schema", "", "Butler's CRDs for the management cluster instead of this project's: one of "+strings.Join(testbed.ButlerSchemas, ", ")+" (test/testdata/butler-crds).")
 	flag.BoolVar(&o.legacyImageStorageClassNames, "legacy-image-storage-class-names", false, "Simulate a Harvester v0.3.0 to v1.7.x, which named image storage classes longhorn-<image name> (later versions: lh-<image uid>).")
@@ -109,7 +110,7 @@ func run(ctx context.Context, o options) error {
 	}
 	for i := range chosen {
 		if o.spread > 0 && !chosen[i].clusterAPI {
-			chosen[i].name += fmt.Sprintf(", creates spread over %s", o.spread)
+			chosen[i].name += fmt.Sprintf(", creates and deletes spread over %s", o.spread)
 		}
 	}
 	published, withPublished := o.publishedProvider()

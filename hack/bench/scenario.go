@@ -314,8 +314,10 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 // once, with a small cloud-config as userData or none, and deleted all together.
 type machineRequests struct {
 	userData bool
-	// spread is how long the creates are spread over (0: all at once).
-	spread    time.Duration
+	// spread is how long the creates, and the deletes, are spread over (0: all at once).
+	spread time.Duration
+	// n is how many were created with spread, for deleteAll.
+	n         int
 	seen      *ipSeen
 	stopWatch func()
 }
@@ -338,22 +340,28 @@ func (m *machineRequests) create(ctx context.Context, tb *testbed.Testbed, n int
 	if m.spread <= 0 {
 		return createAll(ctx, tb, n, m.userData)
 	}
+	m.n = n
+	return spreadOut(ctx, n, m.spread, func(i int) error { return createMachineRequest(ctx, tb, i, m.userData) })
+}
+
+// spreadOut calls do for 0..n-1, i at spreadAt(i, n, spread) from now.
+func spreadOut(ctx context.Context, n int, spread time.Duration, do func(i int) error) error {
 	start := time.Now()
 	for i := range n {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Until(start.Add(spreadAt(i, n, m.spread)))):
+		case <-time.After(time.Until(start.Add(spreadAt(i, n, spread)))):
 		}
-		if err := createMachineRequest(ctx, tb, i, m.userData); err != nil {
+		if err := do(i); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// spreadAt is when machine i of n is created, from the first create, when the creates are
-// spread evenly over spread.
+// spreadAt is when machine i of n is created (or deleted), from the first, when they are spread
+// evenly over spread.
 func spreadAt(i, n int, spread time.Duration) time.Duration {
 	return spread * time.Duration(i) / time.Duration(n)
 }
@@ -364,8 +372,15 @@ func (m *machineRequests) afterRunning(tb *testbed.Testbed) []time.Duration {
 	return sinceIPReported(tb, m.seen.snapshot())
 }
 
+// deleteAll deletes the MachineRequests, all at once or, with spread, one after another.
 func (m *machineRequests) deleteAll(ctx context.Context, tb *testbed.Testbed) error {
-	return tb.Mgmt.DeleteAllOf(ctx, &v1alpha1.MachineRequest{}, client.InNamespace(testbed.Namespace))
+	if m.spread <= 0 {
+		return tb.Mgmt.DeleteAllOf(ctx, &v1alpha1.MachineRequest{}, client.InNamespace(testbed.Namespace))
+	}
+	return spreadOut(ctx, m.n, m.spread, func(i int) error {
+		mr := &v1alpha1.MachineRequest{ObjectMeta: metav1.ObjectMeta{Namespace: testbed.Namespace, Name: machineName(i)}}
+		return tb.Mgmt.Delete(ctx, mr)
+	})
 }
 
 // gone: no MachineRequest is left (counted() is the first kind counted).
@@ -380,8 +395,11 @@ func (m *machineRequests) counted(tb *testbed.Testbed) countedKind {
 	return countedKind{what: "MachineRequests", config: tb.MgmtConfig, namespace: testbed.Namespace, resource: v1alpha1.GroupVersion.WithResource("machinerequests")}
 }
 
-// ownWrites: the creates, and one delete of the collection.
+// ownWrites: the creates, and one delete of the collection (with spread, one delete each).
 func (m *machineRequests) ownWrites(n int) map[string]float64 {
+	if m.spread > 0 {
+		return map[string]float64{"POST machinerequests": float64(n), "DELETE machinerequests": float64(n)}
+	}
 	return map[string]float64{"POST machinerequests": float64(n), "DELETECOLLECTION machinerequests": 1}
 }
 
