@@ -142,7 +142,7 @@ func placeAndRun(ctx context.Context, c client.Client, i int, contract bool) (ty
 	if err := c.Patch(ctx, mr, client.RawPatch(types.JSONPatchType, []byte(meta))); err != nil {
 		return "", fmt.Errorf("management floor: finalizer and place of %s: %w", mr.Name, err)
 	}
-	vm := "VirtualMachine " + testbed.HarvesterNamespace + "/" + mr.Name
+	vm := floorVM(mr.Name)
 	if contract {
 		status := client.MergeFrom(mr.DeepCopy())
 		mr.Status.Phase = v1alpha1.MachinePhaseCreating
@@ -191,6 +191,9 @@ func setConditions(mr *v1alpha1.MachineRequest, progressing metav1.ConditionStat
 	}
 }
 
+// floorVM names machine name's VM in the contract's floor's messages, as the provider does.
+func floorVM(name string) string { return "VirtualMachine " + testbed.HarvesterNamespace + "/" + name }
+
 // floorEvent is a Normal event about mr, as a provider's event recorder posts it.
 func floorEvent(mr *v1alpha1.MachineRequest, reason, message string) *corev1.Event {
 	now := metav1.Now()
@@ -210,8 +213,7 @@ func floorEvent(mr *v1alpha1.MachineRequest, reason, message string) *corev1.Eve
 func release(ctx context.Context, c client.Client, i int, uid types.UID, contract bool) error {
 	mr := &v1alpha1.MachineRequest{ObjectMeta: metav1.ObjectMeta{Namespace: testbed.Namespace, Name: machineName(i), UID: uid}}
 	if contract {
-		vm := "VirtualMachine " + testbed.HarvesterNamespace + "/" + mr.Name
-		if err := c.Create(ctx, floorEvent(mr, "Deleted", "Deleted "+vm+" and its disks from Harvester")); err != nil {
+		if err := c.Create(ctx, floorEvent(mr, "Deleted", "Deleted "+floorVM(mr.Name)+" and its disks from Harvester")); err != nil {
 			return fmt.Errorf("contract's floor: event Deleted of %s: %w", mr.Name, err)
 		}
 	}

@@ -61,9 +61,7 @@ func (p *profiler) startCPU(ctx context.Context, phase string) {
 		prefix + "harvester-apiserver.pprof": func(name string) error {
 			return p.fetchAPIServer(ctx, p.tb.Harvester.Config, seconds, name)
 		},
-		prefix + "manager.pprof": func(name string) error {
-			return p.fetch(ctx, http.DefaultClient, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprofAddr, seconds), name)
-		},
+		prefix + "manager.pprof":             func(name string) error { return p.fetchManagerCPU(ctx, cpuWindowSpan, name) },
 		prefix + "bench-and-simulator.pprof": func(name string) error { return p.profileSelf(ctx, name) },
 	}
 	previous, current := p.cpuInFlight, &sync.WaitGroup{}
@@ -99,10 +97,14 @@ func (p *profiler) heap(ctx context.Context, when string) {
 
 // managerCPU takes the manager's CPU profile for the given time, now, as name.
 func (p *profiler) managerCPU(ctx context.Context, name string, span time.Duration) {
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprofAddr, int(span.Seconds()))
-	if err := p.fetch(ctx, http.DefaultClient, url, name); err != nil {
+	if err := p.fetchManagerCPU(ctx, span, name); err != nil {
 		p.fail(fmt.Errorf("%s: %w", name, err))
 	}
+}
+
+// fetchManagerCPU reads the manager's CPU profile over span into name.
+func (p *profiler) fetchManagerCPU(ctx context.Context, span time.Duration, name string) error {
+	return p.fetch(ctx, http.DefaultClient, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", p.pprofAddr, int(span.Seconds())), name)
 }
 
 // wait waits for the CPU profiles and returns what failed.
