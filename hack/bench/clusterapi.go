@@ -59,6 +59,9 @@ type machineDeployment struct {
 	kubelets *testbed.Kubelets
 	// createdAt and deletedAt are when the MachineDeployment was created and deleted.
 	createdAt, deletedAt time.Time
+	// core is what Cluster API core had done by then (and by the end: coreWork).
+	coreAtCreate, coreAtDelete coreWork
+	replicas                   int
 	// When each of the MachineDeployment's machines (by name) reached each milestone, as informers
 	// see them: its HarvesterMachine's and its Machine's.
 	infra, machine map[string]*ipSeen
@@ -152,7 +155,11 @@ func (m *machineDeployment) close() {
 
 func (m *machineDeployment) create(ctx context.Context, tb *testbed.Testbed, n int) error {
 	template, md := benchTenant.MachineDeployment(capiMachineDeployment, n)
-	m.createdAt = time.Now()
+	var err error
+	if m.coreAtCreate, err = scrapeCoreWork(ctx, tb.ClusterAPI.MetricsURL, m.coreHosts(tb)); err != nil {
+		return err
+	}
+	m.createdAt, m.replicas = time.Now(), n
 	return testbed.CreateAll(ctx, tb.Mgmt, template, md)
 }
 
@@ -186,7 +193,7 @@ func (m *machineDeployment) afterRunning(tb *testbed.Testbed) []time.Duration {
 		capiRunning = append(capiRunning, run.Sub(latest(infraProvisioned[name], registered)))
 	}
 	m.breakdown = fmt.Sprintf("Where each machine's time went, p50 / p99 over %d of %d machines: MachineDeployment created to the machine's HarvesterMachine created %s (Cluster API core: MachineSet, then Machines and HarvesterMachines from the template, one after the other); "+
-		"to its VM reporting an IP %s (ours: disk, cloud-init Secret, VM; the simulated Harvester boots at once); IP to HarvesterMachine provisioned %s (ours); "+
+		"to its VM reporting an IP %s (the infrastructure provider: disk, cloud-init Secret, VM; the simulated Harvester boots at once); IP to HarvesterMachine provisioned %s (the infrastructure provider); "+
 		"VMI seen running to Node registered Ready %s (the kubelet player); the later of provisioned and Node registered to Machine Running %s (Cluster API core: providerID, nodeRef).",
 		len(capiCreate), len(machineRunning), p50p99(capiCreate), p50p99(ours), p50p99(ourProvision), p50p99(player), p50p99(capiRunning))
 	return sinceIPReported(tb, machineRunning)
@@ -207,7 +214,7 @@ func (m *machineDeployment) deletionBreakdown() string {
 		capiNode = append(capiNode, done.Sub(infraGone[name]))
 	}
 	return fmt.Sprintf("Where each machine's deletion went, p50 / p99 over %d of %d machines: MachineDeployment deleted to the Machine deleted %s (Cluster API core: MachineDeployment, MachineSet, Machines); "+
-		"to its HarvesterMachine deleted %s (Cluster API core: Node drained, volumes detached); to the HarvesterMachine gone %s (ours: VM, disks and Secret deleted on the simulated Harvester, finalizer removed); "+
+		"to its HarvesterMachine deleted %s (Cluster API core: Node drained, volumes detached); to the HarvesterMachine gone %s (the infrastructure provider: VM, disks and Secret deleted on the simulated Harvester, finalizer removed); "+
 		"to the Machine gone %s (Cluster API core: Node deleted, finalizer removed).",
 		len(capiDelete), len(machineGone), p50p99(capiDelete), p50p99(capiDrain), p50p99(ours), p50p99(capiNode))
 }
@@ -234,6 +241,10 @@ func p50p99(ds []time.Duration) string {
 
 func (m *machineDeployment) deleteAll(ctx context.Context, tb *testbed.Testbed) error {
 	_, md := benchTenant.MachineDeployment(capiMachineDeployment, 0)
+	var err error
+	if m.coreAtDelete, err = scrapeCoreWork(ctx, tb.ClusterAPI.MetricsURL, m.coreHosts(tb)); err != nil {
+		return err
+	}
 	m.deletedAt = time.Now()
 	return tb.Mgmt.Delete(ctx, md)
 }
@@ -262,6 +273,10 @@ func (m *machineDeployment) ownWrites(int) map[string]float64 {
 // finish measures the Cluster API core manager, then deletes the Cluster (its control plane
 // Machine with it) and requires Harvester to be empty.
 func (m *machineDeployment) finish(ctx context.Context, tb *testbed.Testbed) (string, error) {
+	core, err := m.coreWork(ctx, tb)
+	if err != nil {
+		return "", err
+	}
 	rssMB, cpuSeconds, err := processUsage(tb.ClusterAPI.PID())
 	if err != nil {
 		return "", err
@@ -285,7 +300,23 @@ func (m *machineDeployment) finish(ctx context.Context, tb *testbed.Testbed) (st
 		return "", fmt.Errorf("deleting the Cluster (%d objects left on Harvester): %w", left, err)
 	}
 	teardown := fmt.Sprintf("Deleting the Cluster afterwards took %s and left Harvester empty.", time.Since(start).Round(10*time.Millisecond))
-	return strings.Join([]string{m.breakdown, m.deletionBreakdown(), usage, teardown}, " "), nil
+	return strings.Join([]string{m.breakdown, m.deletionBreakdown(), core, usage, teardown}, " "), nil
+}
+
+// coreHosts names the API servers Cluster API core talks to.
+func (m *machineDeployment) coreHosts(tb *testbed.Testbed) map[string]string {
+	return map[string]string{"management": hostOf(tb.MgmtConfig.Host), "tenant's": hostOf(m.tenant.Config.Host)}
+}
+
+// coreWork says what Cluster API core did for the MachineDeployment's machines, creating (until
+// the deletion started) and deleting (until now).
+func (m *machineDeployment) coreWork(ctx context.Context, tb *testbed.Testbed) (string, error) {
+	end, err := scrapeCoreWork(ctx, tb.ClusterAPI.MetricsURL, m.coreHosts(tb))
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("Cluster API core's reconciles per machine by controller, creating: %s; deleting: %s.",
+		describeCoreWork(m.coreAtCreate, m.coreAtDelete, m.replicas), describeCoreWork(m.coreAtDelete, end, m.replicas)), nil
 }
 
 // controlPlaneInitialized reports whether the control plane Machine runs and Cluster API counts

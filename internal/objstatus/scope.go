@@ -127,6 +127,8 @@ type Scope[O client.Object, S any] struct {
 	lazy []func(*S)
 	// released is set once the object is gone, or no longer ours: it gets no more status.
 	released bool
+	// held keeps this reconcile's status unwritten (HoldStatus).
+	held bool
 }
 
 // New starts a reconcile of obj. Its status starts from what this manager last wrote when the
@@ -262,6 +264,10 @@ func (s *Scope[O, S]) Observed() {
 // anyway, such as a new VM's UID (found by name and ownership until recorded).
 func (s *Scope[O, S]) SetLazily(change func(*S)) { s.lazy = append(s.lazy, change) }
 
+// HoldStatus keeps this reconcile's status unwritten: what it would say is not worth a write now,
+// and a later reconcile, which builds the status again from the object, writes it.
+func (s *Scope[O, S]) HoldStatus() { s.held = true }
+
 // Release says the object is gone, or no longer ours: no more status is written for it.
 func (s *Scope[O, S]) Release() { s.released = true }
 
@@ -364,7 +370,7 @@ func ConflictOr(ctx context.Context, err error) (ctrl.Result, error) {
 // created after it.
 func (s *Scope[O, S]) WriteStatus(ctx context.Context, c client.Client) error {
 	status := s.kind.Status(s.Obj)
-	if s.released || equality.Semantic.DeepEqual(s.stored, *status) {
+	if s.released || s.held || equality.Semantic.DeepEqual(s.stored, *status) {
 		return nil
 	}
 	for _, change := range s.lazy {

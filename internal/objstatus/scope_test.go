@@ -257,6 +257,14 @@ func TestWriteStatus(t *testing.T) {
 		t.Fatalf("WriteStatus = %v after %d patches; want no patch", err, c.patches)
 	}
 
+	// A held status is not written (a later reconcile builds it again from the object).
+	held := New(testObject(), kind, testPolicy(), events.NewFakeRecorder(10), memory)
+	held.SetPhase(string(v1alpha1.ImageSyncPhasePending))
+	held.HoldStatus()
+	if err := held.WriteStatus(ctx, c); err != nil || c.patches != 0 {
+		t.Fatalf("WriteStatus = %v after %d patches; want no patch for a held status", err, c.patches)
+	}
+
 	// A lazy change alone is not worth a write; it rides along with the next one.
 	s.SetLazily(func(st *v1alpha1.ImageSyncStatus) { st.ArtifactURL = "https://factory/x" })
 	if err := s.WriteStatus(ctx, c); err != nil || c.patches != 0 {

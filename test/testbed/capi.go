@@ -87,6 +87,9 @@ type ClusterAPI struct {
 	exited chan error
 	// LogPath is the file that receives the manager's output.
 	LogPath string
+	// MetricsURL serves the manager's Prometheus metrics (controller-runtime's reconcile and
+	// work queue counters by controller), over plain HTTP on loopback.
+	MetricsURL string
 }
 
 // StartClusterAPI starts the Cluster API core manager (the cluster-api-controller image's
@@ -99,8 +102,8 @@ type ClusterAPI struct {
 // certificate and a free port, but the API server is not told about them, as in envtest-based
 // tests: the CRDs (ClusterAPICRDs) have no conversion webhook and no webhook configuration is
 // installed. So objects must be written in the storage version (v1beta2) and are neither
-// defaulted nor validated by Cluster API's webhooks. Metrics are off, leader election is off,
-// and the health probes listen on a free loopback port.
+// defaulted nor validated by Cluster API's webhooks. Leader election is off; the health probes
+// and the metrics (--insecure-diagnostics: plain HTTP, no pprof) listen on free loopback ports.
 func StartClusterAPI(ctx context.Context, opts ClusterAPIOptions) (*ClusterAPI, error) {
 	c := &ClusterAPI{LogPath: filepath.Join(opts.WorkDir, "capi-manager.log")}
 	if err := os.MkdirAll(opts.WorkDir, 0o750); err != nil {
@@ -122,6 +125,11 @@ func StartClusterAPI(ctx context.Context, opts ClusterAPIOptions) (*ClusterAPI, 
 	if err != nil {
 		return c, err
 	}
+	metricsAddr, err := FreeLocalAddr()
+	if err != nil {
+		return c, err
+	}
+	c.MetricsURL = "http://" + metricsAddr + "/metrics"
 	_, webhookPort, _ := net.SplitHostPort(webhookAddr)
 	logFile, err := os.OpenFile(c.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -130,7 +138,8 @@ func StartClusterAPI(ctx context.Context, opts ClusterAPIOptions) (*ClusterAPI, 
 	defer func() { _ = logFile.Close() }() // the child has its own descriptor
 	args := append([]string{
 		"--leader-elect=false",
-		"--diagnostics-address=0", // metrics (and pprof) off
+		"--diagnostics-address=" + metricsAddr,
+		"--insecure-diagnostics",
 		"--health-addr=" + healthAddr,
 		"--webhook-port=" + webhookPort,
 		"--webhook-cert-dir=" + certDir,

@@ -78,6 +78,8 @@ type HarvesterMachineReconciler struct {
 	statuses          objstatus.Memory[infrav1.HarvesterMachineStatus]
 	// stalls remembers what each deletion in progress waits for, and since when.
 	stalls frontdoor.DeletionStalls
+	// written remembers when the provider last wrote each HarvesterMachine's metadata or spec.
+	written recentWrites
 }
 
 // Reconcile moves one HarvesterMachine one step towards its desired state.
@@ -87,6 +89,7 @@ func (r *HarvesterMachineReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		if client.IgnoreNotFound(err) == nil {
 			r.statuses.ForgetKey(req.NamespacedName)
 			r.stalls.Forget(req.NamespacedName)
+			r.written.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -263,7 +266,11 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 			return reconcile.Result{}, err
 		}
 		spec.Record = func(ctx context.Context, id harvester.ClusterIdentity) error {
-			return frontdoor.RecordPlace(ctx, r.Client, s.Scope, hm, "HarvesterMachine", infrav1.HarvesterMachineFinalizer, harvester.PlaceOf(spec, id))
+			if err := frontdoor.RecordPlace(ctx, r.Client, s.Scope, hm, "HarvesterMachine", infrav1.HarvesterMachineFinalizer, harvester.PlaceOf(spec, id)); err != nil {
+				return err
+			}
+			r.written.wrote(hm, time.Now())
+			return nil
 		}
 	} else {
 		if home.Elsewhere != nil {
@@ -311,6 +318,12 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 	if d := time.Until(assessment.LookAgainAt); !assessment.LookAgainAt.IsZero() && d < next {
 		next = max(d, objstatus.TimerSlack)
 	}
+	if settling, ok := r.written.settling(hm, time.Now()); ok && assessment.Problem == nil {
+		// Normal progress waits until Cluster API core has taken in the last write (see
+		// statusSettleDelay); a problem is said at once.
+		s.HoldStatus()
+		next = min(next, settling+objstatus.TimerSlack)
+	}
 	return reconcile.Result{RequeueAfter: next}, nil
 }
 
@@ -357,7 +370,11 @@ func (r *HarvesterMachineReconciler) homeOf(ctx context.Context, hm *infrav1.Har
 func (r *HarvesterMachineReconciler) setProviderID(ctx context.Context, s *harvesterMachineScope, id string) error {
 	patch := client.MergeFrom(s.hm.DeepCopy())
 	s.hm.Spec.ProviderID = id
-	return s.PatchMeta(ctx, r.Client, patch)
+	if err := s.PatchMeta(ctx, r.Client, patch); err != nil {
+		return err
+	}
+	r.written.wrote(s.hm, time.Now())
+	return nil
 }
 
 func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *harvesterMachineScope, cluster *capiCluster) (reconcile.Result, error) {
@@ -400,6 +417,7 @@ func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *har
 	s.Release()
 	r.statuses.Forget(hm)
 	r.stalls.Forget(client.ObjectKeyFromObject(hm))
+	r.written.forget(client.ObjectKeyFromObject(hm))
 	return reconcile.Result{}, nil
 }
 

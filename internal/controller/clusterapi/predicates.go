@@ -4,11 +4,13 @@ import (
 	"context"
 	"slices"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
 )
 
@@ -35,15 +37,36 @@ func capiChangesThatMatter[T comparable](read func(*unstructured.Unstructured) T
 // harvesterMachineUpdatesThatMatter passes the updates of a HarvesterMachine that can change what
 // the provider does with it: those frontdoor.UpdatesThatMatter passes, and Cluster API naming its
 // Machine (owner references) and its Cluster (the cluster-name label), which it does after
-// creating it. It drops the provider's own status patches and finalizer changes.
+// creating it. It drops the provider's own writes: status patches, finalizer changes, the place
+// recorded, and spec.providerID written once the VM exists (setProviderID, in the reconcile that
+// goes on with the machine).
 func harvesterMachineUpdatesThatMatter(ownFinalizer string) predicate.Predicate {
 	updates := frontdoor.UpdatesThatMatter(ownFinalizer)
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld, e.ObjectNew
+		if old, ok := o.(*infrav1.HarvesterMachine); ok {
+			if updated, ok := n.(*infrav1.HarvesterMachine); ok && providerIDWrittenAlone(old, updated) {
+				// Judge the rest of the update as if old had the providerID already.
+				withID := old.DeepCopy()
+				withID.Spec.ProviderID, withID.Generation = updated.Spec.ProviderID, updated.Generation
+				e.ObjectOld = withID
+			}
+		}
 		return updates.Update(e) ||
 			o.GetLabels()[capiClusterNameLabel] != n.GetLabels()[capiClusterNameLabel] ||
 			ownerOfKind(o, capiMachineGVK) != ownerOfKind(n, capiMachineGVK)
 	}}
+}
+
+// providerIDWrittenAlone reports whether updated's spec is old's with spec.providerID written
+// where it was empty: the provider's own write.
+func providerIDWrittenAlone(old, updated *infrav1.HarvesterMachine) bool {
+	if old.Spec.ProviderID != "" || updated.Spec.ProviderID == "" {
+		return false
+	}
+	spec := old.Spec.DeepCopy()
+	spec.ProviderID = updated.Spec.ProviderID
+	return equality.Semantic.DeepEqual(*spec, updated.Spec)
 }
 
 // onlyDeletions passes deletions alone: a HarvesterMachine going is all a HarvesterCluster waits

@@ -102,12 +102,31 @@ func TestHarvesterMachineUpdatesThatMatter(t *testing.T) {
 			o.ResourceVersion, o.Annotations = "2", map[string]string{capiPausedAnnotation: ""}
 		}},
 		"a resync": {want: true, change: func(*infrav1.HarvesterMachine) {}},
+		// setProviderID, in the reconcile that goes on with the machine.
+		"our providerID written": {change: func(o *infrav1.HarvesterMachine) {
+			o.ResourceVersion, o.Generation, o.Spec.ProviderID = "2", 2, "harvester://vm-uid"
+		}},
+		"our providerID written with another spec change": {want: true, change: func(o *infrav1.HarvesterMachine) {
+			o.ResourceVersion, o.Generation, o.Spec.ProviderID, o.Spec.Image = "2", 2, "harvester://vm-uid", "other"
+		}},
+		"our providerID written as its Machine is named": {want: true, change: func(o *infrav1.HarvesterMachine) {
+			o.ResourceVersion, o.Generation, o.Spec.ProviderID = "2", 2, "harvester://vm-uid"
+			o.OwnerReferences = []metav1.OwnerReference{{APIVersion: capiMachineGVK.GroupVersion().String(), Kind: "Machine", Name: "m-0", UID: "u"}}
+		}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got := pred.Update(event.UpdateEvent{ObjectOld: hm(nil), ObjectNew: hm(tc.change)}); got != tc.want {
 				t.Fatalf("passes = %v, want %v", got, tc.want)
 			}
 		})
+	}
+	// A providerID changed once set is no write of ours: it wakes the machine.
+	set := hm(func(o *infrav1.HarvesterMachine) { o.Spec.ProviderID = "harvester://a" })
+	changed := hm(func(o *infrav1.HarvesterMachine) {
+		o.ResourceVersion, o.Generation, o.Spec.ProviderID = "2", 2, "harvester://b"
+	})
+	if !pred.Update(event.UpdateEvent{ObjectOld: set, ObjectNew: changed}) {
+		t.Fatal("a providerID changed once set was dropped; want it passed")
 	}
 }
 
