@@ -141,12 +141,8 @@ func measureStanding(ctx context.Context, tb *testbed.Testbed, prof *profiler, r
 	}
 	if prof != nil && runningAfter > cpuWindowStart+cpuWindowSpan {
 		prof.managerCPU(ctx, "cpu-standing-manager.pprof", standingWindow)
-	} else {
-		select {
-		case <-ctx.Done():
-			return standingCPU{}, ctx.Err()
-		case <-time.After(standingWindow):
-		}
+	} else if err := pause(ctx, standingWindow); err != nil {
+		return standingCPU{}, err
 	}
 	_, atEnd, err := processUsage(tb.ManagerPID())
 	if err != nil {
@@ -154,6 +150,16 @@ func measureStanding(ctx context.Context, tb *testbed.Testbed, prof *profiler, r
 	}
 	writesAtEnd, err := apiServerWrites(ctx, tb.MgmtConfig)
 	return standingCPU{seconds: atEnd - atStart, mgmtWrites: describeWrites(writesAtStart, writesAtEnd, int(standingWindow.Seconds()))}, err
+}
+
+// pause waits d, or until ctx ends.
+func pause(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
 }
 
 // writes are the management writes per second of the window, "none" if there were none.
