@@ -127,7 +127,7 @@ type Scope[O client.Object, S any] struct {
 	lazy []func(*S)
 	// released is set once the object is gone, or no longer ours: it gets no more status.
 	released bool
-	// held keeps this reconcile's status unwritten (HoldStatus).
+	// held keeps this reconcile's status unwritten (HoldProgress).
 	held bool
 }
 
@@ -264,9 +264,18 @@ func (s *Scope[O, S]) Observed() {
 // anyway, such as a new VM's UID (found by name and ownership until recorded).
 func (s *Scope[O, S]) SetLazily(change func(*S)) { s.lazy = append(s.lazy, change) }
 
-// HoldStatus keeps this reconcile's status unwritten: what it would say is not worth a write now,
-// and a later reconcile, which builds the status again from the object, writes it.
-func (s *Scope[O, S]) HoldStatus() { s.held = true }
+// HoldProgress keeps this reconcile's status unwritten when all it would add is normal progress
+// (Progressing with reason) to a status that says nothing of progress yet, or says that same
+// progress: that is not worth a write now, and a later reconcile, which builds the status again
+// from the object, writes it. A stored status that says anything else (an earlier wait, a problem
+// since passed) is replaced at once: left, it would mislead. It reports whether it held.
+func (s *Scope[O, S]) HoldProgress(reason string) bool {
+	if c := meta.FindStatusCondition(*s.kind.Fields(&s.stored).Conditions, s.kind.Conditions.Progressing); c != nil && c.Reason != reason {
+		return false
+	}
+	s.held = true
+	return true
+}
 
 // Release says the object is gone, or no longer ours: no more status is written for it.
 func (s *Scope[O, S]) Release() { s.released = true }

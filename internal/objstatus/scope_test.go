@@ -257,12 +257,14 @@ func TestWriteStatus(t *testing.T) {
 		t.Fatalf("WriteStatus = %v after %d patches; want no patch", err, c.patches)
 	}
 
-	// A held status is not written (a later reconcile builds it again from the object).
+	// Held progress is not written (a later reconcile builds it again from the object).
 	held := New(testObject(), kind, testPolicy(), events.NewFakeRecorder(10), memory)
-	held.SetPhase(string(v1alpha1.ImageSyncPhasePending))
-	held.HoldStatus()
+	held.Progressing(quietReason, "building")
+	if !held.HoldProgress(quietReason) {
+		t.Fatal("HoldProgress over a status that says nothing of progress did not hold")
+	}
 	if err := held.WriteStatus(ctx, c); err != nil || c.patches != 0 {
-		t.Fatalf("WriteStatus = %v after %d patches; want no patch for a held status", err, c.patches)
+		t.Fatalf("WriteStatus = %v after %d patches; want no patch for held progress", err, c.patches)
 	}
 
 	// A lazy change alone is not worth a write; it rides along with the next one.
@@ -350,5 +352,40 @@ func TestPatchMeta(t *testing.T) {
 	}
 	if res, err := s.Outcome(ctx, ctrl.Result{}, fmt.Errorf("x: %w", ErrGone)); err != nil || res != (ctrl.Result{}) {
 		t.Fatalf("Outcome(ErrGone) = %+v, %v; want nothing", res, err)
+	}
+}
+
+// HoldProgress holds normal progress over a status that says nothing of progress or says the
+// same, and never over one that says something else, which would mislead if left.
+func TestHoldProgress(t *testing.T) {
+	ctx := context.Background()
+	progressing := func(reason string) func(*v1alpha1.ImageSync) {
+		return func(is *v1alpha1.ImageSync) {
+			is.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: reason, Message: "stored"}}
+		}
+	}
+	for name, tc := range map[string]struct {
+		stored    func(*v1alpha1.ImageSync)
+		wantHeld  bool
+		wantPatch int
+	}{
+		"no status yet":          {stored: func(*v1alpha1.ImageSync) {}, wantHeld: true},
+		"the same progress":      {stored: progressing(quietReason), wantHeld: true},
+		"an earlier wait":        {stored: progressing(userReason), wantPatch: 1},
+		"a problem since passed": {stored: degradedSince(userReason, time.Now().Add(-time.Minute)), wantPatch: 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			obj := testObject()
+			tc.stored(obj)
+			c := newFakeServer(t, obj)
+			s := New(obj, testKind, testPolicy(), events.NewFakeRecorder(10), &Memory[v1alpha1.ImageSyncStatus]{})
+			s.Progressing(quietReason, "building")
+			if held := s.HoldProgress(quietReason); held != tc.wantHeld {
+				t.Fatalf("HoldProgress = %v; want %v", held, tc.wantHeld)
+			}
+			if err := s.WriteStatus(ctx, c); err != nil || c.patches != tc.wantPatch {
+				t.Fatalf("WriteStatus = %v after %d patches; want %d", err, c.patches, tc.wantPatch)
+			}
+		})
 	}
 }

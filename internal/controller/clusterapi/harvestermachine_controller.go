@@ -318,10 +318,9 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 	if d := time.Until(assessment.LookAgainAt); !assessment.LookAgainAt.IsZero() && d < next {
 		next = max(d, objstatus.TimerSlack)
 	}
-	if settling, ok := r.written.settling(hm, time.Now()); ok && assessment.Problem == nil {
-		// Normal progress waits until Cluster API core has taken in the last write (see
-		// statusSettleDelay); a problem is said at once.
-		s.HoldStatus()
+	if settling, ok := r.written.settling(hm, time.Now()); ok && assessment.Problem == nil && s.HoldProgress(reason) {
+		// Normal progress of a VM just made is not worth a write yet (see progressReportDelay);
+		// a problem is said at once.
 		next = min(next, settling+objstatus.TimerSlack)
 	}
 	return reconcile.Result{RequeueAfter: next}, nil

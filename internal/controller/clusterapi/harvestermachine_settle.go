@@ -8,25 +8,25 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// statusSettleDelay is how long a status that only reports normal progress waits after the
-// provider wrote the HarvesterMachine's metadata or spec (its place recorded, its providerID set).
+// progressReportDelay is how long normal progress goes unreported after the provider wrote the
+// HarvesterMachine's metadata or spec (its place recorded, its providerID set, both as its VM is
+// created): a VM that runs within it goes from no status straight to Running, one that takes
+// longer shows its progress then. A problem (harvester.Assess) is written at once, so is Running,
+// and so is progress over a status that says something else (objstatus.Scope.HoldProgress); the
+// Created event is recorded at once.
 //
-// Cluster API core's Machine controller reconciles a Machine on every write to its
-// HarvesterMachine, and patches the Machine's status conditions with an optimistic lock; on a
-// conflict its patch helper reads the Machine again from its cache, up to five times within about
-// a second, then fails the reconcile, which waits out a back-off. Two writes to a HarvesterMachine
-// a few milliseconds apart (the providerID, then "Creating VirtualMachine ...") make its second
-// reconcile start from a cache that has not caught up with its own first patch, and fail that
-// way. Measured at N=100 in the bench (make bench, 2026-11-27): writing the progress status at
-// once cost Cluster API core 27 management writes per machine while creating, 15.6 of them
-// refused (409), and 214 failed Machine reconciles ("failed to patch status conditions: timed out
-// waiting for the condition"); from the HarvesterMachine provisioned to its Machine Running took
-// 4.3 s (p50). With this wait Cluster API core failed none of them while creating, and that step
-// took 1.3 to 2.4 s (0.5 to 0.7 s beside the bench's perfect provider; docs/benchmarks.md). The
-// wait hides nothing a user would miss: the
-// same news is in the Created event at once, a problem (harvester.Assess) is written at once, and
-// on real Harvester a VM takes tens of seconds to boot.
-const statusSettleDelay = 2 * time.Second
+// Each write to a HarvesterMachine costs Cluster API core a Machine reconcile, and its Machine
+// controller patches the Machine's status conditions with an optimistic lock: on a conflict its
+// patch helper reads the Machine again from its cache, up to five times within about a second,
+// then fails the reconcile, which waits out a back-off. Writes a few seconds apart keep that
+// reconcile running on a cache that lags its own patches once the API server is busy. Measured
+// at N=100 in the bench (make bench, 2026-11-27, docs/benchmarks.md): progress written at once
+// cost Cluster API core 27 management writes per machine while creating, 15.6 of them refused
+// (409), 214 failed Machine reconciles, and 4.3 s (p50) from provisioned to Machine Running; held
+// 2 s after the provider's last write, 20 writes, 0 to 21 failed reconciles per run, 1.3 to 4.3 s;
+// never written, 16 to 19 writes, none failed, 0.5 to 1.2 s. On real Harvester a VM takes tens of
+// seconds to boot, so its progress still shows within seconds of mattering.
+const progressReportDelay = 10 * time.Second
 
 // recentWrites remembers when the provider last wrote each HarvesterMachine's metadata or spec.
 // It is memory only: after a restart the first status is written at once, as before.
@@ -44,7 +44,7 @@ func (w *recentWrites) wrote(obj client.Object, now time.Time) {
 	w.m.Store(client.ObjectKeyFromObject(obj), recentWrite{uid: obj.GetUID(), at: now})
 }
 
-// settling says how long obj's normal progress should still wait (see statusSettleDelay), and
+// settling says how long obj's normal progress should still wait (see progressReportDelay), and
 // whether it should.
 func (w *recentWrites) settling(obj client.Object, now time.Time) (time.Duration, bool) {
 	v, ok := w.m.Load(client.ObjectKeyFromObject(obj))
@@ -52,7 +52,7 @@ func (w *recentWrites) settling(obj client.Object, now time.Time) (time.Duration
 		return 0, false
 	}
 	last, _ := v.(recentWrite)
-	left := statusSettleDelay - now.Sub(last.at)
+	left := progressReportDelay - now.Sub(last.at)
 	if last.uid != obj.GetUID() || left <= 0 {
 		return 0, false
 	}

@@ -11,7 +11,7 @@ import (
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 )
 
-// Normal progress waits statusSettleDelay after the provider's last write of the machine's
+// Normal progress waits progressReportDelay after the provider's last write of the machine's
 // metadata or spec, and only for that HarvesterMachine (not a new one of the same name).
 func TestRecentWritesSettling(t *testing.T) {
 	now := time.Date(2026, 11, 27, 0, 0, 0, 0, time.UTC)
@@ -27,9 +27,9 @@ func TestRecentWritesSettling(t *testing.T) {
 		want     bool
 		wantLeft time.Duration
 	}{
-		"just written":         {after: 0, uid: "a", want: true, wantLeft: statusSettleDelay},
-		"half way":             {after: statusSettleDelay / 2, uid: "a", want: true, wantLeft: statusSettleDelay / 2},
-		"settled":              {after: statusSettleDelay, uid: "a"},
+		"just written":         {after: 0, uid: "a", want: true, wantLeft: progressReportDelay},
+		"half way":             {after: progressReportDelay / 2, uid: "a", want: true, wantLeft: progressReportDelay / 2},
+		"settled":              {after: progressReportDelay, uid: "a"},
 		"a new one, same name": {after: 0, uid: "b"},
 	} {
 		t.Run(name, func(t *testing.T) {
