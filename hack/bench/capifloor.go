@@ -92,6 +92,7 @@ func measureClusterAPIFloor(ctx context.Context, o options, sc scenario, work st
 	}
 	res.toRunning = time.Since(start)
 	res.providerCPU[0], res.providerCPUErr = profile.stop()
+	createCPU := cpuSince(tb, cpuAtStart)
 	fd.afterRunning(tb)
 	// The provider's run deletes standingWindow after all Running, once it has measured its
 	// manager's standing CPU; the floor deletes from the same point. Deleting at once, while
@@ -104,6 +105,7 @@ func measureClusterAPIFloor(ctx context.Context, o options, sc scenario, work st
 		return res, err
 	}
 
+	cpuAtDelete := processCPU(tb)
 	profile = startLabelledCPU()
 	start = time.Now()
 	if err := fd.deleteAll(ctx, tb); err != nil {
@@ -118,6 +120,7 @@ func measureClusterAPIFloor(ctx context.Context, o options, sc scenario, work st
 		return res, fmt.Errorf("the Cluster API floor: waiting for deletion: %w", err)
 	}
 	res.toDeleted = time.Since(start)
+	deleteCPU := cpuSince(tb, cpuAtDelete)
 	var deleteErr error
 	res.providerCPU[1], deleteErr = profile.stop()
 	res.providerCPUErr = errors.Join(res.providerCPUErr, deleteErr)
@@ -131,7 +134,7 @@ func measureClusterAPIFloor(ctx context.Context, o options, sc scenario, work st
 		return res, err
 	}
 	allWrites := "Management API server writes per machine over the lifecycle: " + describeWrites(allWritesAtStart, allWritesAtEnd, o.n) + "."
-	cpu := "CPU over the lifecycle (the perfect provider's in the bench's): " + describeCPU(cpuSince(tb, cpuAtStart)) + "."
+	cpu := "CPU until all Running (the perfect provider's in the bench's): " + describeCPU(createCPU) + "; while deleting: " + describeCPU(deleteCPU) + "."
 	res.breakdown = strings.Join([]string{fd.breakdown, fd.deletionBreakdown(), core, allWrites, cpu}, " ")
 	return res, nil
 }
