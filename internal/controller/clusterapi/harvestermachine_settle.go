@@ -20,12 +20,14 @@ import (
 // patch helper reads the Machine again from its cache, up to five times within about a second,
 // then fails the reconcile, which waits out a back-off. Writes a few seconds apart keep that
 // reconcile running on a cache that lags its own patches once the API server is busy. Measured
-// at N=100 in the bench (make bench, 2026-11-27, docs/benchmarks.md): progress written at once
-// cost Cluster API core 27 management writes per machine while creating, 15.6 of them refused
-// (409), 214 failed Machine reconciles, and 4.3 s (p50) from provisioned to Machine Running; held
-// 2 s after the provider's last write, 20 writes, 0 to 21 failed reconciles per run, 1.3 to 4.3 s;
-// never written, 16 to 19 writes, none failed, 0.5 to 1.2 s. On real Harvester a VM takes tens of
-// seconds to boot, so its progress still shows within seconds of mattering.
+// at N=100 in the bench (make bench, 2026-11-27, docs/benchmarks.md), against the perfect
+// provider's 14 to 17: progress written at once cost Cluster API core 27 management writes per
+// machine while creating, 15.6 of them refused (409), and 4.3 s (p50) from provisioned to Machine
+// Running; held 2 s after the provider's last write, 17 to 26 writes and 1.5 to 4.3 s; with this
+// delay (a VM that runs at once, as in the bench: never written), 17 to 24 writes and 0.9 to
+// 3.1 s, and the provider's time to all Running 0.97 to 1.21 times the perfect provider's, against
+// 1.18 to 1.33. On real Harvester a VM takes tens of seconds to boot, so its progress still shows
+// within seconds of mattering.
 const progressReportDelay = 10 * time.Second
 
 // recentWrites remembers when the provider last wrote each HarvesterMachine's metadata or spec.
