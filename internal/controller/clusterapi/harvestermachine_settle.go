@@ -18,7 +18,7 @@ import (
 // Each write to a HarvesterMachine costs Cluster API core a Machine reconcile, and its Machine
 // controller patches the Machine's status conditions with an optimistic lock: on a conflict its
 // patch helper reads the Machine again from its cache, up to five times within about a second,
-// then fails the reconcile, which waits out a back-off. Writes a few seconds apart keep that
+// then fails the reconcile, which waits out a back-off. Writes close together keep that
 // reconcile running on a cache that lags its own patches once the API server is busy. Measured
 // at N=100 in the bench (make bench, 2026-11-27, docs/benchmarks.md), against the perfect
 // provider's 14 to 17: progress written at once cost Cluster API core 27 management writes per
