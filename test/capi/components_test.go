@@ -68,17 +68,19 @@ func TestClusterAPIComponentsInstalledWithLeastPrivilege(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	metricsAddr, err := testbed.FreeLocalAddr()
-	if err != nil {
-		t.Fatal(err)
+	// Out of a cluster the manager cannot find its namespace.
+	args = append(args, "--leader-election-namespace="+d.Namespace)
+	var probeAddr string
+	freeManagerPorts := func() ([]string, error) { // chosen right before the manager starts
+		metricsAddr, err := testbed.FreeLocalAddr()
+		if err != nil {
+			return nil, err
+		}
+		if probeAddr, err = testbed.FreeLocalAddr(); err != nil {
+			return nil, err
+		}
+		return []string{"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + probeAddr}, nil
 	}
-	probeAddr, err := testbed.FreeLocalAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Out of a cluster the manager cannot find its namespace, and ports must be free.
-	args = append(args, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+probeAddr,
-		"--leader-election-namespace="+d.Namespace)
 
 	coreRBAC, err := testbed.DecodeManifests(kustomizeBuild(ctx, t, testbed.ClusterAPICoreRBAC(assets)))
 	if err != nil {
@@ -87,7 +89,7 @@ func TestClusterAPIComponentsInstalledWithLeastPrivilege(t *testing.T) {
 	capiUser := clusterAPIServiceAccount(t, coreRBAC)
 	managerUser := testbed.ServiceAccountUser(d.Namespace, serviceAccount)
 	tb, harvesterToken, err := testbed.StartInstalled(ctx, testbed.Options{
-		RepoRoot: repoRoot(), WorkDir: t.TempDir(), ManagerArgs: args,
+		RepoRoot: repoRoot(), WorkDir: t.TempDir(), ManagerArgs: args, ManagerArgsLate: freeManagerPorts,
 		CRDDirectories: []string{testbed.ClusterAPICRDs(assets)},
 		Sim:            sim.Config{BootDelay: 200 * time.Millisecond, IPDelay: 100 * time.Millisecond, CloneDelay: 300 * time.Millisecond},
 		BeforeManager: func(ctx context.Context, tb *testbed.Testbed) error {

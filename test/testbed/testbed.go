@@ -213,22 +213,22 @@ func (t *Testbed) startClusterAPI(ctx context.Context) error {
 
 func (t *Testbed) startManager(context.Context) error {
 	_ = os.Remove(t.Path("manager.log")) // one log per testbed; restarts append to it
+	if t.opts.ManagerBinary == "" {
+		bin := t.Path("manager")
+		build := exec.Command("go", "build", "-o", bin, "./cmd/manager") //nolint:gosec // G204: fixed command; the only variable is the output path inside the testbed's work directory
+		var out bytes.Buffer
+		build.Dir, build.Stdout, build.Stderr = t.opts.RepoRoot, &out, &out
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("go build ./cmd/manager: %w\n%s", err, out.String())
+		}
+	}
+	// After the build, right before the start: a port chosen earlier may be taken meanwhile.
 	if t.opts.ManagerArgsLate != nil {
 		late, err := t.opts.ManagerArgsLate()
 		if err != nil {
 			return err
 		}
 		t.opts.ManagerArgs = append(slices.Clip(t.opts.ManagerArgs), late...) // restarts keep them
-	}
-	if t.opts.ManagerBinary != "" {
-		return t.runManager()
-	}
-	bin := t.Path("manager")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/manager") //nolint:gosec // G204: fixed command; the only variable is the output path inside the testbed's work directory
-	var out bytes.Buffer
-	build.Dir, build.Stdout, build.Stderr = t.opts.RepoRoot, &out, &out
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("go build ./cmd/manager: %w\n%s", err, out.String())
 	}
 	return t.runManager()
 }
