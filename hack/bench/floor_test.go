@@ -91,3 +91,19 @@ func TestSpreadCreatesEvenlyFromTheFirst(t *testing.T) {
 		}
 	}
 }
+
+func TestRepeatedMarginsSummaryIsTheMedianOfEachRatio(t *testing.T) {
+	r := repeatedMargins{name: "Cluster API MachineDeployment", margins: []floorMargin{
+		{create: 1.20, del: 0.95, cpu: 2.5}, {create: 1.01, del: 1.30, cpu: 3.0}, {create: 1.05, del: 1.00, cpu: 2.0},
+	}}
+	want := "- Cluster API MachineDeployment, vs floor over 3 runs, median: create 1.05x (1.20, 1.01, 1.05), " +
+		"delete 1.00x (0.95, 1.30, 1.00); manager CPU 2.5x a perfect provider's (2.50, 3.00, 2.00)"
+	if got := r.summary(); got != want {
+		t.Errorf("summary =\n%s\nwant\n%s", got, want)
+	}
+	// An even count: the mean of the middle two.
+	r.margins = append(r.margins, floorMargin{create: 1.11, del: 1.10, cpu: 4.0})
+	if got := r.summary(); !strings.Contains(got, "median: create 1.08x") || !strings.Contains(got, "delete 1.05x") || !strings.Contains(got, "CPU 2.8x") {
+		t.Errorf("summary of four runs = %s, want create 1.08x, delete 1.05x, CPU 2.8x (the middle two's means)", got)
+	}
+}

@@ -41,6 +41,7 @@ type options struct {
 	report            string
 	profileDir        string
 	runs              int
+	repeat            int
 	only              string
 	direct            bool
 	// spread spreads the MachineRequests' creates, and their deletes, over this long (see
@@ -67,6 +68,7 @@ func main() {
 	flag.StringVar(&o.report, "report", "docs/benchmarks.md", "Markdown file the results are added to (empty: none).")
 	flag.StringVar(&o.profileDir, "profile-dir", "", "If set, the first run writes CPU profiles of both API servers, the manager and the simulator, taken 5s to 35s after the first create and again after the deletion starts, and the manager's heap when all are Running and when all are deleted, to this directory.")
 	flag.IntVar(&o.runs, "runs", 4, "How many of the four runs (zero boot delay, realistic boot, no userData, Cluster API MachineDeployment) to do, in that order.")
+	flag.IntVar(&o.repeat, "repeat", 1, "Do the chosen runs this many times, one after the other, and print the median of each run's vs floor ratios over the repeats: on a shared 2-CPU machine the floor's own times vary by about 10% from one run to the next, as much as a goal of 1.10.")
 	flag.StringVar(&o.only, "only", "", "If set, do only the runs among those -runs chooses whose names contain this (case-insensitive), e.g. -only 'cluster api'.")
 	flag.DurationVar(&o.spread, "spread", 0, "Create the MachineRequests one after another over this long instead of all at once, and delete them so (the runs of MachineRequests only, not their direct twins or floors: use -direct=false), e.g. at the pace Cluster API core hands a MachineDeployment's machines to the provider and takes them back: what the provider costs per machine when its machines come and go a few at a time.")
 	flag.BoolVar(&o.direct, "direct", true, "After each run, run its \"direct\" twin (the bench creates the Harvester objects itself, no provider: the machine's physical limit) and print the provider's time over it.")
@@ -117,7 +119,12 @@ func run(ctx context.Context, o options) error {
 	if withPublished && !o.legacyImageStorageClassNames {
 		return errors.New("-published-manager needs -legacy-image-storage-class-names: the published provider asks for the storage class longhorn-<image name>, which a Harvester from v1.8.0 refuses (make bench-published sets both)")
 	}
-	for i, sc := range chosen {
+	if o.repeat < 1 {
+		return errors.New("-repeat must be at least 1")
+	}
+	repeats := make([]repeatedMargins, len(chosen))
+	for i := range o.repeat * len(chosen) {
+		sc := chosen[i%len(chosen)]
 		fmt.Printf("== N=%d, %s\n", o.n, sc.name)
 		dir := filepath.Join(work, fmt.Sprintf("run-%d", i+1))
 		r, err := runScenario(ctx, o, sc, dir, thisProvider)
@@ -134,6 +141,10 @@ func run(ctx context.Context, o options) error {
 			}
 			fmt.Printf("   direct: all Running in %s, deleted in %s, %d objects left; %s\n   direct, until all Running: CPU %s\n   direct deletion: %s\n   direct, Harvester API server writes per machine (the direct provider and the simulator): %s\n   %s\n", d.toRunning.Round(10*time.Millisecond), d.toDeleted.Round(10*time.Millisecond), d.left, d.providerCPUPerMachine(o.n), d.createCPU, d.deletion, d.hvWrites, d.floorLine(o.n))
 			comparisons = append(comparisons, compareWithDirect(r, d))
+			if m, err := floorMarginOf(r, d); err == nil {
+				repeats[i%len(chosen)].name = r.runName()
+				repeats[i%len(chosen)].margins = append(repeats[i%len(chosen)].margins, m)
+			}
 		}
 		if withPublished && !sc.clusterAPI { // the published provider has no Cluster API front door
 			p, err := runPublished(ctx, o, sc, dir, published)
@@ -149,6 +160,17 @@ func run(ctx context.Context, o options) error {
 	table := renderTable(o, results)
 	if len(comparisons) > 0 {
 		table += "\n" + strings.Join(comparisons, "\n") + "\n"
+	}
+	if o.repeat > 1 {
+		var medians []string
+		for _, r := range repeats {
+			if len(r.margins) > 0 {
+				medians = append(medians, r.summary())
+			}
+		}
+		if len(medians) > 0 {
+			table += "\n" + strings.Join(medians, "\n") + "\n"
+		}
 	}
 	fmt.Println()
 	fmt.Print(table)
