@@ -314,7 +314,7 @@ func marginOf(ours result, leastRunning, leastDeleted, perfectCPU float64) floor
 }
 
 // repeatedMargins is the margins over the floor of one run done several times (-repeat). On a
-// shared 2-CPU machine the floor's own time to all Running varies by about 10 % from one run to
+// shared 2-CPU machine the floor's own time to all Running varies by 10 % and more from one run to
 // the next (docs/benchmarks.md), as much as a goal of 1.10: one run's ratio cannot decide it,
 // the median of several can.
 type repeatedMargins struct {
