@@ -324,24 +324,28 @@ type repeatedMargins struct {
 
 // summary is the median of each ratio, then each run's, in the order they ran.
 func (r repeatedMargins) summary() string {
-	pick := func(get func(floorMargin) float64) (median float64, each string) {
-		var values []float64
-		var parts []string
-		for _, m := range r.margins {
-			values = append(values, get(m))
-			parts = append(parts, fmt.Sprintf("%.2f", get(m)))
+	ratio := func(get func(floorMargin) float64) (float64, string) {
+		values := make([]float64, len(r.margins))
+		each := make([]string, len(r.margins))
+		for i, m := range r.margins {
+			values[i], each[i] = get(m), fmt.Sprintf("%.2f", get(m))
 		}
-		slices.Sort(values)
-		n := len(values)
-		median = values[n/2]
-		if n%2 == 0 {
-			median = (values[n/2-1] + values[n/2]) / 2
-		}
-		return median, strings.Join(parts, ", ")
+		return median(values), strings.Join(each, ", ")
 	}
-	create, creates := pick(func(m floorMargin) float64 { return m.create })
-	del, deletes := pick(func(m floorMargin) float64 { return m.del })
-	cpu, cpus := pick(func(m floorMargin) float64 { return m.cpu })
+	create, creates := ratio(func(m floorMargin) float64 { return m.create })
+	del, deletes := ratio(func(m floorMargin) float64 { return m.del })
+	cpu, cpus := ratio(func(m floorMargin) float64 { return m.cpu })
 	return fmt.Sprintf("- %s, vs floor over %d runs, median: create %.2fx (%s), delete %.2fx (%s); manager CPU %.1fx a perfect provider's (%s)",
 		r.name, len(r.margins), create, creates, del, deletes, cpu, cpus)
+}
+
+// median is the middle value, or the mean of the middle two (values is not empty; it is sorted
+// in place).
+func median(values []float64) float64 {
+	slices.Sort(values)
+	n := len(values)
+	if n%2 == 0 {
+		return (values[n/2-1] + values[n/2]) / 2
+	}
+	return values[n/2]
 }

@@ -142,8 +142,8 @@ func run(ctx context.Context, o options) error {
 			fmt.Printf("   direct: all Running in %s, deleted in %s, %d objects left; %s\n   direct, until all Running: CPU %s\n   direct deletion: %s\n   direct, Harvester API server writes per machine (the direct provider and the simulator): %s\n   %s\n", d.toRunning.Round(10*time.Millisecond), d.toDeleted.Round(10*time.Millisecond), d.left, d.providerCPUPerMachine(o.n), d.createCPU, d.deletion, d.hvWrites, d.floorLine(o.n))
 			comparisons = append(comparisons, compareWithDirect(r, d))
 			if m, err := floorMarginOf(r, d); err == nil {
-				repeats[i%len(chosen)].name = r.runName()
-				repeats[i%len(chosen)].margins = append(repeats[i%len(chosen)].margins, m)
+				rep := &repeats[i%len(chosen)]
+				rep.name, rep.margins = r.runName(), append(rep.margins, m)
 			}
 		}
 		if withPublished && !sc.clusterAPI { // the published provider has no Cluster API front door
