@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -300,8 +301,10 @@ func (w *capiWorld) readyCondition(name, reason string, mentions ...string) *inf
 // what Harvester's cloud provider sets on the Node), addresses and failure domain to the Machine.
 // A Machine in a failure domain the HarvesterCluster lacks gets nothing and FailureDomainNotFound;
 // one in a failure domain no node is in gets a VM that waits, diagnosed VMUnschedulable; a running
-// machine whose Machine moves to another failure domain stays where it is. A paused Cluster
-// pauses the HarvesterMachine: deleting it then leaves its VM alone until the Cluster resumes.
+// machine whose Machine moves to another failure domain stays where it is. A HarvesterMachine
+// Cluster API has not named its Machine for yet has its place recorded, and nothing else. A
+// paused Cluster pauses the HarvesterMachine: deleting it then leaves its VM alone until the
+// Cluster resumes.
 // Deleting the Cluster leaves Harvester empty.
 func TestClusterAPIMachineOnHarvester(t *testing.T) {
 	w := startCAPIWorld(t)
@@ -357,6 +360,41 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 		`spec.failureDomain "zone-x" of Machine tenants/tenant-md-1`, "it defines zone-a, zone-b, zone-d", `add a failure domain named "zone-x"`)
 	if err := hv.Client.Get(ctx, types.NamespacedName{Namespace: "vms", Name: "tenant-md-1"}, &kubevirtv1.VirtualMachine{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("VM of a machine in an unknown failure domain: %v", err)
+	}
+	if pvcs := (&corev1.PersistentVolumeClaimList{}); hv.Client.List(ctx, pvcs, client.InNamespace("vms")) != nil || len(pvcs.Items) != 1 {
+		t.Fatalf("disks on Harvester: %d, want the one of tenant-md-0", len(pvcs.Items))
+	}
+
+	// A HarvesterMachine of the Cluster that Cluster API has not named a Machine for (as a
+	// MachineSet's, between their two creates): its place is recorded at once, with the
+	// finalizer, so that no write to it is left between the Machine and its VM; nothing is made
+	// for it and nothing is reported yet. Deleted so, it is released, and Harvester is unchanged.
+	ahead, _ := tenant.Machine("tenant-ahead", "")
+	ahead.Labels = map[string]string{testbed.ClusterNameLabel: tenant.Name}
+	must(c.Create(ctx, ahead))
+	waitFor(ctx, t, capi, "the place of a HarvesterMachine without its Machine to be recorded", func() error {
+		must(c.Get(ctx, client.ObjectKeyFromObject(ahead), ahead))
+		p, err := v1alpha1.DecodePlacement(ahead.Annotations)
+		if err != nil || p == nil || !slices.Contains(ahead.Finalizers, infrav1.HarvesterMachineFinalizer) {
+			return fmt.Errorf("annotations %v (%w), finalizers %v", ahead.Annotations, err, ahead.Finalizers)
+		}
+		if p.Namespace != "vms" || p.Name != "tenant-ahead" || p.ClusterID == "" {
+			t.Fatalf("recorded place %+v, want vms/tenant-ahead on the Harvester cluster", *p)
+		}
+		return nil
+	})
+	if len(ahead.Status.Conditions) != 0 || ahead.Spec.ProviderID != "" {
+		t.Fatalf("a HarvesterMachine without its Machine: conditions %v, providerID %q; want nothing reported or made", ahead.Status.Conditions, ahead.Spec.ProviderID)
+	}
+	must(c.Delete(ctx, ahead))
+	waitFor(ctx, t, capi, "the HarvesterMachine without its Machine to be released", func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(ahead), ahead); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%w), finalizers %v", err, ahead.Finalizers)
+		}
+		return nil
+	})
+	if err := hv.Client.Get(ctx, types.NamespacedName{Namespace: "vms", Name: "tenant-ahead"}, &kubevirtv1.VirtualMachine{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("VM of a HarvesterMachine without its Machine: %v", err)
 	}
 	if pvcs := (&corev1.PersistentVolumeClaimList{}); hv.Client.List(ctx, pvcs, client.InNamespace("vms")) != nil || len(pvcs.Items) != 1 {
 		t.Fatalf("disks on Harvester: %d, want the one of tenant-md-0", len(pvcs.Items))

@@ -2,6 +2,7 @@ package clusterapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -93,13 +95,14 @@ func (r *HarvesterMachineReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if wait, quiet := notTakenOnYet(hm, time.Now()); quiet {
-		return ctrl.Result{RequeueAfter: wait}, nil
-	}
 	s := &harvesterMachineScope{hm: hm, Scope: objstatus.New(hm, harvesterMachineStatus, objstatus.Policy{
 		Action: "Provision", FailAction: "Fail", Degrading: frontdoor.DegradingReasons.Has,
 		NewWaitCondition: infrav1.ConditionProgressing, TransientReason: infrav1.ReasonHarvesterUnavailable,
 	}, r.Recorder, &r.statuses)}
+	if wait, quiet := notTakenOnYet(hm, time.Now()); quiet {
+		r.recordPlaceAhead(ctx, s)
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
 	defer func() {
 		if err := s.WriteStatus(ctx, r.Client); err != nil {
 			retErr = kerrors.NewAggregate([]error{retErr, err})
@@ -116,8 +119,8 @@ const ownerReportDelay = 30 * time.Second
 // notTakenOnYet says whether hm is a new HarvesterMachine that Cluster API has not named its
 // Machine and Cluster on yet, and how long until that is worth reporting. Cluster API does so
 // right after creating it (a MachineSet's machines), and that update wakes it
-// (harvesterMachineUpdatesThatMatter): until then there is nothing to do, and nothing worth a
-// status write (one per machine in the bench).
+// (harvesterMachineUpdatesThatMatter): until then nothing is made, and nothing is worth a status
+// write (one per machine in the bench); only the place is recorded (recordPlaceAhead).
 func notTakenOnYet(hm *infrav1.HarvesterMachine, now time.Time) (time.Duration, bool) {
 	if hm.DeletionTimestamp != nil || (ownerOfKind(hm, capiMachineGVK) != "" && hm.Labels[capiClusterNameLabel] != "") {
 		return 0, false
@@ -197,8 +200,9 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if home == nil {
-		// Nothing created yet: Cluster API's order first (the contract's).
+	if hm.Spec.ProviderID == "" {
+		// No VM recorded yet: Cluster API's order first (the contract's). Not home == nil: the
+		// place is recorded before anything is made (recordPlaceAhead).
 		if !cluster.InfrastructureProvisioned {
 			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonWaitingForClusterInfrastructure, capiWaitingRetry,
 				"waiting for Cluster %s/%s's infrastructure to be provisioned", cluster.Namespace, cluster.Name)
@@ -251,10 +255,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 			return err
 		}
 		spec.NodeSelector, spec.FailureDomain = nodes, machine.FailureDomain
-		if err := frontdoor.SharedWith(t.ProviderConfig, hm.Namespace, "HarvesterMachines", "spec.providerConfigRef of their HarvesterCluster"); err != nil {
-			return err
-		}
-		if err := providerconfig.PreflightGate(t.ProviderConfig, hm.Spec.Image == ""); err != nil {
+		if err := mayMakeMachines(hm, t.Target); err != nil {
 			return err
 		}
 		hm.Status.FailureDomain = machine.FailureDomain
@@ -266,11 +267,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 			return reconcile.Result{}, err
 		}
 		spec.Record = func(ctx context.Context, id harvester.ClusterIdentity) error {
-			if err := frontdoor.RecordPlace(ctx, r.Client, s.Scope, hm, "HarvesterMachine", infrav1.HarvesterMachineFinalizer, harvester.PlaceOf(spec, id)); err != nil {
-				return err
-			}
-			r.written.wrote(hm, time.Now())
-			return nil
+			return r.recordPlace(ctx, s, harvester.PlaceOf(spec, id))
 		}
 	} else {
 		if home.Elsewhere != nil {
@@ -326,6 +323,75 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 	return reconcile.Result{RequeueAfter: next}, nil
 }
 
+// mayMakeMachines checks what a HarvesterMachine's namespace and its ProviderConfig must allow
+// before anything is recorded or made for it: the ProviderConfig is shared with the namespace,
+// and its preflight checks pass.
+func mayMakeMachines(hm *infrav1.HarvesterMachine, t *frontdoor.Target) error {
+	if err := frontdoor.SharedWith(t.ProviderConfig, hm.Namespace, "HarvesterMachines", "spec.providerConfigRef of their HarvesterCluster"); err != nil {
+		return err
+	}
+	return providerconfig.PreflightGate(t.ProviderConfig, hm.Spec.Image == "")
+}
+
+// recordPlace records where the machine lives (frontdoor.RecordPlace).
+func (r *HarvesterMachineReconciler) recordPlace(ctx context.Context, s *harvesterMachineScope, place harvester.Place) error {
+	if err := frontdoor.RecordPlace(ctx, r.Client, s.Scope, s.hm, "HarvesterMachine", infrav1.HarvesterMachineFinalizer, place); err != nil {
+		return err
+	}
+	r.written.wrote(s.hm, time.Now())
+	return nil
+}
+
+// recordPlaceAhead records where a new HarvesterMachine's VM will live as soon as its Cluster
+// leads to a ProviderConfig its namespace may use, before Cluster API names its Machine. The
+// place depends on the Cluster alone: the Harvester cluster and namespace of the ProviderConfig
+// its HarvesterCluster names (which cannot change), and the HarvesterMachine's name. Recorded
+// once the Machine was named, it was a write to the HarvesterMachine between Cluster API naming
+// the Machine and the VM's creation, on the path of every machine; and Cluster API core answers
+// each write to an infrastructure machine it owns with a reconcile of the Machine, at most one a
+// second per Machine (its ReconcilerRateLimiting), which the write made the Machine wait for.
+// Recorded now, a MachineDeployment of 100 made its last VM reporting an IP some 3 s sooner
+// (docs/benchmarks.md, sixth session). Nothing is made before the Machine is named, as before;
+// whatever keeps the place from being recorded here is reported then, by the reconcile that
+// records it.
+func (r *HarvesterMachineReconciler) recordPlaceAhead(ctx context.Context, s *harvesterMachineScope) {
+	hm := s.hm
+	if _, recorded := hm.Annotations[v1alpha1.AnnotationPlacement]; recorded || hm.Labels[capiClusterNameLabel] == "" {
+		return
+	}
+	if err := r.placeAhead(ctx, s); err != nil {
+		log.FromContext(ctx).V(1).Info("The place is recorded once Cluster API names the Machine", "reason", err.Error())
+	}
+}
+
+func (r *HarvesterMachineReconciler) placeAhead(ctx context.Context, s *harvesterMachineScope) error {
+	hm := s.hm
+	cluster, err := readCAPICluster(ctx, r.Client, hm.Namespace, hm.Labels[capiClusterNameLabel])
+	if err != nil {
+		return err
+	}
+	if capiPaused(cluster, hm) {
+		return errors.New("the Cluster or the HarvesterMachine is paused")
+	}
+	t, err := r.targetOf(ctx, hm, cluster)
+	if err != nil {
+		return err
+	}
+	if err := mayMakeMachines(hm, t.Target); err != nil {
+		return err
+	}
+	engine, err := r.Harvester.ClusterFor(ctx, t.Credentials)
+	if err != nil {
+		return err
+	}
+	id, err := engine.Identity(ctx)
+	if err != nil {
+		return err
+	}
+	namespace, name := vmKeyOf(hm, t.Target)
+	return r.recordPlace(ctx, s, harvester.Place{ClusterID: id.ID, Server: id.Server, Namespace: namespace, Name: name})
+}
+
 // readBootstrapData reads the Machine's bootstrap data from the Secret its bootstrap provider wrote.
 func (r *HarvesterMachineReconciler) readBootstrapData(ctx context.Context, namespace string, machine *capiMachine) (string, error) {
 	secret := &corev1.Secret{}
@@ -351,7 +417,7 @@ func (r *HarvesterMachineReconciler) reach(ctx context.Context, hm *infrav1.Harv
 }
 
 // homeOf reaches the recorded place of the machine; nil when nothing is recorded (nothing was
-// created for it).
+// created for it; a recorded place does not say the VM exists, see recordPlaceAhead).
 func (r *HarvesterMachineReconciler) homeOf(ctx context.Context, hm *infrav1.HarvesterMachine, t *frontdoor.Target) (*harvester.Home, error) {
 	p, err := v1alpha1.DecodePlacement(hm.Annotations)
 	if err != nil {
