@@ -345,15 +345,16 @@ func (r *HarvesterMachineReconciler) recordPlace(ctx context.Context, s *harvest
 // recordPlaceAhead records where a new HarvesterMachine's VM will live as soon as its Cluster
 // leads to a ProviderConfig its namespace may use, before Cluster API names its Machine. The
 // place depends on the Cluster alone: the Harvester cluster and namespace of the ProviderConfig
-// its HarvesterCluster names (which cannot change), and the HarvesterMachine's name. Recorded
-// once the Machine was named, it was a write to the HarvesterMachine between Cluster API naming
-// the Machine and the VM's creation, on the path of every machine; and Cluster API core answers
-// each write to an infrastructure machine it owns with a reconcile of the Machine, at most one a
-// second per Machine (its ReconcilerRateLimiting), which the write made the Machine wait for.
-// Recorded now, a MachineDeployment of 100 made its last VM reporting an IP some 3 s sooner
-// (docs/benchmarks.md, sixth session). Nothing is made before the Machine is named, as before;
-// whatever keeps the place from being recorded here is reported then, by the reconcile that
-// records it.
+// its HarvesterCluster names (which cannot change), and the HarvesterMachine's name; the same
+// checks come first, of the namespace, the ProviderConfig and the spec. Recorded
+// once the Machine was named, the write sat in every machine's create reconcile, and those run
+// 16 at once when Cluster API names a MachineSet's Machines in a burst; recorded here, while the
+// HarvesterMachines appear one by one (a reconcile of about 10 ms), the bench's MachineDeployment
+// of 100 had create reconciles half as long (p50 0.47 to 0.56 s against 0.83 to 1.03 s) and a p99
+// from a HarvesterMachine's creation to its VM reporting an IP of 5.7 to 7.1 s, the perfect
+// provider's, against 8.9 to 10.0 s (docs/benchmarks.md, sixth session). Nothing is made before
+// the Machine is named; whatever keeps the place from being recorded here is reported then, by
+// the reconcile that records it.
 func (r *HarvesterMachineReconciler) recordPlaceAhead(ctx context.Context, s *harvesterMachineScope) {
 	hm := s.hm
 	if _, recorded := hm.Annotations[v1alpha1.AnnotationPlacement]; recorded || hm.Labels[capiClusterNameLabel] == "" {
@@ -380,6 +381,12 @@ func (r *HarvesterMachineReconciler) placeAhead(ctx context.Context, s *harveste
 	if err := mayMakeMachines(hm, t.Target); err != nil {
 		return err
 	}
+	// The spec is built, and so checked, as the reconcile that makes the machine builds it; the
+	// Machine only says its role there, which the place does not depend on.
+	spec, err := harvesterMachineSpec(hm, capiMachine{}, t.Target, r.managementCluster)
+	if err != nil {
+		return err
+	}
 	engine, err := r.Harvester.ClusterFor(ctx, t.Credentials)
 	if err != nil {
 		return err
@@ -388,8 +395,7 @@ func (r *HarvesterMachineReconciler) placeAhead(ctx context.Context, s *harveste
 	if err != nil {
 		return err
 	}
-	namespace, name := vmKeyOf(hm, t.Target)
-	return r.recordPlace(ctx, s, harvester.Place{ClusterID: id.ID, Server: id.Server, Namespace: namespace, Name: name})
+	return r.recordPlace(ctx, s, harvester.PlaceOf(spec, id))
 }
 
 // readBootstrapData reads the Machine's bootstrap data from the Secret its bootstrap provider wrote.

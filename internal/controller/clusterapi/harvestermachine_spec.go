@@ -43,16 +43,10 @@ func bootstrapUserData(secret *corev1.Secret) (string, error) {
 	return string(value), nil
 }
 
-// vmKeyOf is where a HarvesterMachine's VM is made on Harvester: in the namespace of the target's
-// credentials, named after the HarvesterMachine. The name is the guest's hostname and the tenant
-// cluster's Node name, which is how Harvester's cloud provider and CSI driver find the VM of a
-// Node.
-func vmKeyOf(hm *infrav1.HarvesterMachine, t *frontdoor.Target) (namespace, name string) {
-	return t.Credentials.Namespace, hm.Name
-}
-
 // harvesterMachineSpec describes a HarvesterMachine's VM for the engine, in the place the target
-// names now (vmKeyOf; the caller puts it where the machine lives, if that is recorded).
+// names now (the caller puts it where the machine lives, if that is recorded). The VM is named
+// after the HarvesterMachine: it is the guest's hostname and the tenant cluster's Node name, which
+// is how Harvester's cloud provider and CSI driver find the VM of a Node.
 func harvesterMachineSpec(hm *infrav1.HarvesterMachine, m capiMachine, t *frontdoor.Target, managementCluster string) (*harvester.MachineSpec, error) {
 	network, err := machineNetwork(hm, t)
 	if err != nil {
@@ -66,11 +60,10 @@ func harvesterMachineSpec(hm *infrav1.HarvesterMachine, m capiMachine, t *frontd
 	if m.ControlPlane {
 		role = "control-plane"
 	}
-	namespace, name := vmKeyOf(hm, t)
 	spec := &harvester.MachineSpec{
 		Owner:               harvesterMachineOwner(hm, managementCluster),
-		Namespace:           namespace,
-		Name:                name,
+		Namespace:           t.Credentials.Namespace,
+		Name:                hm.Name,
 		Role:                role,
 		CPU:                 uint32(hm.Spec.CPU), //nolint:gosec // G115: the CRD bounds spec.cpu to 1..128, so it fits
 		MemoryMB:            ceilUnits(hm.Spec.Memory, 1<<20),
