@@ -53,6 +53,9 @@ type clusterAPIFloor struct {
 	providerCPUErr error
 	// writes is what the perfect provider wrote to the management API server, per machine.
 	writes float64
+	// createCPU is what every process used from the first create to all Running, by kind of
+	// process (cpuSince), as the provider's run measures its own (observation.cpu).
+	createCPU map[string]float64
 	// breakdown says where each machine's time went, creating and deleting, as the provider's
 	// run says it: the two read side by side show which steps the provider itself lengthens.
 	breakdown string
@@ -93,7 +96,7 @@ func measureClusterAPIFloor(ctx context.Context, o options, sc scenario, work st
 	}
 	res.toRunning = time.Since(start)
 	res.providerCPU[0], res.providerCPUErr = profile.stop()
-	createCPU := cpuSince(tb, cpuAtStart)
+	res.createCPU = cpuSince(tb, cpuAtStart)
 	fd.afterRunning(tb)
 	// The provider's run deletes standingWindow after all Running, once it has measured its
 	// manager's standing CPU; the floor deletes from the same point. Deleting at once, while
@@ -148,7 +151,7 @@ func measureClusterAPIFloor(ctx context.Context, o options, sc scenario, work st
 		return res, err
 	}
 	allWrites := "Management API server writes per machine over the lifecycle: " + describeWrites(allWritesAtStart, allWritesAtEnd, o.n) + "."
-	cpu := "CPU until all Running (the perfect provider's in the bench's): " + describeCPU(createCPU) + "."
+	cpu := "CPU until all Running (the perfect provider's in the bench's): " + describeCPU(res.createCPU) + "."
 	res.breakdown = strings.Join([]string{fd.breakdown, fd.deletionBreakdown(), core, allWrites, cpu, "Deleting: " + deletion + "."}, " ")
 	return res, nil
 }

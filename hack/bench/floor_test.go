@@ -92,6 +92,29 @@ func TestSpreadCreatesEvenlyFromTheFirst(t *testing.T) {
 	}
 }
 
+func TestVsFloorOfClusterAPISaysWhereTheRunsCPUWent(t *testing.T) {
+	d := directResult{capiFloor: clusterAPIFloor{
+		toRunning: 20 * time.Second, toDeleted: 10 * time.Second, providerCPU: [2]float64{0.8, 0.2},
+		createCPU: map[string]float64{"bench and simulator": 5, "management kube-apiserver": 14, "capi-manager": 3.02},
+	}}
+	ours := result{scenario: scenario{clusterAPI: true}, toRunning: 22 * time.Second, toDeleted: 10500 * time.Millisecond, cpuSeconds: 2.5,
+		obs: observation{cpu: map[string]float64{"bench and simulator": 4.8, "management kube-apiserver": 15.8, "capi-manager": 3.04, "manager": 2}}}
+	got, err := vsFloor(ours, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 25.64 s over 22.02 s; the capi-manager's 0.02 s is left out, the bench's -0.2 s is not.
+	want := "vs floor: create 1.10x, delete 1.05x; manager CPU 2.5x a perfect provider's; CPU until all Running 1.16x the floor's run's " +
+		"(+3.6 s: manager +2.0, management kube-apiserver +1.8, bench and simulator -0.2)"
+	if got != want {
+		t.Errorf("vsFloor =\n%s\nwant\n%s", got, want)
+	}
+	d.capiFloor.createCPU = nil
+	if got, _ := vsFloor(ours, d); strings.Contains(got, "CPU until all Running") {
+		t.Errorf("vsFloor without the floor's CPU = %q, want no ratio of CPU", got)
+	}
+}
+
 func TestRepeatedMarginsSummaryIsTheMedianOfEachRatio(t *testing.T) {
 	r := repeatedMargins{name: "Cluster API MachineDeployment", margins: []floorMargin{
 		{create: 1.20, del: 0.95, cpu: 2.5}, {create: 1.01, del: 1.30, cpu: 3.0}, {create: 1.05, del: 1.00, cpu: 2.0},
@@ -100,6 +123,14 @@ func TestRepeatedMarginsSummaryIsTheMedianOfEachRatio(t *testing.T) {
 		"delete 1.00x (0.95, 1.30, 1.00); manager CPU 2.5x a perfect provider's (2.50, 3.00, 2.00)"
 	if got := r.summary(); got != want {
 		t.Errorf("summary =\n%s\nwant\n%s", got, want)
+	}
+	r.margins[0].runCPU, r.margins[1].runCPU = 1.20, 1.02
+	if got := r.summary(); strings.Contains(got, "CPU until all Running") {
+		t.Errorf("summary with a run's CPU not measured = %s, want no median of it", got)
+	}
+	r.margins[2].runCPU = 1.10
+	if got, want := r.summary(), "; CPU until all Running 1.10x the floor's run's (1.20, 1.02, 1.10)"; !strings.HasSuffix(got, want) {
+		t.Errorf("summary = %s, want it to end with %s", got, want)
 	}
 	// An even count: the mean of the middle two.
 	r.margins = append(r.margins, floorMargin{create: 1.11, del: 1.10, cpu: 4.0})
