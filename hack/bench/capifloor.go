@@ -116,7 +116,7 @@ func measureClusterAPIFloor(ctx context.Context, o options, sc scenario, work st
 	var counts *deletionCounts
 	var progress *deletionProgress
 	pprof.Do(ctx, pprof.Labels(labelKey, "measurement"), func(ctx context.Context) {
-		counts, err = watchCounts(ctx, append([]countedKind{fd.counted(tb)}, harvesterKinds(tb)...))
+		counts, err = watchCounts(ctx, deletionKinds(fd, tb))
 	})
 	if err != nil {
 		return res, err

@@ -301,9 +301,9 @@ func (m floorMargin) String() string {
 // run (CPU seconds by kind, as cpuSince answers), the largest difference first, those under 0.05 s
 // left out: "+5.1 s: manager +1.9, management kube-apiserver +1.8".
 func cpuDifference(run, floor map[string]float64) string {
-	kinds := map[string]float64{}
-	for k, s := range run {
-		kinds[k] += s
+	kinds := maps.Clone(run)
+	if kinds == nil {
+		kinds = map[string]float64{}
 	}
 	for k, s := range floor {
 		kinds[k] -= s

@@ -43,6 +43,12 @@ func harvesterKinds(tb *testbed.Testbed) []countedKind {
 	}
 }
 
+// deletionKinds are what a deletion is watched by, in both a provider's run and its floor's: the
+// front door's own objects, then harvesterKinds.
+func deletionKinds(fd frontDoor, tb *testbed.Testbed) []countedKind {
+	return append([]countedKind{fd.counted(tb)}, harvesterKinds(tb)...)
+}
+
 // deletionCounts counts the objects of some kinds from a metadata watch of each: how many are
 // left, and how many of them are marked for deletion. The bench waits on deletions with it, and
 // samples it every second: listing the objects instead (every 50 ms while waiting, 1000 of each)

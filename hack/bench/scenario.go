@@ -255,7 +255,7 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 		return res, err
 	}
 
-	counts, err := watchCounts(ctx, append([]countedKind{fd.counted(tb)}, harvesterKinds(tb)...))
+	counts, err := watchCounts(ctx, deletionKinds(fd, tb))
 	if err != nil {
 		return res, err
 	}
