@@ -341,6 +341,15 @@ func TestDuplicateMACRejected(t *testing.T) {
 		}
 	}
 	f.must(h.Client.Create(f.ctx, withMAC("first", "52:54:00:12:34:56")))
+	// The webhook reads VMs from its informer's cache: a VM created a moment ago may not be there
+	// yet (CI saw "second" admitted so). Wait until it is, then ask for the same MAC.
+	f.eventually("the webhook's cache holds VM first", func() error {
+		vms, err := vmsByIndex(f.ctx, h.webhooks.c, f.ns, indexVMByMAC, "52:54:00:12:34:56")
+		if err == nil && len(vms) == 0 {
+			err = errors.New("not yet")
+		}
+		return err
+	})
 	err := h.Client.Create(f.ctx, withMAC("second", "52:54:00:12:34:56"))
 	if err == nil || !strings.Contains(err.Error(), "already used by VirtualMachine "+f.ns+"/first") {
 		t.Fatalf("duplicate MAC: %v", err)
