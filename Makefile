@@ -16,7 +16,21 @@ CHART := charts/butler-provider-harvester
 BUTLER_SCHEMA_TESTS ?= ^(TestLifecycle|TestHealthyBootIsQuiet|TestRestartWhileCreating|TestNamespaceEditAfterRestart|TestDeletionWithoutCredentialsAfterRestart|TestInstalledSchemaDetected|TestBootstrapMachinePhase|TestProviderConfigNamespaceEditedWhileRunning|TestRerunTakesOverTheVMOfTheSameMachineRequestName|TestDeletionBlockedSaysWhy|TestVMDeletedOutOfBand|TestDeletedWhileCreating|TestConfigurationProblemFailsAfterGraceAndRetriesWhenFixed|TestPublishedProviderMachineAdopted|TestTwoManagementClustersShareAHarvesterNamespace|TestLeftoverDiskAndSecretWithoutVMTakenOver|TestImageSyncGoesReady)$$
 # Packages under test; the integration tests start two real API servers each.
 TEST_PKGS ?= ./...
-TEST_FLAGS ?= -count=1 -timeout=20m
+TEST_FLAGS ?= -count=1 -timeout=15m
+# The end-to-end scenarios, which take a minute or two each: two management clusters on one
+# Harvester with the real clusterctl move (directly and through a backup directory), forgeries
+# across them, what move leaves behind, clusterctl delete, a hosted control plane, and the tenant
+# isolation, restore and rotation scenarios. make test-e2e runs them and make test does not; a
+# new scenario joins them by its name (TestClusterAPIMove..., TestClusterAPI...Tenant...,
+# ...Restore..., ...Rotation...).
+E2E_TESTS ?= ^TestClusterAPI(Move|HostedControlPlane|.*(Tenant|Restore|Rotation))
+E2E_PKGS ?= ./test/capi/
+E2E_FLAGS ?= -count=1 -timeout=30m
+# The test control plane (kube-apiserver, etcd): KUBEBUILDER_ASSETS when it is set (as
+# setup-envtest sets it), else built from Go modules once and cached. The same for Cluster API's
+# manager and clusterctl with CAPI_ASSETS.
+CONTROLPLANE_ASSETS := assets=$${KUBEBUILDER_ASSETS:-$$(bash hack/tools/controlplane.sh)}
+CAPI_BUILT := capi=$${CAPI_ASSETS:-$$(bash hack/tools/capi.sh)}
 
 .DEFAULT_GOAL := help
 
@@ -88,9 +102,9 @@ kubectl: ## Build kubectl from Go modules (once; cached) and print its path.
 	@echo "$$(bash hack/tools/controlplane.sh kubectl)/kubectl"
 
 .PHONY: test
-test: ## Run all tests: unit, integration on real API servers (again on Butler's published CRDs), the install (chart, kustomize, RBAC, metrics), and the real Cluster API core manager.
-	@assets=$$(bash hack/tools/controlplane.sh) && capi=$$(bash hack/tools/capi.sh) && \
-		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) test $(TEST_FLAGS) $(TEST_PKGS) && \
+test: ## Run the tests: unit, integration on real API servers (again on Butler's published CRDs), the install (chart, kustomize, RBAC, metrics), and the real Cluster API core manager; not the end-to-end scenarios (make test-e2e).
+	@$(CONTROLPLANE_ASSETS) && $(CAPI_BUILT) && \
+		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) test $(TEST_FLAGS) -skip '$(E2E_TESTS)' $(TEST_PKGS) && \
 		echo "Integration tests on Butler's CRDs of butler-api v0.13.0" && \
 		KUBEBUILDER_ASSETS=$$assets BUTLER_TEST_SCHEMA=butler-api-v0.13.0 $(GO) test $(TEST_FLAGS) -run '$(BUTLER_SCHEMA_TESTS)' ./test/integration/ && \
 		echo "Integration tests on the Butler CLI's CRDs (no ImageSync CRD)" && \
@@ -99,30 +113,38 @@ test: ## Run all tests: unit, integration on real API servers (again on Butler's
 # The packages whose tests exercise concurrent code (informers, caches, the simulator, the
 # reconcilers on real API servers); test/deploy only drives tools and binaries it builds.
 RACE_PKGS ?= ./internal/... ./test/sim/... ./test/testbed/... ./test/integration/ ./test/capi/
-# The clusterctl move tests (two management clusters, each with the real Cluster API manager, about
-# 5 minutes together without the race detector) run in make test only: the reconcilers they drive
-# run under the race detector in the other Cluster API tests, and the takeover's concurrent
-# claimants in internal/harvester's unit tests.
-RACE_SKIP ?= ^TestClusterAPIMove
+RACE_FLAGS ?= -count=1 -timeout=20m
+# The end-to-end scenarios run in make test-e2e only: the reconcilers they drive run under the
+# race detector in the other Cluster API tests, and the takeover's concurrent claimants in
+# internal/harvester's unit tests.
+RACE_SKIP ?= $(E2E_TESTS)
 .PHONY: test-race
 test-race: ## Unit, simulator, integration and Cluster API tests under the race detector (needs cgo: a C compiler).
-	@assets=$$(bash hack/tools/controlplane.sh) && capi=$$(bash hack/tools/capi.sh) && \
-		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) test -race $(TEST_FLAGS) -skip '$(RACE_SKIP)' $(RACE_PKGS)
+	@$(CONTROLPLANE_ASSETS) && $(CAPI_BUILT) && \
+		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) test -race $(RACE_FLAGS) -skip '$(RACE_SKIP)' $(RACE_PKGS)
+
+.PHONY: test-all
+test-all: test test-e2e ## Every test: make test, then make test-e2e (the README's test command; CI runs it).
+
+.PHONY: test-e2e
+test-e2e: ## The end-to-end scenarios (E2E_TESTS): two management clusters with clusterctl move, through a backup too, forgeries, a hosted control plane, tenant isolation; the real Cluster API core manager and clusterctl.
+	@$(CONTROLPLANE_ASSETS) && $(CAPI_BUILT) && \
+		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) test $(E2E_FLAGS) -run '$(E2E_TESTS)' $(E2E_PKGS)
 
 .PHONY: demo
 demo: ## Run the provider end to end on a simulated Harvester (no cluster needed). DEMO_FLAGS=--keep to explore.
-	@assets=$$(bash hack/tools/controlplane.sh) && \
+	@$(CONTROLPLANE_ASSETS) && \
 		KUBEBUILDER_ASSETS=$$assets $(GO) run ./hack/demo $(DEMO_FLAGS)
 
 .PHONY: demo-capi
 demo-capi: ## The Cluster API door end to end on a simulated Harvester: the real Cluster API core manager and clusterctl (built once by hack/tools/capi.sh), a tenant cluster of the hosted flavour. DEMO_FLAGS=--keep to explore.
-	@assets=$$(bash hack/tools/controlplane.sh) && capi=$$(bash hack/tools/capi.sh) && \
+	@$(CONTROLPLANE_ASSETS) && $(CAPI_BUILT) && \
 		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) run ./hack/demo --capi $(DEMO_FLAGS)
 
 N ?= 100
 .PHONY: bench
 bench: ## Benchmark N machines end to end, as MachineRequests and as a Cluster API MachineDeployment (default 100; N=1000 documented), and add the table to docs/benchmarks.md.
-	@assets=$$(bash hack/tools/controlplane.sh) && capi=$$(bash hack/tools/capi.sh) && \
+	@$(CONTROLPLANE_ASSETS) && $(CAPI_BUILT) && \
 		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) run ./hack/bench -n $(N) $(BENCH_FLAGS)
 	@echo "Go benchmarks of the object builders, IP selection and decoding a VM watch event:"
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/harvester/
@@ -133,14 +155,14 @@ bench: ## Benchmark N machines end to end, as MachineRequests and as a Cluster A
 PUBLISHED_COMMIT ?= fabb05a3b7f4ddd2bfd1905d524acb40862241d5
 .PHONY: bench-published
 bench-published: ## Optional, not in make bench or CI: the published provider (built from its source at PUBLISHED_COMMIT) side by side with this one, N MachineRequests (the first three runs: it has no Cluster API) on a Harvester v1.7 simulator and Butler's CRDs; adds one table with both to docs/benchmarks.md.
-	@assets=$$(bash hack/tools/controlplane.sh) && \
+	@$(CONTROLPLANE_ASSETS) && \
 		published=$$(PUBLISHED_COMMIT=$(PUBLISHED_COMMIT) bash hack/tools/published-provider.sh) && \
 		KUBEBUILDER_ASSETS=$$assets $(GO) run ./hack/bench -n $(N) -runs=3 -schema=butler-api-v0.13.0 -legacy-image-storage-class-names \
 			-published-manager=$$published -published-commit=$(PUBLISHED_COMMIT) $(BENCH_FLAGS)
 
 .PHONY: test-chaos
 test-chaos: ## 200 machines, 11 SIGKILLs of the manager, Harvester API errors, hangs, conflicts and lost responses; nothing lost, duplicated, recreated, orphaned or leaked; deletions that finish although Harvester watches never answer.
-	@assets=$$(bash hack/tools/controlplane.sh) && \
+	@$(CONTROLPLANE_ASSETS) && \
 		KUBEBUILDER_ASSETS=$$assets $(GO) test -tags chaos -count=1 -timeout=20m -v ./test/chaos/
 
 ##@ Build
