@@ -153,8 +153,10 @@ func run(ctx context.Context, args []string) error {
 		StartLimits:             harvester.StartLimits{IPReport: o.IPReportTimeout},
 		MaxConcurrentReconciles: o.Concurrency,
 		HandOverFrom:            o.HandOverFrom,
+		SkipCleanupAnytime:      o.SkipCleanupAnytime,
 	}
-	hcr := &clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr, Harvester: clusters, SecretReader: mgr.GetAPIReader()}
+	hcr := &clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr, Harvester: clusters, SecretReader: mgr.GetAPIReader(),
+		SkipCleanupAnytime: o.SkipCleanupAnytime}
 	if !o.ClusterAPI {
 		logger.Info("Cluster API controllers are off (--cluster-api=false)")
 	} else if _, err := clusterapi.SetupClusterAPI(ctx, mgr, logger, hmr, hcr); err != nil {

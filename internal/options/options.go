@@ -56,7 +56,10 @@ type Options struct {
 	ClusterAPI              bool
 	// HandOverFrom are the management clusters whose HarvesterMachines' objects may be handed over
 	// (clusterapi.HandOverFlag).
-	HandOverFrom        []string
+	HandOverFrom []string
+	// SkipCleanupAnytime lets annotation skip-cleanup release HarvesterClusters and
+	// HarvesterMachines whose deletion is not blocked (clusterapi.SkipCleanupFlag).
+	SkipCleanupAnytime  bool
 	CreatingPoll        time.Duration
 	WatchedPoll         time.Duration
 	HealthInterval      time.Duration
@@ -116,6 +119,7 @@ func NewFlagSet(output io.Writer) (*flag.FlagSet, *Options) {
 		}
 		return nil
 	})
+	fs.BoolVar(&o.SkipCleanupAnytime, clusterapi.SkipCleanupFlag, false, "Let annotation harvester.butler.butlerlabs.dev/skip-cleanup=true release a deleted HarvesterCluster or HarvesterMachine without deleting anything on Harvester even when the provider can delete it there. Off (the default): the annotation releases only a deletion that is blocked (its ProviderConfig, credentials or Harvester gone), so that a tenant who writes those objects cannot leave VMs or Harvester credentials that nothing manages. MachineRequests are not concerned: their annotation always counts.")
 	fs.BoolVar(&o.ClusterAPI, "cluster-api", true, "Run the Cluster API infrastructure controllers (HarvesterCluster, HarvesterMachine) when the management cluster serves their CRDs and Cluster API's Cluster and Machine; false: never.")
 	fs.DurationVar(&o.CreatingPoll, "creating-poll-interval", frontdoor.DefaultCreatingPollInterval, "How often a Creating machine is looked at again while waiting for its IP address, when its objects on Harvester are not watched (credentials without list and watch).")
 	fs.DurationVar(&o.WatchedPoll, "watched-poll-interval", frontdoor.DefaultWatchedPollInterval, "How often a Creating or Deleting machine whose objects on Harvester are watched is looked at again anyway: their changes wake it at once, so this only catches an event that was missed. Never shorter than --creating-poll-interval.")

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -400,6 +402,36 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 		t.Fatalf("disks on Harvester: %d, want the one of tenant-md-0", len(pvcs.Items))
 	}
 
+	// A placement record the tenant wrote itself, naming another Harvester namespace: the provider
+	// makes nothing there, nor anywhere, and says which record it refuses; deleted, the
+	// HarvesterMachine deletes nothing.
+	must(hv.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vms-other"}}))
+	own, err := v1alpha1.DecodePlacement(hm.Annotations)
+	if err != nil || own == nil {
+		t.Fatalf("the placement record of tenant-md-0: %v (%v)", own, err)
+	}
+	forged, forgedMachine := tenant.Machine("tenant-forged", "")
+	forged.Annotations = map[string]string{v1alpha1.AnnotationPlacement: v1alpha1.EncodePlacement(v1alpha1.Placement{
+		ClusterID: own.ClusterID, Server: own.Server, Namespace: "vms-other", Name: "tenant-forged"})}
+	must(testbed.CreateAll(ctx, c, forged, forgedMachine))
+	w.readyCondition("tenant-forged", infrav1.ReasonPlacementRefused, "records VM vms-other/tenant-forged", "made only in vms/tenant-forged", "kubectl annotate harvestermachine -n tenants tenant-forged")
+	must(c.Delete(ctx, forgedMachine))
+	waitFor(ctx, t, capi, "the HarvesterMachine with a forged placement record to go", func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(forged), forged); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%w), finalizers %v", err, forged.Finalizers)
+		}
+		return nil
+	})
+	for _, list := range []client.ObjectList{&kubevirtv1.VirtualMachineList{}, &corev1.PersistentVolumeClaimList{}, &corev1.SecretList{}} {
+		must(hv.Client.List(ctx, list, client.InNamespace("vms-other")))
+		if n := meta.LenList(list); n > 0 {
+			t.Fatalf("%T in Harvester namespace vms-other: %d, want none", list, n)
+		}
+	}
+	if pvcs := (&corev1.PersistentVolumeClaimList{}); hv.Client.List(ctx, pvcs, client.InNamespace("vms")) != nil || len(pvcs.Items) != 1 {
+		t.Fatalf("disks on Harvester: %d, want the one of tenant-md-0", len(pvcs.Items))
+	}
+
 	// A failure domain no Harvester node is in: the VM waits to be scheduled, and the engine's
 	// diagnosis names the labels to give a node.
 	w.machine("tenant-md-2", "zone-d")
@@ -455,6 +487,12 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 	if vm.DeletionTimestamp != nil || len(hm.Finalizers) == 0 {
 		t.Fatalf("while paused, VM deletion timestamp %v and HarvesterMachine finalizers %v: want the VM kept and the finalizer held", vm.DeletionTimestamp, hm.Finalizers)
 	}
+	// Annotation skip-cleanup, which a tenant can write, does not leave a VM or credentials that
+	// the provider can delete: it counts only for a blocked deletion (the platform operator's
+	// flag aside).
+	skipCleanup := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, v1alpha1.AnnotationSkipHarvesterCleanup)))
+	must(c.Patch(ctx, hm, skipCleanup))
+	must(c.Patch(ctx, &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tenant.Name}}, skipCleanup))
 	must(c.Patch(ctx, cluster, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":false}}`))))
 
 	// Deleting the Cluster deletes its Machine, the HarvesterMachine and its VM, disks and Secret.
@@ -462,6 +500,36 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 	waitFor(ctx, t, capi, "the Cluster and everything on Harvester to go", func() error {
 		return w.clusterAndMachinesGone(cluster)
 	})
+	w.waitEvent("HarvesterMachine", "tenant-md-0", infrav1.ReasonCleanupNotSkipped, "only when its deletion is blocked", "--"+clusterapi.SkipCleanupFlag)
+	w.waitEvent("HarvesterCluster", tenant.Name, infrav1.ReasonCleanupNotSkipped, "the tenant cluster's Harvester credentials")
+}
+
+// waitEvent waits for an event of reason about the object of kind and name in namespace ns whose
+// note says all of mentions.
+func (w *capiWorld) waitEvent(kind, name, reason string, mentions ...string) {
+	w.t.Helper()
+	waitFor(w.ctx, w.t, w.capi, fmt.Sprintf("a %s event of %s %s", reason, kind, name), func() error {
+		list := &eventsv1.EventList{}
+		if err := w.c.List(w.ctx, list, client.InNamespace(ns)); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Reason == reason && e.Regarding.Kind == kind && e.Regarding.Name == name && containsAll(e.Note, mentions) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no such event among %d", len(list.Items))
+	})
+}
+
+// containsAll reports whether s contains every one of subs.
+func containsAll(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
 }
 
 // startProvider starts this provider's controllers in the test's process, as cmd/manager wires

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -261,21 +260,9 @@ func (w *capiWorld) requireVMsOwnedBy(names ...string) {
 // management cluster the machine came from and says why it is the same machine.
 func (w *capiWorld) requireTakenOverEvents(from string, names ...string) {
 	w.t.Helper()
-	waitFor(w.ctx, w.t, w.capi, "a VMTakenOver event for each moved HarvesterMachine", func() error {
-		list := &eventsv1.EventList{}
-		if err := w.c.List(w.ctx, list, client.InNamespace(ns)); err != nil {
-			return err
-		}
-		for _, name := range names {
-			if !slices.ContainsFunc(list.Items, func(e eventsv1.Event) bool {
-				return e.Reason == infrav1.ReasonVMTakenOver && e.Regarding.Name == name &&
-					strings.Contains(e.Note, "management cluster "+from) && strings.Contains(e.Note, "its bootstrap data is the data the machine was made with")
-			}) {
-				return fmt.Errorf("no VMTakenOver event of HarvesterMachine %s from management cluster %s", name, from)
-			}
-		}
-		return nil
-	})
+	for _, name := range names {
+		w.waitEvent("HarvesterMachine", name, infrav1.ReasonVMTakenOver, "management cluster "+from, "its bootstrap data is the data the machine was made with")
+	}
 }
 
 // randomBootstrapData is bootstrap data that holds a secret, as a kubeadm join's holds its token.

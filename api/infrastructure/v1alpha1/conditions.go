@@ -176,6 +176,13 @@ const (
 	// machine lives; nothing is created, and a deletion waits, until it is kept. Same as the
 	// MachineRequest's.
 	ReasonPlacementNotRecorded = "PlacementNotRecorded"
+	// ReasonPlacementRefused (waiting, Degraded): the HarvesterMachine's record of where its
+	// machine lives (annotation harvester.butler.butlerlabs.dev/placement) names another VM
+	// namespace or name than its own (its ProviderConfig's Harvester namespace, its own name),
+	// and no VM exists there. The record is the provider's, and a new machine is made only where
+	// its ProviderConfig puts it: nothing is made or changed on Harvester. Remove the annotation
+	// and the provider records the machine's own place.
+	ReasonPlacementRefused = "PlacementRefused"
 	// ReasonDeleting: the object is being deleted: the machine's VM, disks and cloud-init Secret
 	// are being removed from Harvester, and the same one of them has been left there for 30
 	// seconds past the VM's shutdown grace period (the message names it). A deletion that makes

@@ -46,6 +46,10 @@ type HarvesterClusterReconciler struct {
 	SecretReader client.Reader
 	// GuestRecheckInterval is how often delivered credentials are checked (default a minute).
 	GuestRecheckInterval time.Duration
+	// SkipCleanupAnytime lets annotation skip-cleanup release a HarvesterCluster whose
+	// credentials the provider can delete on Harvester: the platform operator's decision (a
+	// manager flag, SkipCleanupFlag). Off: the annotation releases only a deletion that is blocked.
+	SkipCleanupAnytime bool
 
 	statuses objstatus.Memory[infrav1.HarvesterClusterStatus]
 }
@@ -159,12 +163,10 @@ func (r *HarvesterClusterReconciler) reconcileDelete(ctx context.Context, s *obj
 					"and is released without deleting anything on Harvester by: kubectl annotate harvestermachines -n %s -l %s=%s %s=true", n, clusterName, hc.Namespace, capiClusterNameLabel, clusterName, v1alpha1.AnnotationSkipHarvesterCleanup)
 		}
 	}
-	// No credential outlives its cluster, unless the user releases it (skip-cleanup): then what it
-	// made on Harvester stays, as for a HarvesterMachine.
-	if hc.Annotations[v1alpha1.AnnotationSkipHarvesterCleanup] == "true" {
-		s.Event(corev1.EventTypeWarning, "CleanupSkipped", "Delete", fmt.Sprintf(
-			"released by annotation %s: the tenant cluster's Harvester credentials, if any, stay on Harvester", v1alpha1.AnnotationSkipHarvesterCleanup))
-	} else if err := r.guestDeleteStep(ctx, hc, clusterNameOf(hc)); err != nil {
+	// No credential outlives its cluster, unless its deletion is blocked and the user releases it
+	// (skip-cleanup; see release.go): then what it made on Harvester stays, as for a
+	// HarvesterMachine.
+	if err := r.deleteGuestCredentials(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
 	if err := frontdoor.RemoveFinalizer(ctx, r.Client, s, hc, infrav1.HarvesterClusterFinalizer); err != nil {
@@ -173,6 +175,31 @@ func (r *HarvesterClusterReconciler) reconcileDelete(ctx context.Context, s *obj
 	s.Release()
 	r.statuses.Forget(hc)
 	return reconcile.Result{}, nil
+}
+
+// deleteGuestCredentials deletes the tenant cluster's Harvester credentials, or releases the
+// HarvesterCluster without deleting them where annotation skip-cleanup counts.
+func (r *HarvesterClusterReconciler) deleteGuestCredentials(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus]) error {
+	hc := s.Obj
+	skipped := func() {
+		s.Event(corev1.EventTypeWarning, infrav1.ReasonCleanupSkipped, "Delete", fmt.Sprintf(
+			"released by annotation %s: the tenant cluster's Harvester credentials, if any, stay on Harvester", v1alpha1.AnnotationSkipHarvesterCleanup))
+	}
+	if releaseAsked(hc) && r.SkipCleanupAnytime {
+		skipped()
+		return nil
+	}
+	err := r.guestDeleteStep(ctx, hc, clusterNameOf(hc))
+	switch {
+	case releaseAsked(hc) && deletionBlocked(err):
+		skipped()
+		return nil
+	case err != nil:
+		return err
+	case releaseAsked(hc):
+		s.Event(corev1.EventTypeNormal, infrav1.ReasonCleanupNotSkipped, "Delete", releaseNotNeeded("the tenant cluster's Harvester credentials (if any were made)"))
+	}
+	return nil
 }
 
 // SetupWithManager registers the reconciler and its watches.

@@ -70,6 +70,10 @@ type HarvesterMachineReconciler struct {
 	// with the hand-over annotation: the platform operator's decision (a manager flag). Empty:
 	// no hand-over.
 	HandOverFrom []string
+	// SkipCleanupAnytime lets annotation skip-cleanup release a HarvesterMachine whose machine
+	// the provider can delete on Harvester: the platform operator's decision (a manager flag,
+	// SkipCleanupFlag). Off: the annotation releases only a deletion that is blocked.
+	SkipCleanupAnytime bool
 
 	// DeletionReportDelay is how long a deletion may wait for the same thing on Harvester, on
 	// top of the time that may take by itself, before its Ready condition says so (default
@@ -276,6 +280,13 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 				t.Ref, home.Elsewhere.Server, home.Place.Namespace, home.Place.Name, home.Place.Server)
 		}
 		engine = home.Cluster
+		own, gate := harvester.Place{Namespace: spec.Namespace, Name: spec.Name}, spec.Gate
+		spec.Gate = func() error {
+			if err := placeOfItsOwn(hm, home.Place, own); err != nil {
+				return err
+			}
+			return gate()
+		}
 		spec.Namespace, spec.Name = home.Place.Namespace, home.Place.Name
 	}
 	spec.VMUID = types.UID(frontdoor.UIDOfProviderID(hm.Spec.ProviderID))
@@ -321,6 +332,22 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 		next = min(next, settling+objstatus.TimerSlack)
 	}
 	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+// placeOfItsOwn refuses to make a machine at a recorded place that is not where it belongs (own:
+// the namespace its ProviderConfig names now, its own name). The record is an annotation, which
+// whoever writes HarvesterMachines can write too: it must not make the provider create a VM in
+// another Harvester namespace or under another machine's name. Only creation is refused: a VM
+// that exists at the recorded place (made there before the ProviderConfig's namespace was
+// edited, say) is carried on with where the engine finds it to be this machine's.
+func placeOfItsOwn(hm *infrav1.HarvesterMachine, recorded, own harvester.Place) error {
+	if recorded.Namespace == own.Namespace && recorded.Name == own.Name {
+		return nil
+	}
+	return objstatus.Waiting(infrav1.ReasonPlacementRefused, capiWaitingRetry,
+		"annotation %s of HarvesterMachine %s/%s records VM %s/%s, which does not exist, and a new machine is made only in %s/%s (its ProviderConfig's Harvester namespace, its own name): "+
+			"nothing is made or changed on Harvester. Remove the annotation (kubectl annotate harvestermachine -n %s %s %s-) and the provider records the machine's own place",
+		v1alpha1.AnnotationPlacement, hm.Namespace, hm.Name, recorded.Namespace, recorded.Name, own.Namespace, own.Name, hm.Namespace, hm.Name, v1alpha1.AnnotationPlacement)
 }
 
 // mayMakeMachines checks what a HarvesterMachine's namespace and its ProviderConfig must allow
@@ -453,34 +480,19 @@ func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *har
 	if !controllerutil.ContainsFinalizer(hm, infrav1.HarvesterMachineFinalizer) {
 		return reconcile.Result{}, nil
 	}
-	if skipsCleanup(s) {
+	switch _, recorded := hm.Annotations[v1alpha1.AnnotationPlacement]; {
+	case releaseAsked(hm) && r.SkipCleanupAnytime:
 		reportCleanupSkipped(ctx, s)
-	} else if _, recorded := hm.Annotations[v1alpha1.AnnotationPlacement]; recorded || hm.Spec.ProviderID != "" {
-		t, home, err := r.reach(ctx, hm, cluster)
-		if err != nil {
-			return reconcile.Result{}, harvesterMachineDeletionBlocked(s, err)
+	case recorded || hm.Spec.ProviderID != "":
+		result, err := r.deleteOnHarvester(ctx, s, cluster)
+		if releasedWhenBlocked(hm, err) {
+			reportCleanupSkipped(ctx, s)
+			break
 		}
-		if home != nil {
-			if home.Elsewhere != nil {
-				return reconcile.Result{}, harvesterMachineDeletionBlocked(s, objstatus.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry,
-					"the credentials of ProviderConfig %s now reach another Harvester cluster than the one the VM lives on (%s): restore them to delete it", t.Ref, home.Place.Server))
-			}
-			ref := harvester.MachineRef{Owner: harvester.Owner{Kind: OwnerKindHarvesterMachine, Namespace: hm.Namespace, Name: hm.Name, UID: hm.UID, Cluster: r.managementCluster},
-				Namespace: home.Place.Namespace, Name: home.Place.Name, VMUID: types.UID(frontdoor.UIDOfProviderID(hm.Spec.ProviderID))}
-			deletion, err := home.Cluster.Delete(ctx, ref)
-			if err != nil {
-				return reconcile.Result{}, harvesterMachineDeletionBlocked(s, err)
-			}
-			if !deletion.Done {
-				// Said in the status only once the same thing has held the deletion up past
-				// the time it may take (frontdoor.DeletionStalls), as for MachineRequests.
-				poll := frontdoor.PollInterval(deletion.Watched, r.PollInterval, r.WatchedPollInterval)
-				if next, quiet := r.stalls.Unreported(hm, deletion, r.DeletionReportDelay, poll, time.Now()); quiet {
-					return reconcile.Result{RequeueAfter: next}, nil
-				}
-				return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, poll, "deleting the machine on Harvester: waiting for %s", deletion.Remaining)
-			}
+		if err != nil || !result.IsZero() {
+			return result, err
 		}
+		reportReleaseNotNeeded(s)
 	}
 	if err := frontdoor.RemoveFinalizer(ctx, r.Client, s.Scope, hm, infrav1.HarvesterMachineFinalizer); err != nil {
 		return reconcile.Result{}, err
@@ -490,6 +502,40 @@ func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *har
 	r.stalls.Forget(client.ObjectKeyFromObject(hm))
 	r.written.forget(client.ObjectKeyFromObject(hm))
 	return reconcile.Result{}, nil
+}
+
+// deleteOnHarvester deletes the machine's objects on Harvester, where its place is recorded. A
+// zero result and no error: nothing of the machine is left there. A deletion that cannot reach
+// them returns a DeletionBlocked wait that says why and how to get out of it.
+func (r *HarvesterMachineReconciler) deleteOnHarvester(ctx context.Context, s *harvesterMachineScope, cluster *capiCluster) (reconcile.Result, error) {
+	hm := s.hm
+	t, home, err := r.reach(ctx, hm, cluster)
+	if err != nil {
+		return reconcile.Result{}, harvesterMachineDeletionBlocked(s, err)
+	}
+	if home == nil {
+		return reconcile.Result{}, nil
+	}
+	if home.Elsewhere != nil {
+		return reconcile.Result{}, harvesterMachineDeletionBlocked(s, objstatus.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry,
+			"the credentials of ProviderConfig %s now reach another Harvester cluster than the one the VM lives on (%s): restore them to delete it", t.Ref, home.Place.Server))
+	}
+	ref := harvester.MachineRef{Owner: harvester.Owner{Kind: OwnerKindHarvesterMachine, Namespace: hm.Namespace, Name: hm.Name, UID: hm.UID, Cluster: r.managementCluster},
+		Namespace: home.Place.Namespace, Name: home.Place.Name, VMUID: types.UID(frontdoor.UIDOfProviderID(hm.Spec.ProviderID))}
+	deletion, err := home.Cluster.Delete(ctx, ref)
+	if err != nil {
+		return reconcile.Result{}, harvesterMachineDeletionBlocked(s, err)
+	}
+	if deletion.Done {
+		return reconcile.Result{}, nil
+	}
+	// Said in the status only once the same thing has held the deletion up past the time it may
+	// take (frontdoor.DeletionStalls), as for MachineRequests.
+	poll := frontdoor.PollInterval(deletion.Watched, r.PollInterval, r.WatchedPollInterval)
+	if next, quiet := r.stalls.Unreported(hm, deletion, r.DeletionReportDelay, poll, time.Now()); quiet {
+		return reconcile.Result{RequeueAfter: next}, nil
+	}
+	return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, poll, "deleting the machine on Harvester: waiting for %s", deletion.Remaining)
 }
 
 // harvesterMachinesByMachine indexes HarvesterMachines by the Machine that owns them: a Machine,

@@ -17,13 +17,8 @@ import (
 // Deletion of a HarvesterMachine always ends: when what it needs to reach Harvester is gone (its
 // Cluster, HarvesterCluster, ProviderConfig or credentials, or Harvester itself for good), it
 // says so in a DeletionBlocked condition, and the user releases it with annotation
-// harvester.butler.butlerlabs.dev/skip-cleanup=true, as a MachineRequest is released.
-
-// skipsCleanup reports whether the user asked for the HarvesterMachine to be released without
-// deleting anything on Harvester.
-func skipsCleanup(s *harvesterMachineScope) bool {
-	return s.hm.Annotations[v1alpha1.AnnotationSkipHarvesterCleanup] == "true"
-}
+// harvester.butler.butlerlabs.dev/skip-cleanup=true, as a MachineRequest is released (see
+// release.go for when the annotation counts).
 
 // reportCleanupSkipped records that the HarvesterMachine is released without cleaning up, and what
 // may be left on Harvester.
@@ -35,6 +30,14 @@ func reportCleanupSkipped(ctx context.Context, s *harvesterMachineScope) {
 	log.FromContext(ctx).Info("Released without deleting anything on Harvester (skip-cleanup annotation)")
 	s.Event(corev1.EventTypeWarning, infrav1.ReasonCleanupSkipped, "Delete",
 		"Released without deleting anything on Harvester because of annotation "+v1alpha1.AnnotationSkipHarvesterCleanup+"=true: "+left)
+}
+
+// reportReleaseNotNeeded says, when the HarvesterMachine asked to be released without cleaning
+// up, that its machine was deleted on Harvester all the same, and why.
+func reportReleaseNotNeeded(s *harvesterMachineScope) {
+	if releaseAsked(s.hm) {
+		s.Event(corev1.EventTypeNormal, infrav1.ReasonCleanupNotSkipped, "Delete", releaseNotNeeded("the machine's VM, disks and cloud-init Secret"))
+	}
 }
 
 // harvesterMachineDeletionBlocked turns what keeps a deleted HarvesterMachine from reaching its

@@ -17,6 +17,7 @@ var ButlerConditions = objstatus.Conditions{
 // Warning event when they begin). FailureDomainNotFound is a HarvesterMachine's alone.
 var DegradingReasons = objstatus.Reasons{
 	infrav1.ReasonFailureDomainNotFound:    true,
+	infrav1.ReasonPlacementRefused:         true,
 	v1alpha1.ReasonProviderConfigNotFound:  true,
 	v1alpha1.ReasonInvalidProviderConfig:   true,
 	v1alpha1.ReasonCredentialsUnavailable:  true,

@@ -1,0 +1,78 @@
+package clusterapi
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+)
+
+// Annotation skip-cleanup releases a HarvesterMachine only when its deletion is blocked and its
+// placement record is intact.
+func TestSkipCleanupCountsOnlyForABlockedDeletion(t *testing.T) {
+	blocked := objstatus.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry, "ProviderConfig gone")
+	for _, tc := range []struct {
+		name        string
+		annotations map[string]string
+		err         error
+		want        bool
+	}{
+		{"blocked, asked", map[string]string{v1alpha1.AnnotationSkipHarvesterCleanup: "true"}, blocked, true},
+		{"blocked, not asked", nil, blocked, false},
+		{"deleting, asked", map[string]string{v1alpha1.AnnotationSkipHarvesterCleanup: "true"}, objstatus.Waiting(infrav1.ReasonDeleting, capiWaitingRetry, "VM"), false},
+		{"disk in use, asked", map[string]string{v1alpha1.AnnotationSkipHarvesterCleanup: "true"}, objstatus.Waiting(infrav1.ReasonDiskInUse, capiWaitingRetry, "disk"), false},
+		{"transient, asked", map[string]string{v1alpha1.AnnotationSkipHarvesterCleanup: "true"}, errors.New("connection refused"), false},
+		{"done, asked", map[string]string{v1alpha1.AnnotationSkipHarvesterCleanup: "true"}, nil, false},
+		{"blocked, asked, record broken", map[string]string{v1alpha1.AnnotationSkipHarvesterCleanup: "true", v1alpha1.AnnotationPlacement: "{"}, blocked, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hm := &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Annotations: tc.annotations}}
+			if got := releasedWhenBlocked(hm, tc.err); got != tc.want {
+				t.Fatalf("released = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if msg := releaseNotNeeded("the VM"); !strings.Contains(msg, "--"+SkipCleanupFlag) || !strings.Contains(msg, v1alpha1.AnnotationSkipHarvesterCleanup) {
+		t.Fatalf("the message of a release not needed names neither the annotation nor the flag: %q", msg)
+	}
+}
+
+// A machine is made only at its own place; a record elsewhere is refused with the record named.
+func TestPlaceOfItsOwn(t *testing.T) {
+	hm := &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "md-0"}}
+	own := harvester.Place{Namespace: "vms", Name: "md-0"}
+	for _, tc := range []struct {
+		name     string
+		recorded harvester.Place
+		refused  bool
+	}{
+		{"its own", harvester.Place{ClusterID: "c", Namespace: "vms", Name: "md-0"}, false},
+		{"another namespace", harvester.Place{ClusterID: "c", Namespace: "team-b-vms", Name: "md-0"}, true},
+		{"another name", harvester.Place{ClusterID: "c", Namespace: "vms", Name: "their-md-0"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := placeOfItsOwn(hm, tc.recorded, own)
+			if !tc.refused {
+				if err != nil {
+					t.Fatalf("refused its own place: %v", err)
+				}
+				return
+			}
+			w, ok := objstatus.AsWaiting(err)
+			if !ok || w.Reason != infrav1.ReasonPlacementRefused {
+				t.Fatalf("error %v, want a %s wait", err, infrav1.ReasonPlacementRefused)
+			}
+			for _, want := range []string{tc.recorded.Namespace + "/" + tc.recorded.Name, "vms/md-0", "HarvesterMachine team-a/md-0", v1alpha1.AnnotationPlacement + "-"} {
+				if !strings.Contains(w.Message, want) {
+					t.Errorf("message %q does not say %q", w.Message, want)
+				}
+			}
+		})
+	}
+}
