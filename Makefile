@@ -143,7 +143,7 @@ demo-capi: ## The Cluster API door end to end on a simulated Harvester: the real
 
 N ?= 100
 .PHONY: bench
-bench: ## Benchmark N machines end to end, as MachineRequests and as a Cluster API MachineDeployment (default 100; N=1000 documented), and add the table to docs/benchmarks.md.
+bench: ## Benchmark N machines end to end, as MachineRequests and as a Cluster API MachineDeployment (default 100; N=1000 documented), and add the table to .bench/report.md (git ignores it; BENCH_FLAGS=-report=PATH for another file).
 	@$(CONTROLPLANE_ASSETS) && $(CAPI_BUILT) && \
 		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) run ./hack/bench -n $(N) $(BENCH_FLAGS)
 	@echo "Go benchmarks of the object builders, IP selection and decoding a VM watch event:"
@@ -154,7 +154,7 @@ bench: ## Benchmark N machines end to end, as MachineRequests and as a Cluster A
 # build from (else the script clones it from GitHub).
 PUBLISHED_COMMIT ?= fabb05a3b7f4ddd2bfd1905d524acb40862241d5
 .PHONY: bench-published
-bench-published: ## Optional, not in make bench or CI: the published provider (built from its source at PUBLISHED_COMMIT) side by side with this one, N MachineRequests (the first three runs: it has no Cluster API) on a Harvester v1.7 simulator and Butler's CRDs; adds one table with both to docs/benchmarks.md.
+bench-published: ## Optional, not in make bench or CI: the published provider (built from its source at PUBLISHED_COMMIT) side by side with this one, N MachineRequests (the first three runs: it has no Cluster API) on a Harvester v1.7 simulator and Butler's CRDs; adds one table with both to .bench/report.md.
 	@$(CONTROLPLANE_ASSETS) && \
 		published=$$(PUBLISHED_COMMIT=$(PUBLISHED_COMMIT) bash hack/tools/published-provider.sh) && \
 		KUBEBUILDER_ASSETS=$$assets $(GO) run ./hack/bench -n $(N) -runs=3 -schema=butler-api-v0.13.0 -legacy-image-storage-class-names \

@@ -100,11 +100,10 @@ func measureClusterAPIFloor(ctx context.Context, o options, sc scenario, work st
 	fd.afterRunning(tb)
 	// The provider's run deletes standingWindow after all Running, once it has measured its
 	// manager's standing CPU; the floor deletes from the same point. Deleting at once, while
-	// Cluster API core still settled the last Machines, made the floor's deletion another
-	// scenario: its MachineSet's Machine deletes, slowed by the busy API server, came 3 to 32 a
-	// second over 9 s, where the provider's run had them all within 2 s; with the same pause,
-	// the floor's deletion meets what the provider's does (management API server audit logs,
-	// 2026-11-27, docs/benchmarks.md).
+	// Cluster API core still settles the last Machines, makes the floor's deletion another
+	// scenario: its MachineSet's Machine deletes, slowed by the busy API server, trickle in over
+	// seconds where the provider's run has them all at once (the management API server's audit
+	// log shows it).
 	if err := pause(ctx, standingWindow); err != nil {
 		return res, err
 	}

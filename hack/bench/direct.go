@@ -44,7 +44,7 @@ type directResult struct {
 	// API core costs with a perfect provider (the Cluster API front door's); floorErr says why
 	// the run's was not measured.
 	floor floorResult
-	// contractFloor is the floor with the writes DESIGN.md asks of a provider (floor.go); its
+	// contractFloor is the floor with the writes the MachineRequest contract asks of a provider (floor.go); its
 	// serverCPU is zero if it was not measured.
 	contractFloor floorResult
 	capiFloor     clusterAPIFloor

@@ -34,10 +34,10 @@ import (
 // than the direct run's time by the ratio of (its CPU + this floor) to its CPU: the ratio the
 // floor line prints.
 
-// The contract's floor is the same with the writes DESIGN.md asks of every MachineRequest
-// provider on top: the status that says Creating once the VM exists, and the events Created,
+// The contract's floor is the same with the writes Butler's MachineRequest contract asks of every
+// provider on top (the phases and events the Butler bootstrap and users read): the status that says Creating once the VM exists, and the events Created,
 // Running and Deleted (readable in kubectl describe). Seven writes per machine, where the
-// management floor counts three: what this provider writes. The management floor is the issue's
+// management floor counts three: what this provider writes. The management floor is the
 // yardstick; the contract's floor says how much of the margin over it the contract itself costs.
 
 // floorResult is the management floor (or the contract's), creating and deleting.
@@ -244,7 +244,7 @@ func (f floorResult) describe(d directResult, n int) string {
 	}
 	what, who := "management floor (the user's creates and deletes, a watch of MachineRequests, a provider's 3 writes per machine: finalizer with place, status Running, finalizer removed)", "no MachineRequest provider"
 	if f.contract {
-		what, who = "contract's floor (the same, plus what DESIGN.md asks of a provider: status Creating and the events Created, Running, Deleted; 7 writes per machine)", "no provider that keeps the contract"
+		what, who = "contract's floor (the same, plus what the MachineRequest contract asks of a provider: status Creating and the events Created, Running, Deleted; 7 writes per machine)", "no provider that keeps the contract"
 	}
 	return fmt.Sprintf("%s: management API server and etcd %.1f s creating + %.1f s deleting, %s; so %s can beat %s on this machine",
 		what, f.serverCPU[0], f.serverCPU[1], own, who, f.ratios(d))
@@ -361,8 +361,8 @@ func marginOf(ours result, leastRunning, leastDeleted, perfectCPU float64) floor
 
 // repeatedMargins is the margins over the floor of one run done several times (-repeat). On a
 // shared 2-CPU machine the floor's own time to all Running varies by 10 % and more from one run to
-// the next (docs/benchmarks.md), as much as a goal of 1.10: one run's ratio cannot decide it,
-// the median of several can.
+// the next (docs/benchmarks.md), as much as the margins it measures: one run's ratio cannot
+// decide a goal, the median of several can.
 type repeatedMargins struct {
 	name    string
 	margins []floorMargin

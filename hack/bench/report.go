@@ -140,7 +140,7 @@ func appendReport(path, table string) error {
 		return err
 	}
 	if _, err := os.Stat(path); os.IsNotExist(err) {
-		intro := "# Benchmarks\n\n`make bench` (N=100) or `make bench N=1000` writes a table here per run: N MachineRequests\n" +
+		intro := "# Benchmarks\n\n`make bench` (N=100) or `make bench N=1000` adds a table here per run: N MachineRequests\n" +
 			"created at once on the testbed (management API server, simulated Harvester, manager process), first with zero\n" +
 			"boot delay, then with a realistic one, then without userData; then a Cluster API MachineDeployment of N through\n" +
 			"the real Cluster API core manager. Columns: wall time from the first create to all Running; delay from the\n" +

@@ -14,7 +14,7 @@ import (
 // with. controller-runtime's Delete (typed, unstructured, or of a PartialObjectMetadata) decodes
 // the deleted object the server sends back, and the typed one then encodes it and decodes it
 // again into an unstructured copy it returns: three passes over a whole VM that the provider
-// never reads, 8 to 11 % of the manager's CPU while deleting 1000 machines (docs/benchmarks.md).
+// never reads, a tenth of the manager's CPU while it deletes machines (docs/benchmarks.md).
 // client-go's metadata client sends the same DELETE and reads the answer only when it is an
 // error, which it returns as the API's error (NotFound, Conflict, a webhook's refusal).
 type unreadDeletes struct {

@@ -373,15 +373,12 @@ func (r *HarvesterMachineReconciler) recordPlace(ctx context.Context, s *harvest
 // leads to a ProviderConfig its namespace may use, before Cluster API names its Machine. The
 // place depends on the Cluster alone: the Harvester cluster and namespace of the ProviderConfig
 // its HarvesterCluster names (which cannot change), and the HarvesterMachine's name; the same
-// checks come first, of the namespace, the ProviderConfig and the spec. Recorded
-// once the Machine was named, the write sat in every machine's create reconcile, and those run
-// 16 at once when Cluster API names a MachineSet's Machines in a burst; recorded here, while the
-// HarvesterMachines appear one by one (a reconcile of about 10 ms), the bench's MachineDeployment
-// of 100 had create reconciles half as long (p50 0.47 to 0.56 s against 0.83 to 1.03 s) and a p99
-// from a HarvesterMachine's creation to its VM reporting an IP of 5.7 to 7.1 s, the perfect
-// provider's, against 8.9 to 10.0 s (docs/benchmarks.md, sixth session). Nothing is made before
-// the Machine is named; whatever keeps the place from being recorded here is reported then, by
-// the reconcile that records it.
+// checks come first, of the namespace, the ProviderConfig and the spec. Recorded once the
+// Machine is named, the write would sit in every machine's create reconcile, and those run 16 at
+// once when Cluster API names a MachineSet's Machines in a burst; recorded here, it happens while
+// the HarvesterMachines appear one by one (docs/benchmarks.md measures both). Nothing is made
+// before the Machine is named; whatever keeps the place from being recorded here is reported
+// then, by the reconcile that records it.
 func (r *HarvesterMachineReconciler) recordPlaceAhead(ctx context.Context, s *harvesterMachineScope) {
 	hm := s.hm
 	if _, recorded := hm.Annotations[v1alpha1.AnnotationPlacement]; recorded || hm.Labels[capiClusterNameLabel] == "" {

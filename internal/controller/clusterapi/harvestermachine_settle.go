@@ -19,15 +19,10 @@ import (
 // controller patches the Machine's status conditions with an optimistic lock: on a conflict its
 // patch helper reads the Machine again from its cache, up to five times within about a second,
 // then fails the reconcile, which waits out a back-off. Writes close together keep that
-// reconcile running on a cache that lags its own patches once the API server is busy. Measured
-// at N=100 in the bench (make bench, 2026-11-27, docs/benchmarks.md), against the perfect
-// provider's 14 to 17: progress written at once cost Cluster API core 27 management writes per
-// machine while creating, 15.6 of them refused (409), and 4.3 s (p50) from provisioned to Machine
-// Running; held 2 s after the provider's last write, 17 to 26 writes and 1.5 to 4.3 s; with this
-// delay (a VM that runs at once, as in the bench: never written), 17 to 24 writes and 0.9 to
-// 3.1 s, and the provider's time to all Running 0.97 to 1.21 times the perfect provider's, against
-// 1.18 to 1.33. On real Harvester a VM takes tens of seconds to boot, so its progress still shows
-// within seconds of mattering.
+// reconcile running on a cache that lags its own patches once the API server is busy, so the
+// provider leaves a gap after its own writes (docs/benchmarks.md measures what each choice costs
+// Cluster API core). On real Harvester a VM takes tens of seconds to boot, so its progress still
+// shows within seconds of mattering.
 const progressReportDelay = 10 * time.Second
 
 // recentWrites remembers when the provider last wrote each HarvesterMachine's metadata or spec.

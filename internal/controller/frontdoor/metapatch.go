@@ -19,7 +19,7 @@ import (
 // with. A merge patch would replace the whole finalizer list, so it must be locked; locked on the
 // resourceVersion, every other write to the object fails it, and Cluster API writes its
 // infrastructure machines (labels, owners) while the provider records their place and lets them
-// go: about one conflict, and one reconcile more, per machine in the bench. Locked on what it
+// go: a conflict, and a reconcile more, for most machines. Locked on what it
 // changes, a finalizer or annotation written meanwhile still fails it, as a conflict (retried
 // quietly); nothing else does. obj becomes the server's answer (see objstatus.Scope.PatchMeta).
 func PatchFinalizersAndAnnotations[O client.Object, S any](ctx context.Context, c client.Client, s *objstatus.Scope[O, S], obj O, finalizers []string, annotations map[string]string) error {
