@@ -9,6 +9,7 @@ HELM := $(GO) tool -modfile=hack/tools/helm/go.mod helm
 KUSTOMIZE := $(GO) tool -modfile=hack/tools/kustomize/go.mod kustomize
 GOLANGCI_LINT := $(GO) tool -modfile=hack/tools/golangci-lint/go.mod golangci-lint
 ACTIONLINT := $(GO) tool -modfile=hack/tools/actionlint/go.mod actionlint
+CRD_REF_DOCS := $(GO) tool -modfile=hack/tools/crd-ref-docs/go.mod crd-ref-docs
 CHART := charts/butler-provider-harvester
 # The representative integration tests that run again on Butler's published CRD sets
 # (test/testdata/butler-crds): lifecycle, restarts, safety, bootstrap, deletion, ImageSync (not on
@@ -57,11 +58,17 @@ manifests: ## Generate CRDs and RBAC from the markers in the code, and copy them
 	cp config/rbac/leader_election_role.yaml $(CHART)/files/leader-election-role.yaml
 	cp config/rbac/metrics_reader_role.yaml $(CHART)/files/metrics-reader-role.yaml
 
+.PHONY: api-docs
+api-docs: ## Generate the API reference in docs/reference: the types (crd-ref-docs, pinned in hack/tools), and the conditions and reasons from their constants (hack/reasons-docs).
+	$(CRD_REF_DOCS) --config hack/api-docs.yaml --source-path ./api/v1alpha1 --renderer markdown --output-path docs/reference/api.md --log-level WARN
+	$(CRD_REF_DOCS) --config hack/api-docs.yaml --source-path ./api/infrastructure --renderer markdown --output-path docs/reference/infrastructure-api.md --log-level WARN
+	$(GO) run ./hack/reasons-docs
+
 .PHONY: verify-generated
-verify-generated: generate manifests ## Fail if generated files (CRDs, RBAC, deepcopy, and their copies in the chart) are stale.
-	@if [ -n "$$(git status --porcelain -- api config $(CHART))" ]; then \
-		echo "Generated files are stale; run 'make generate manifests' and commit:"; \
-		git status --porcelain -- api config $(CHART); git --no-pager diff -- api config $(CHART) | head -50; exit 1; fi
+verify-generated: generate manifests api-docs ## Fail if generated files (CRDs, RBAC, deepcopy, their copies in the chart, the API reference) are stale.
+	@if [ -n "$$(git status --porcelain -- api config $(CHART) docs/reference)" ]; then \
+		echo "Generated files are stale; run 'make generate manifests api-docs' and commit:"; \
+		git status --porcelain -- api config $(CHART) docs/reference; git --no-pager diff -- api config $(CHART) docs/reference | head -50; exit 1; fi
 	@echo "Generated files are up to date."
 
 .PHONY: fmt
@@ -82,12 +89,13 @@ helm-lint: ## helm lint the chart (make test also lints and renders it).
 	$(HELM) lint --strict $(CHART)
 
 .PHONY: tools
-tools: ## Build every pinned tool once (controller-gen, helm, kustomize, golangci-lint, actionlint); they are cached by Go.
+tools: ## Build every pinned tool once (controller-gen, helm, kustomize, golangci-lint, actionlint, crd-ref-docs); they are cached by Go.
 	$(CONTROLLER_GEN) --version
 	$(HELM) version --short
 	$(KUSTOMIZE) version
 	$(GOLANGCI_LINT) version
 	$(ACTIONLINT) -version
+	$(CRD_REF_DOCS) --version
 
 .PHONY: controlplane
 controlplane: ## Build kube-apiserver and etcd from Go modules (once; cached) and print their directory.

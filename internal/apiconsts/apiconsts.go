@@ -87,3 +87,63 @@ func RequireConditions(t testing.TB, file string, c objstatus.Conditions) {
 		t.Errorf("reason %q of Degraded=False is not a documented Reason* constant of %s", c.AsExpected, file)
 	}
 }
+
+// Group is a const block of an API file whose names start with a prefix, in the order written.
+type Group struct {
+	// Doc is the block's comment.
+	Doc       string
+	Constants []Documented
+}
+
+// Documented is a string constant with the comment that says what it means.
+type Documented struct {
+	Name, Value, Doc string
+}
+
+// Groups returns the const blocks of the Go file that hold string constants whose names start
+// with one of prefixes, each with its comment and its constants' comments, in the order written:
+// what docs/reference/conditions.md is generated from (hack/reasons-docs).
+func Groups(file string, prefixes ...string) ([]Group, error) {
+	f, err := parser.ParseFile(token.NewFileSet(), file, nil, parser.ParseComments)
+	if err != nil {
+		return nil, err
+	}
+	var out []Group
+	for _, decl := range f.Decls {
+		g, ok := decl.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		group := Group{Doc: strings.TrimSpace(g.Doc.Text())}
+		for _, spec := range g.Specs {
+			v := spec.(*ast.ValueSpec)
+			for i, name := range v.Names {
+				if !hasAnyPrefix(name.Name, prefixes) || i >= len(v.Values) {
+					continue
+				}
+				lit, ok := v.Values[i].(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					continue
+				}
+				value, err := strconv.Unquote(lit.Value)
+				if err != nil {
+					return nil, err
+				}
+				group.Constants = append(group.Constants, Documented{Name: name.Name, Value: value, Doc: strings.TrimSpace(v.Doc.Text())})
+			}
+		}
+		if len(group.Constants) > 0 {
+			out = append(out, group)
+		}
+	}
+	return out, nil
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
+}
