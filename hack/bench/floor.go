@@ -286,7 +286,7 @@ func vsFloor(ours result, d directResult) (string, error) {
 // For the Cluster API front door, runCPU is what every process of the run used until all Running
 // over what the floor's run used (0: not measured). Both runs keep two CPUs busy at about the same
 // rate while Cluster API core creates the machines, so the time to all Running follows the CPU
-// the run needs: runCPU is where a create ratio over 1 comes from (docs/benchmarks.md).
+// the run needs: runCPU is where a create ratio over 1 comes from (docs/performance.md).
 type floorMargin struct{ create, del, cpu, runCPU float64 }
 
 func (m floorMargin) String() string {
@@ -361,7 +361,7 @@ func marginOf(ours result, leastRunning, leastDeleted, perfectCPU float64) floor
 
 // repeatedMargins is the margins over the floor of one run done several times (-repeat). On a
 // shared 2-CPU machine the floor's own time to all Running varies by 10 % and more from one run to
-// the next (docs/benchmarks.md), as much as the margins it measures: one run's ratio cannot
+// the next (docs/performance.md), as much as the margins it measures: one run's ratio cannot
 // decide a goal, the median of several can.
 type repeatedMargins struct {
 	name    string

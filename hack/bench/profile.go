@@ -21,7 +21,7 @@ import (
 // API servers, the manager and the benchmark process (which runs the simulator) over the same
 // window while the machines are created (cpu-create-*.pprof) and again while they are deleted
 // (cpu-delete-*.pprof), and the manager's heap when all are Running and when all are deleted. The
-// figures in docs/benchmarks.md say where the time goes; these say why, function by function
+// figures in docs/performance.md say where the time goes; these say why, function by function
 // (go tool pprof <file>).
 type profiler struct {
 	dir       string

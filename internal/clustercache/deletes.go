@@ -14,7 +14,8 @@ import (
 // with. controller-runtime's Delete (typed, unstructured, or of a PartialObjectMetadata) decodes
 // the deleted object the server sends back, and the typed one then encodes it and decodes it
 // again into an unstructured copy it returns: three passes over a whole VM that the provider
-// never reads, a tenth of the manager's CPU while it deletes machines (docs/benchmarks.md).
+// never reads, a tenth of the manager's CPU while it deletes machines
+// (docs/proposals/20261126-unread-deletes.md).
 // client-go's metadata client sends the same DELETE and reads the answer only when it is an
 // error, which it returns as the API's error (NotFound, Conflict, a webhook's refusal).
 type unreadDeletes struct {

@@ -43,7 +43,7 @@ type vmFieldsRead struct {
 // client-go's watch decoder does (sigs.k8s.io/json): whole, as the owned cache holds VMs; into
 // only the fields the engine reads; and as its metadata. It bounds what watching VMs by their
 // metadata alone could save: the VM watch is about a fifth of the manager's CPU
-// (docs/benchmarks.md).
+// (docs/proposals/20261127-vm-watch-kept-whole.md).
 func BenchmarkDecodeVMWatchEvent(b *testing.B) {
 	vm := BuildVirtualMachine(testSpec())
 	vm.Status.PrintableStatus = kubevirtv1.VirtualMachineStatusRunning

@@ -376,9 +376,9 @@ func (r *HarvesterMachineReconciler) recordPlace(ctx context.Context, s *harvest
 // checks come first, of the namespace, the ProviderConfig and the spec. Recorded once the
 // Machine is named, the write would sit in every machine's create reconcile, and those run 16 at
 // once when Cluster API names a MachineSet's Machines in a burst; recorded here, it happens while
-// the HarvesterMachines appear one by one (docs/benchmarks.md measures both). Nothing is made
-// before the Machine is named; whatever keeps the place from being recorded here is reported
-// then, by the reconcile that records it.
+// the HarvesterMachines appear one by one (docs/proposals/20261127-place-recorded-ahead.md
+// measures both). Nothing is made before the Machine is named; whatever keeps the place from
+// being recorded here is reported then, by the reconcile that records it.
 func (r *HarvesterMachineReconciler) recordPlaceAhead(ctx context.Context, s *harvesterMachineScope) {
 	hm := s.hm
 	if _, recorded := hm.Annotations[v1alpha1.AnnotationPlacement]; recorded || hm.Labels[capiClusterNameLabel] == "" {

@@ -20,9 +20,9 @@ import (
 // patch helper reads the Machine again from its cache, up to five times within about a second,
 // then fails the reconcile, which waits out a back-off. Writes close together keep that
 // reconcile running on a cache that lags its own patches once the API server is busy, so the
-// provider leaves a gap after its own writes (docs/benchmarks.md measures what each choice costs
-// Cluster API core). On real Harvester a VM takes tens of seconds to boot, so its progress still
-// shows within seconds of mattering.
+// provider leaves a gap after its own writes (docs/proposals/20261127-progress-report-delay.md
+// measures what each choice costs Cluster API core). On real Harvester a VM takes tens of seconds
+// to boot, so its progress still shows within seconds of mattering.
 const progressReportDelay = 10 * time.Second
 
 // recentWrites remembers when the provider last wrote each HarvesterMachine's metadata or spec.
