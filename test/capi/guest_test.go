@@ -467,11 +467,11 @@ func accessReviewTable(ctx context.Context, t *testing.T, kubeconfig []byte) {
 	add(csi("pkg/csi/controller_server.go, pkg/csi/node_server.go (online expansion)"), true, "harvesterhci.io", "settings", "", "", "csi-online-expand-validation", "get")
 	add(csi("pkg/csi/controller_server.go (RWX volumes in harvester-system)"), true, "harvesterhci.io", "networkfilesystems", "", "harvester-system", "", "list", "get", "create", "update", "delete")
 	add(csi("pkg/csi/controller_server.go (Longhorn volumes)"), true, "longhorn.io", "volumes", "", "longhorn-system", "", "list")
-	// An upstream gap, pinned so that a change on either side is seen: the driver reads Harvester's
-	// server-version setting at start (pkg/csi/manager.go), which harvesterhci.io:csi-driver at
-	// 3d63c2af does not grant (its settings rule names csi-driver-config and
-	// csi-online-expand-validation only).
-	add(csi("pkg/csi/manager.go (server-version, at start)"), false, "harvesterhci.io", "settings", "", "", "server-version", "get")
+	// The driver reads Harvester's server-version setting at start (pkg/csi/manager.go), which
+	// harvesterhci.io:csi-driver at 3d63c2af does not grant (its settings rule names
+	// csi-driver-config and csi-online-expand-validation only): Harvester grants it to every
+	// authenticated user (harvester/harvester pkg/data/rbac.go, whiteListedSettings).
+	add(csi("pkg/csi/manager.go (server-version, at start; Harvester's grant to every authenticated user)"), true, "harvesterhci.io", "settings", "", "", "server-version", "get")
 	// A neighbouring namespace: the cloud provider's role is bound in the VMs' namespace only.
 	add("neighbouring namespace", false, "kubevirt.io", "virtualmachines", "", other, "", "get", "list")
 	add("neighbouring namespace", false, "kubevirt.io", "virtualmachineinstances", "", other, "", "get")

@@ -50,9 +50,10 @@ func ApplyPolicies(ctx context.Context, c client.Client) error {
 	})
 }
 
-// ApplyHarvesterRoles creates the ClusterRoles Harvester installs for guest clusters
-// (manifests/rbac: harvesterhci.io:cloudprovider and harvesterhci.io:csi-driver, copied from
-// Harvester's chart).
+// ApplyHarvesterRoles creates the roles Harvester installs for guest clusters and what it grants
+// every authenticated user (manifests/rbac: harvesterhci.io:cloudprovider and
+// harvesterhci.io:csi-driver, copied from Harvester's chart; harvester-authenticated and the
+// harvester-public namespace's view binding, from Harvester's pkg/data/rbac.go).
 func ApplyHarvesterRoles(ctx context.Context, c client.Client) error {
 	return eachObject("manifests/rbac", func(doc []byte) error {
 		u := &unstructured.Unstructured{}
