@@ -35,7 +35,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "reasons-docs:", err)
 		os.Exit(1)
 	}
-	if err := os.WriteFile(filepath.Join(*repo, *out), []byte(doc), 0o644); err != nil { //nolint:gosec // G306: a document of the repository
+	if err := os.WriteFile(filepath.Join(*repo, *out), []byte(doc), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, "reasons-docs:", err)
 		os.Exit(1)
 	}
