@@ -20,9 +20,10 @@ const SkipCleanupFlag = "cluster-api-skip-cleanup-anytime"
 // credentials alive, that nothing manages any more and no quota of its clusters counts. So the
 // annotation releases an object only when its deletion is blocked (what it needs to reach
 // Harvester is gone: its ProviderConfig, the credentials, the Harvester namespace or cluster),
-// which is what the annotation is for, and the record of where the machine lives is intact; else the provider deletes what the object made, and says
-// that the annotation was not needed. The platform operator may let the annotation count at any
-// time (SkipCleanupFlag). MachineRequests are the platform's: their annotation always counts.
+// which is what the annotation is for, and the record of where the machine lives is intact; else
+// the provider deletes what the object made, and says that the annotation was not needed. The
+// platform operator may let the annotation count at any time (SkipCleanupFlag). MachineRequests
+// are the platform's: their annotation always counts.
 
 // releaseAsked reports whether the object carries annotation skip-cleanup=true.
 func releaseAsked(o metav1.Object) bool {
