@@ -148,6 +148,14 @@ const (
 	// ProviderConfigs cannot (on a ProviderConfig it is ignored). It never allows
 	// spec.harvester.endpoint to name another host or path (ReasonUntrustedEndpoint).
 	AnnotationAllowInsecureCredentials = "harvester.butler.butlerlabs.dev/allow-insecure-credentials"
+	// AnnotationSharedNamespace, set to "true" on a ProviderConfig, lets the provider issue Cluster
+	// API tenant clusters' Harvester credentials in its harvester.namespace while others' VMs,
+	// disks or credentials are there too. Without it such credentials are refused
+	// (GuestNamespaceShared): Harvester's roles, bound in a namespace, reach every VM and PVC of
+	// it, so tenants sharing one can stop or detach each other's. Set it only where the clusters
+	// sharing the namespace trust each other. It lives on the ProviderConfig, which tenants do
+	// not write.
+	AnnotationSharedNamespace = "harvester.butler.butlerlabs.dev/shared-namespace"
 )
 
 // Condition types of a harvester ProviderConfig, each a preflight check; Ready is True when all

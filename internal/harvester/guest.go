@@ -23,37 +23,90 @@ import (
 )
 
 // A guest identity is what a cluster whose nodes are VMs on Harvester (a guest cluster) needs
-// to run Harvester's cloud provider and CSI driver: the identity Harvester's own guest
-// integration makes (harvester/harvester pkg/api/kubeconfig/generate_handler.go at 3d63c2af, and
-// harvester/cloud-provider-harvester deploy/generate_addon.sh at 38cd463f):
+// to run Harvester's cloud provider and CSI driver. Harvester's own guest integration
+// (harvester/harvester pkg/api/kubeconfig/generate_handler.go at 3d63c2af) binds Harvester's CSI
+// driver role cluster-wide, which lets every guest patch every VM on Harvester (and, from
+// Harvester v1.7, reach every VolumeSnapshot). The provider binds narrower, so that a tenant who
+// reads its cluster's cloud-config reaches nothing past its own Harvester namespace:
 //
 //   - a ServiceAccount in the VMs' namespace;
-//   - a RoleBinding in that namespace to Harvester's ClusterRole harvesterhci.io:cloudprovider
-//     (the cloud provider finds a Node's VM by the Node's name in its kubeconfig's namespace, and
-//     the CSI driver hot-plugs volumes into the VMs there: everything it needs is namespaced);
-//   - a ClusterRoleBinding to Harvester's ClusterRole harvesterhci.io:csi-driver, cluster-wide
-//     because that role is mostly about cluster-scoped objects (storage classes, volume
-//     attachments, Harvester settings) and objects in Harvester's and Longhorn's own namespaces;
+//   - RoleBindings in that namespace to Harvester's ClusterRoles harvesterhci.io:cloudprovider
+//     and harvesterhci.io:csi-driver: through a RoleBinding a ClusterRole grants its namespaced
+//     rules in that namespace only, and none of its cluster-scoped ones (snapshot contents and
+//     classes, Harvester settings, storage classes);
+//   - a ClusterRoleBinding to GuestReaderRole, a read-only ClusterRole the operator installs with
+//     config/harvester/guest-rbac.yaml (the provider binds it by name and never creates it): what
+//     the two components read outside the namespace (storage classes, volume attachments, two
+//     named settings, Longhorn volumes);
 //   - a kubernetes.io/service-account-token Secret, which kube-controller-manager fills in with a
 //     token that lives until the Secret (or the ServiceAccount) is deleted;
 //   - a kubeconfig of that token whose context namespace is the VMs' namespace.
 //
+// What that leaves out of Harvester's own binding: NetworkFilesystems in harvester-system (RWX
+// volumes; RBAC cannot limit them to one tenant's) and everything cluster-scoped of snapshots.
+// docs/harvester-rbac.md has the table, per Harvester version.
+//
+// Identities made with Harvester's cluster-wide binding are narrowed in place: the new bindings
+// are made, then the old ClusterRoleBinding is deleted; the ServiceAccount and its token stay.
+//
 // Every object carries the owner's labels; their names derive from the owner's namespace and
 // name only, so the owner finds them again from another management cluster after a move.
 
-// Harvester's ClusterRoles a guest identity is bound to (harvester/harvester
+// Harvester's ClusterRoles a guest identity is bound to in its namespace (harvester/harvester
 // deploy/charts/harvester/templates/rbac.yaml).
 const (
 	GuestCloudProviderRole = "harvesterhci.io:cloudprovider"
 	GuestCSIDriverRole     = "harvesterhci.io:csi-driver"
 )
 
+// GuestReaderRole is the read-only ClusterRole config/harvester/guest-rbac.yaml installs on
+// Harvester, the one cluster-wide grant of a guest identity.
+const GuestReaderRole = "butler-provider-harvester:guest-reader"
+
+// GuestReaderClusterRole is GuestReaderRole as config/harvester/guest-rbac.yaml installs it (a
+// test holds the two equal): what Harvester's CSI driver v0.2.9 reads outside its namespace
+// (harvester/harvester-csi-driver at 97b6c358, whose Go code is v0.2.9's), and nothing more:
+//
+//   - get storage classes by name (pkg/csi/controller_server.go: validStorageClass,
+//     isLHRWXVolume, buildHostPVCFromSnap);
+//   - list volume attachments (controller_server.go: waitForVASettled, before a hot-plug);
+//   - get the settings csi-driver-config (CreateSnapshot) and csi-online-expand-validation
+//     (ControllerExpandVolume, node_server.go NodeExpandVolume). The driver's other setting,
+//     server-version, Harvester grants every authenticated user (harvester/harvester
+//     pkg/data/rbac.go).
+//
+// Left out of what harvesterhci.io:csi-driver grants cluster-wide, each degrading to a warning in
+// the driver: Longhorn volumes (one list at start whose result is dropped), NetworkFilesystems in
+// harvester-system (RWX volumes: listed at start to advertise RWX, then made, changed and
+// deleted by name; RBAC cannot limit them to one tenant's, so managed credentials offer no RWX),
+// VolumeRemoteBackups of every namespace (ListSnapshots), and snapshot contents and classes (the
+// driver reads none). The cloud provider reads nothing outside its namespace.
+func GuestReaderClusterRole() *rbacv1.ClusterRole {
+	return &rbacv1.ClusterRole{
+		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "ClusterRole"},
+		ObjectMeta: metav1.ObjectMeta{Name: GuestReaderRole},
+		Rules: []rbacv1.PolicyRule{
+			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"storageclasses"}, Verbs: []string{"get"}},
+			{APIGroups: []string{"storage.k8s.io"}, Resources: []string{"volumeattachments"}, Verbs: []string{"list"}},
+			{APIGroups: []string{"harvesterhci.io"}, Resources: []string{"settings"}, ResourceNames: []string{"csi-driver-config", "csi-online-expand-validation"}, Verbs: []string{"get"}},
+		},
+	}
+}
+
 // guestTokenRetry is how soon to look again at a token Secret kube-controller-manager has not
 // filled in yet (it does so within a second or two).
 const guestTokenRetry = 2 * time.Second
 
-// ReasonGuestTokenPending means the token Secret exists but has no token yet.
-const ReasonGuestTokenPending = "GuestTokenPending"
+// Reasons of a guest identity's waits.
+const (
+	// ReasonGuestTokenPending means the token Secret exists but has no token yet.
+	ReasonGuestTokenPending = "GuestTokenPending"
+	// ReasonGuestReaderRoleMissing means GuestReaderRole is not installed on Harvester.
+	ReasonGuestReaderRoleMissing = "GuestReaderRoleMissing"
+)
+
+// guestReaderRoleRetry is how soon to look again for GuestReaderRole, which a person installs.
+const guestReaderRoleRetry = time.Minute
 
 // GuestSpec is the guest identity of one owner.
 type GuestSpec struct {
@@ -70,18 +123,25 @@ type GuestSpec struct {
 
 // GuestNames are the names of a guest identity's objects on Harvester.
 type GuestNames struct {
-	ServiceAccount, TokenSecret, RoleBinding, ClusterRoleBinding string
+	ServiceAccount, TokenSecret string
+	// RoleBinding binds GuestCloudProviderRole and CSIRoleBinding GuestCSIDriverRole, in the
+	// namespace; ClusterRoleBinding binds GuestReaderRole.
+	RoleBinding, CSIRoleBinding, ClusterRoleBinding string
+	// WideClusterRoleBinding is where identities made before they were narrowed bound
+	// GuestCSIDriverRole cluster-wide; it is deleted once the narrow bindings exist.
+	WideClusterRoleBinding string
 }
 
 // guestPrefix starts the name of every guest identity.
 const guestPrefix = "butler-guest-"
 
 // GuestNamesFor names the guest identity of owner in namespace: the ServiceAccount and its
-// RoleBinding butler-guest-<owner namespace>-<owner name>-<hash>, its token Secret that name
-// with -token (as generate_addon.sh names it), its ClusterRoleBinding the namespace and that name
-// (as Harvester's generate_handler.go names it: cluster-wide, so one per namespace). The hash of
-// the owner's namespace and name keeps two owners apart whose joined names are the same; names
-// are shortened to fit 63 characters.
+// cloud provider RoleBinding butler-guest-<owner namespace>-<owner name>-<hash>, its token Secret
+// that name with -token (as generate_addon.sh names it), its CSI driver RoleBinding that name with
+// -csi, and its ClusterRoleBinding the namespace, that name and -reader (cluster-wide names carry
+// the namespace, as Harvester's generate_handler.go names them; the old wide binding is the
+// namespace and that name). The hash of the owner's namespace and name keeps two owners apart
+// whose joined names are the same; names are shortened to fit 63 characters.
 func GuestNamesFor(owner Owner, namespace string) GuestNames {
 	sum := sha256.Sum256([]byte(owner.kind() + "/" + owner.Namespace + "/" + owner.Name))
 	hash := hex.EncodeToString(sum[:])[:8]
@@ -91,7 +151,11 @@ func GuestNamesFor(owner Owner, namespace string) GuestNames {
 		base = strings.TrimRight(base[:room], "-.")
 	}
 	sa := guestPrefix + strings.ReplaceAll(base, ".", "-") + "-" + hash
-	return GuestNames{ServiceAccount: sa, TokenSecret: sa + "-token", RoleBinding: sa, ClusterRoleBinding: concatName(namespace, sa)}
+	return GuestNames{
+		ServiceAccount: sa, TokenSecret: sa + "-token",
+		RoleBinding: sa, CSIRoleBinding: sa + "-csi", ClusterRoleBinding: concatName(namespace, sa+"-reader"),
+		WideClusterRoleBinding: concatName(namespace, sa),
+	}
 }
 
 // concatName joins two names with "-", shortened to 63 characters with a hash of the whole when
@@ -153,23 +217,35 @@ func BuildGuestTokenSecret(o Owner, sa *corev1.ServiceAccount) *corev1.Secret {
 // namespace only (Harvester's generate_handler.go does the same).
 func BuildGuestRoleBinding(o Owner, namespace string) *rbacv1.RoleBinding {
 	names := GuestNamesFor(o, namespace)
+	return guestRoleBinding(o, namespace, names.RoleBinding, GuestCloudProviderRole)
+}
+
+// BuildGuestCSIRoleBinding binds the ServiceAccount to Harvester's CSI driver role in the VMs'
+// namespace only, where Harvester binds it cluster-wide: its VM patches and snapshots then reach
+// this namespace's alone, and its cluster-scoped rules nothing (GuestReaderRole reads what the
+// driver needs of them).
+func BuildGuestCSIRoleBinding(o Owner, namespace string) *rbacv1.RoleBinding {
+	names := GuestNamesFor(o, namespace)
+	return guestRoleBinding(o, namespace, names.CSIRoleBinding, GuestCSIDriverRole)
+}
+
+func guestRoleBinding(o Owner, namespace, name, clusterRole string) *rbacv1.RoleBinding {
 	return &rbacv1.RoleBinding{
-		ObjectMeta: guestMeta(o, namespace, names.RoleBinding),
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: names.ServiceAccount}},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: GuestCloudProviderRole},
+		ObjectMeta: guestMeta(o, namespace, name),
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: GuestNamesFor(o, namespace).ServiceAccount}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: clusterRole},
 	}
 }
 
-// BuildGuestClusterRoleBinding binds the ServiceAccount to Harvester's CSI driver role
-// cluster-wide, as Harvester's generate_handler.go does: the role is about cluster-scoped objects
-// and Harvester's and Longhorn's own namespaces, which no RoleBinding in the VMs' namespace
-// reaches.
+// BuildGuestClusterRoleBinding binds the ServiceAccount to GuestReaderRole, cluster-wide: the
+// storage classes, volume attachments, settings and Longhorn volumes the CSI driver reads lie
+// outside the VMs' namespace.
 func BuildGuestClusterRoleBinding(o Owner, namespace string) *rbacv1.ClusterRoleBinding {
 	names := GuestNamesFor(o, namespace)
 	return &rbacv1.ClusterRoleBinding{
 		ObjectMeta: guestMeta(o, "", names.ClusterRoleBinding),
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: namespace, Name: names.ServiceAccount}},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: GuestCSIDriverRole},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: GuestReaderRole},
 	}
 }
 
@@ -185,11 +261,12 @@ func BuildGuestKubeconfig(server string, trust clustercache.Trust, namespace str
 	return clientcmd.Write(*c)
 }
 
-// GuestPermissions is what making, re-issuing and deleting the guest identity of VMs' namespace
-// needs, beyond nothing: the ServiceAccount, its token Secret, its RoleBinding and
-// ClusterRoleBinding, and bind on exactly Harvester's two roles (binding a role needs either bind
-// on it or every permission it grants; bind, limited to these names, is the narrower). No
-// escalate, no update: nothing is ever changed in place.
+// GuestPermissions is what making, re-issuing, narrowing and deleting the guest identity of VMs'
+// namespace needs, beyond nothing: the ServiceAccount, its token Secret, its RoleBindings and
+// ClusterRoleBindings, bind on exactly the three roles it binds (binding a role needs either bind
+// on it or every permission it grants; bind, limited to these names, is the narrower), and get on
+// GuestReaderRole, to say when it is not installed. No escalate, no update: nothing is ever
+// changed in place.
 func GuestPermissions(namespace string) []Permission {
 	var out []Permission
 	add := func(ns, group, resource string, verbs ...string) {
@@ -197,14 +274,17 @@ func GuestPermissions(namespace string) []Permission {
 			out = append(out, Permission{Verb: v, Group: group, Resource: resource, Namespace: ns})
 		}
 	}
-	add(namespace, "", "serviceaccounts", "get", "create", "delete")
+	// list: guest identities of other owners in the namespace (GuestNeighbours).
+	add(namespace, "", "serviceaccounts", "get", "list", "create", "delete")
 	add(namespace, "", "secrets", "get", "create", "delete")
 	add(namespace, rbacv1.GroupName, "rolebindings", "get", "create", "delete")
 	add("", rbacv1.GroupName, "clusterrolebindings", "get", "create", "delete")
 	// A RoleBinding's bind is checked in its namespace, a ClusterRoleBinding's cluster-wide.
 	out = append(out,
 		Permission{Verb: "bind", Group: rbacv1.GroupName, Resource: "clusterroles", Name: GuestCloudProviderRole, Namespace: namespace},
-		Permission{Verb: "bind", Group: rbacv1.GroupName, Resource: "clusterroles", Name: GuestCSIDriverRole})
+		Permission{Verb: "bind", Group: rbacv1.GroupName, Resource: "clusterroles", Name: GuestCSIDriverRole, Namespace: namespace},
+		Permission{Verb: "bind", Group: rbacv1.GroupName, Resource: "clusterroles", Name: GuestReaderRole},
+		Permission{Verb: "get", Group: rbacv1.GroupName, Resource: "clusterroles", Name: GuestReaderRole})
 	return out
 }
 
@@ -232,9 +312,15 @@ type GuestCluster interface {
 	// and returns its kubeconfig; a WaitingError with ReasonGuestTokenPending while the token is
 	// not filled in. It never changes an object that is not the owner's (ReasonNameTaken).
 	EnsureGuest(ctx context.Context, spec GuestSpec) (GuestCredentials, error)
-	// GuestTokenValid reports whether the identity's token Secret still exists with the token
-	// that kubeconfig carries: one read, for a delivered identity that nothing else changed.
-	GuestTokenValid(ctx context.Context, owner Owner, namespace string, kubeconfig []byte) (bool, error)
+	// CheckGuest looks at a delivered identity that nothing else changed: whether its token
+	// Secret still exists with the token that kubeconfig carries, and whether it is bound as
+	// EnsureGuest binds it now (three reads).
+	CheckGuest(ctx context.Context, owner Owner, namespace string, kubeconfig []byte) (GuestState, error)
+	// GuestNeighbours lists what in namespace belongs to others than ours says: VMs, PVCs and
+	// guest identities, by their owner labels (an object without them is the operator's).
+	// Unlabelled PVCs count only with unlabelledClaims: Harvester's CSI driver makes the volumes
+	// of a guest's own PersistentVolumes without labels.
+	GuestNeighbours(ctx context.Context, namespace string, ours func(OwnerRef) bool, unlabelledClaims bool) (Neighbours, error)
 	// DeleteGuest deletes the identity's objects in namespace that are the owner's; done once
 	// none is left.
 	DeleteGuest(ctx context.Context, owner Owner, namespace string) (done bool, err error)
@@ -276,7 +362,16 @@ func (c *engine) EnsureGuest(ctx context.Context, spec GuestSpec) (GuestCredenti
 	if err := r.ensureGuestObject(ctx, spec.Owner, BuildGuestRoleBinding(spec.Owner, spec.Namespace), "RoleBinding"); err != nil {
 		return GuestCredentials{}, err
 	}
+	if err := r.ensureGuestObject(ctx, spec.Owner, BuildGuestCSIRoleBinding(spec.Owner, spec.Namespace), "RoleBinding"); err != nil {
+		return GuestCredentials{}, err
+	}
+	if err := r.readerRoleInstalled(ctx); err != nil {
+		return GuestCredentials{}, err
+	}
 	if err := r.ensureGuestObject(ctx, spec.Owner, BuildGuestClusterRoleBinding(spec.Owner, spec.Namespace), "ClusterRoleBinding"); err != nil {
+		return GuestCredentials{}, err
+	}
+	if err := r.deleteWideBinding(ctx, spec.Owner, spec.Namespace); err != nil {
 		return GuestCredentials{}, err
 	}
 	token, issued, err := r.ensureGuestToken(ctx, spec, sa)
@@ -288,6 +383,33 @@ func (c *engine) EnsureGuest(ctx context.Context, spec GuestSpec) (GuestCredenti
 		return GuestCredentials{}, err
 	}
 	return GuestCredentials{Kubeconfig: kubeconfig, Source: c.GuestSource(spec.Namespace), Issued: issued}, nil
+}
+
+// readerRoleInstalled says, with ReasonGuestReaderRoleMissing, when GuestReaderRole is not on
+// Harvester: a binding to a ClusterRole that does not exist is accepted and grants nothing, and
+// the CSI driver would then fail on its first read.
+func (m *remote) readerRoleInstalled(ctx context.Context) error {
+	err := m.c.Get(ctx, client.ObjectKey{Name: GuestReaderRole}, &rbacv1.ClusterRole{})
+	if apierrors.IsNotFound(err) {
+		return Waiting(ReasonGuestReaderRoleMissing, guestReaderRoleRetry,
+			"ClusterRole %s is not on Harvester: apply config/harvester/guest-rbac.yaml there (docs/harvester-rbac.md)", GuestReaderRole)
+	}
+	return classify(err, "get ClusterRole "+GuestReaderRole)
+}
+
+// deleteWideBinding deletes the owner's cluster-wide binding of GuestCSIDriverRole, which
+// identities made before they were narrowed have; someone else's of that name is left alone.
+func (m *remote) deleteWideBinding(ctx context.Context, o Owner, namespace string) error {
+	crb := &rbacv1.ClusterRoleBinding{}
+	key := client.ObjectKey{Name: GuestNamesFor(o, namespace).WideClusterRoleBinding}
+	if ours, err := m.guestObject(ctx, o, key, crb, "ClusterRoleBinding"); err != nil || !ours {
+		return err
+	}
+	uid := crb.UID
+	if err := m.c.Delete(ctx, crb, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+		return classify(err, "delete "+guestObjectName("ClusterRoleBinding", crb))
+	}
+	return nil
 }
 
 // ensureGuestObject creates obj, or finds it made for the owner (obj is then what exists).
@@ -355,24 +477,52 @@ func (m *remote) ensureGuestToken(ctx context.Context, spec GuestSpec, sa *corev
 	return secret.Data[corev1.ServiceAccountTokenKey], issued, nil
 }
 
-// GuestTokenValid implements GuestCluster.
-func (c *engine) GuestTokenValid(ctx context.Context, owner Owner, namespace string, kubeconfig []byte) (bool, error) {
+// GuestState is what CheckGuest found.
+type GuestState struct {
+	// TokenValid: the token Secret exists, the owner's, with the delivered kubeconfig's token.
+	TokenValid bool
+	// Narrow: the owner's GuestReaderRole binding exists and no cluster-wide binding of
+	// GuestCSIDriverRole of the owner is left (false when the token is not valid).
+	Narrow bool
+}
+
+// CheckGuest implements GuestCluster.
+func (c *engine) CheckGuest(ctx context.Context, owner Owner, namespace string, kubeconfig []byte) (GuestState, error) {
 	names := GuestNamesFor(owner, namespace)
 	secret := &corev1.Secret{}
-	err := c.remote.c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: names.TokenSecret}, secret)
+	found, err := c.remote.guestObject(ctx, owner, client.ObjectKey{Namespace: namespace, Name: names.TokenSecret}, secret, "Secret")
+	if err != nil || !found {
+		return GuestState{}, err
+	}
+	cfg, err := clientcmd.Load(kubeconfig)
+	if err != nil || cfg.Contexts[cfg.CurrentContext] == nil {
+		return GuestState{}, nil
+	}
+	user := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo]
+	token := secret.Data[corev1.ServiceAccountTokenKey]
+	if user == nil || len(token) == 0 || user.Token != string(token) {
+		return GuestState{}, nil
+	}
+	reader, err := c.remote.guestObject(ctx, owner, client.ObjectKey{Name: names.ClusterRoleBinding}, &rbacv1.ClusterRoleBinding{}, "ClusterRoleBinding")
+	if err != nil || !reader {
+		return GuestState{TokenValid: true}, err
+	}
+	wide, err := c.remote.guestObject(ctx, owner, client.ObjectKey{Name: names.WideClusterRoleBinding}, &rbacv1.ClusterRoleBinding{}, "ClusterRoleBinding")
+	return GuestState{TokenValid: true, Narrow: !wide}, err
+}
+
+// guestObject reads the object at key and reports whether it exists and is the owner's.
+func (m *remote) guestObject(ctx context.Context, owner Owner, key client.ObjectKey, obj client.Object, kind string) (bool, error) {
+	err := m.c.Get(ctx, key, obj)
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
 	if err != nil {
-		return false, classify(err, "get Secret "+namespace+"/"+names.TokenSecret)
+		obj.SetNamespace(key.Namespace)
+		obj.SetName(key.Name)
+		return false, classify(err, "get "+guestObjectName(kind, obj))
 	}
-	cfg, err := clientcmd.Load(kubeconfig)
-	if err != nil || cfg.Contexts[cfg.CurrentContext] == nil {
-		return false, nil
-	}
-	user := cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo]
-	token := secret.Data[corev1.ServiceAccountTokenKey]
-	return isGuestOf(secret, owner) && user != nil && len(token) > 0 && user.Token == string(token), nil
+	return isGuestOf(obj, owner), nil
 }
 
 // DeleteGuest implements GuestCluster: the token Secret first (which revokes the token at once),
@@ -382,10 +532,12 @@ func (c *engine) DeleteGuest(ctx context.Context, owner Owner, namespace string)
 	objs := []client.Object{
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: names.TokenSecret}},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: names.RoleBinding}},
+		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: names.CSIRoleBinding}},
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: names.ClusterRoleBinding}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: names.WideClusterRoleBinding}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: names.ServiceAccount}},
 	}
-	kinds := []string{"Secret", "RoleBinding", "ClusterRoleBinding", "ServiceAccount"}
+	kinds := []string{"Secret", "RoleBinding", "RoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "ServiceAccount"}
 	left := 0
 	for i, obj := range objs {
 		what := guestObjectName(kinds[i], obj)

@@ -12,6 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -36,12 +38,13 @@ func TestGuestNames(t *testing.T) {
 	}{
 		"short": {guestOwner(), "vms", func(t *testing.T, n GuestNames) {
 			if !strings.HasPrefix(n.ServiceAccount, "butler-guest-tenants-tenant-") || n.TokenSecret != n.ServiceAccount+"-token" ||
-				n.RoleBinding != n.ServiceAccount || n.ClusterRoleBinding != "vms-"+n.ServiceAccount {
+				n.RoleBinding != n.ServiceAccount || n.CSIRoleBinding != n.ServiceAccount+"-csi" ||
+				n.ClusterRoleBinding != "vms-"+n.ServiceAccount+"-reader" || n.WideClusterRoleBinding != "vms-"+n.ServiceAccount {
 				t.Fatalf("%+v", n)
 			}
 		}},
 		"long names fit 63 characters": {Owner{Kind: "HarvesterCluster", Namespace: long, Name: long}, long, func(t *testing.T, n GuestNames) {
-			for _, s := range []string{n.ServiceAccount, n.TokenSecret, n.RoleBinding, n.ClusterRoleBinding} {
+			for _, s := range []string{n.ServiceAccount, n.TokenSecret, n.RoleBinding, n.CSIRoleBinding, n.ClusterRoleBinding, n.WideClusterRoleBinding} {
 				if errs := validation.IsDNS1123Label(s); len(errs) > 0 {
 					t.Fatalf("%q: %v", s, errs)
 				}
@@ -111,9 +114,16 @@ func TestBuildGuestObjects(t *testing.T) {
 				t.Fatalf("%+v", rb)
 			}
 		},
-		"ClusterRoleBinding to the CSI driver's role": func(t *testing.T) {
+		"RoleBinding to the CSI driver's role in the VMs' namespace": func(t *testing.T) {
+			rb := BuildGuestCSIRoleBinding(o, "vms")
+			if rb.Namespace != "vms" || rb.Name != names.CSIRoleBinding || rb.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "harvesterhci.io:csi-driver"}) ||
+				len(rb.Subjects) != 1 || rb.Subjects[0] != (rbacv1.Subject{Kind: "ServiceAccount", Namespace: "vms", Name: sa.Name}) {
+				t.Fatalf("%+v", rb)
+			}
+		},
+		"ClusterRoleBinding to the read-only role only": func(t *testing.T) {
 			crb := BuildGuestClusterRoleBinding(o, "vms")
-			if crb.Namespace != "" || crb.Name != names.ClusterRoleBinding || crb.RoleRef.Name != "harvesterhci.io:csi-driver" ||
+			if crb.Namespace != "" || crb.Name != names.ClusterRoleBinding || crb.RoleRef.Name != GuestReaderRole ||
 				len(crb.Subjects) != 1 || crb.Subjects[0] != (rbacv1.Subject{Kind: "ServiceAccount", Namespace: "vms", Name: sa.Name}) {
 				t.Fatalf("%+v", crb)
 			}
@@ -157,7 +167,7 @@ func TestBuildGuestKubeconfig(t *testing.T) {
 }
 
 // config/harvester/guest-rbac.yaml, with rbac.yaml's secrets, grants exactly GuestPermissions:
-// bind only on Harvester's two roles, no escalate.
+// bind only on the three roles a guest identity is bound to, no escalate.
 func TestDocumentedGuestRBACIsGuestPermissions(t *testing.T) {
 	granted := grantedBy(t, "../../config/harvester/guest-rbac.yaml")
 	main := grantedBy(t, "../../config/harvester/rbac.yaml")
@@ -174,8 +184,45 @@ func TestDocumentedGuestRBACIsGuestPermissions(t *testing.T) {
 		t.Errorf("config/harvester/guest-rbac.yaml grants\n  %v\nbut GuestPermissions (less rbac.yaml's) is\n  %v", granted, want)
 	}
 	for _, g := range granted {
-		if strings.HasPrefix(g, "escalate") || strings.HasPrefix(g, "bind") && !strings.Contains(g, "harvesterhci.io:") {
+		if strings.HasPrefix(g, "escalate") || strings.HasPrefix(g, "bind") && !strings.Contains(g, "harvesterhci.io:") && !strings.Contains(g, GuestReaderRole) {
 			t.Errorf("guest-rbac.yaml grants %q", g)
+		}
+	}
+}
+
+// config/harvester/guest-rbac.yaml installs GuestReaderRole as GuestReaderClusterRole builds it,
+// and it only reads.
+func TestDocumentedGuestReaderRole(t *testing.T) {
+	data, err := os.ReadFile("../../config/harvester/guest-rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := GuestReaderClusterRole()
+	dec := yaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	found := false
+	for {
+		var role rbacv1.ClusterRole
+		if err := dec.Decode(&role); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if role.Kind != "ClusterRole" || role.Name != GuestReaderRole {
+			continue
+		}
+		found = true
+		if !equality.Semantic.DeepEqual(role.Rules, want.Rules) {
+			t.Errorf("guest-rbac.yaml's %s rules\n  %+v\nGuestReaderClusterRole's\n  %+v", GuestReaderRole, role.Rules, want.Rules)
+		}
+	}
+	if !found {
+		t.Fatalf("guest-rbac.yaml has no ClusterRole %s", GuestReaderRole)
+	}
+	for _, r := range want.Rules {
+		for _, v := range r.Verbs {
+			if v != "get" && v != "list" && v != "watch" {
+				t.Errorf("%s grants %s on %v", GuestReaderRole, v, r.Resources)
+			}
 		}
 	}
 }
@@ -192,7 +239,7 @@ func grantedBy(t *testing.T, path string) []string {
 	for {
 		var obj struct {
 			Kind     string
-			Metadata struct{ Namespace string }
+			Metadata struct{ Namespace, Name string }
 			Rules    []rbacv1.PolicyRule
 		}
 		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
@@ -200,8 +247,8 @@ func grantedBy(t *testing.T, path string) []string {
 		} else if err != nil {
 			t.Fatal(err)
 		}
-		if obj.Kind != "Role" && obj.Kind != "ClusterRole" {
-			continue
+		if obj.Kind != "Role" && obj.Kind != "ClusterRole" || obj.Metadata.Name == GuestReaderRole {
+			continue // GuestReaderRole is the guests', not the provider's
 		}
 		for _, r := range obj.Rules {
 			for _, g := range r.APIGroups {
@@ -243,7 +290,7 @@ func TestEnsureGuest(t *testing.T) {
 	spec := GuestSpec{Owner: o, Namespace: "vms"}
 
 	t.Run("made, pending, issued, kept, revoked", func(t *testing.T) {
-		c := fake.NewClientBuilder().WithScheme(remoteScheme).Build()
+		c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(readerRole()).Build()
 		g := newTestCluster(c)
 		_, err := g.EnsureGuest(ctx, spec)
 		if w, ok := AsWaiting(err); !ok || w.Reason != ReasonGuestTokenPending {
@@ -254,6 +301,9 @@ func TestEnsureGuest(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "vms", Name: names.CSIRoleBinding}, &rbacv1.RoleBinding{}); err != nil {
+			t.Fatal(err)
+		}
 		if err := c.Get(ctx, client.ObjectKey{Name: names.ClusterRoleBinding}, &rbacv1.ClusterRoleBinding{}); err != nil {
 			t.Fatal(err)
 		}
@@ -262,8 +312,8 @@ func TestEnsureGuest(t *testing.T) {
 		if err != nil || string(tokenIn(t, creds.Kubeconfig)) != "t1" || creds.Source == "" {
 			t.Fatalf("issued: %v %v", creds.Source, err)
 		}
-		if ok, err := g.GuestTokenValid(ctx, o, "vms", creds.Kubeconfig); !ok || err != nil {
-			t.Fatalf("GuestTokenValid %v %v", ok, err)
+		if state, err := g.CheckGuest(ctx, o, "vms", creds.Kubeconfig); state != (GuestState{TokenValid: true, Narrow: true}) || err != nil {
+			t.Fatalf("CheckGuest %+v %v", state, err)
 		}
 		// Asking to revoke another token keeps this one.
 		again, err := g.EnsureGuest(ctx, GuestSpec{Owner: o, Namespace: "vms", RevokeToken: []byte("t0")})
@@ -275,7 +325,7 @@ func TestEnsureGuest(t *testing.T) {
 		if w, ok := AsWaiting(err); !ok || w.Reason != ReasonGuestTokenPending {
 			t.Fatalf("revoked: %v", err)
 		}
-		if ok, _ := g.GuestTokenValid(ctx, o, "vms", creds.Kubeconfig); ok {
+		if state, _ := g.CheckGuest(ctx, o, "vms", creds.Kubeconfig); state.TokenValid {
 			t.Fatal("the revoked token is still valid")
 		}
 		// Deleted: everything of ours goes.
@@ -295,7 +345,7 @@ func TestEnsureGuest(t *testing.T) {
 
 	t.Run("a name taken by another is never changed or deleted", func(t *testing.T) {
 		theirs := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: names.ServiceAccount}}
-		c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(theirs).Build()
+		c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(theirs, readerRole()).Build()
 		g := newTestCluster(c)
 		_, err := g.EnsureGuest(ctx, spec)
 		if p, ok := AsPermanent(err); !ok || p.Reason != ReasonNameTaken || !strings.Contains(p.Message, "ServiceAccount vms/"+names.ServiceAccount) {
@@ -310,7 +360,7 @@ func TestEnsureGuest(t *testing.T) {
 	})
 
 	t.Run("found again after a move (another UID)", func(t *testing.T) {
-		c := fake.NewClientBuilder().WithScheme(remoteScheme).Build()
+		c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(readerRole()).Build()
 		g := newTestCluster(c)
 		_, _ = g.EnsureGuest(ctx, spec)
 		fillToken(t, c, "vms", names.TokenSecret, "t1")
@@ -321,6 +371,76 @@ func TestEnsureGuest(t *testing.T) {
 			t.Fatalf("after a move: %v", err)
 		}
 	})
+
+	t.Run("the read-only role not installed: nothing bound cluster-wide", func(t *testing.T) {
+		c := fake.NewClientBuilder().WithScheme(remoteScheme).Build()
+		g := newTestCluster(c)
+		_, err := g.EnsureGuest(ctx, spec)
+		if w, ok := AsWaiting(err); !ok || w.Reason != ReasonGuestReaderRoleMissing || !strings.Contains(w.Message, "config/harvester/guest-rbac.yaml") {
+			t.Fatalf("%v", err)
+		}
+		if err := c.Get(ctx, client.ObjectKey{Name: names.ClusterRoleBinding}, &rbacv1.ClusterRoleBinding{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("the reader binding was made: %v", err)
+		}
+	})
+
+	// An identity made with Harvester's cluster-wide binding of the CSI driver's role: CheckGuest
+	// says it is not narrow, EnsureGuest binds it narrow, then deletes the wide binding, with the
+	// same token; a wide-named binding of someone else is never deleted.
+	t.Run("narrowed in place", func(t *testing.T) {
+		wide := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: guestMeta(o, "", names.WideClusterRoleBinding),
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "vms", Name: names.ServiceAccount}},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: GuestCSIDriverRole},
+		}
+		sa := BuildGuestServiceAccount(o, "vms")
+		c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(readerRole(), wide, sa, BuildGuestRoleBinding(o, "vms")).Build()
+		g := newTestCluster(c)
+		if err := c.Get(ctx, client.ObjectKeyFromObject(sa), sa); err != nil {
+			t.Fatal(err)
+		}
+		token := BuildGuestTokenSecret(o, sa)
+		token.Data = map[string][]byte{corev1.ServiceAccountTokenKey: []byte("t1")}
+		if err := c.Create(ctx, token); err != nil {
+			t.Fatal(err)
+		}
+		kubeconfig, err := BuildGuestKubeconfig("https://harvester:6443", clustercache.Trust{}, "vms", []byte("t1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if state, err := g.CheckGuest(ctx, o, "vms", kubeconfig); state != (GuestState{TokenValid: true}) || err != nil {
+			t.Fatalf("before: CheckGuest %+v %v", state, err)
+		}
+		creds, err := g.EnsureGuest(ctx, spec)
+		if err != nil || creds.Issued || string(tokenIn(t, creds.Kubeconfig)) != "t1" {
+			t.Fatalf("narrowed: issued %v, %v", creds.Issued, err)
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(wide), &rbacv1.ClusterRoleBinding{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("the wide binding: %v", err)
+		}
+		if state, err := g.CheckGuest(ctx, o, "vms", kubeconfig); state != (GuestState{TokenValid: true, Narrow: true}) || err != nil {
+			t.Fatalf("after: CheckGuest %+v %v", state, err)
+		}
+
+		theirs := wide.DeepCopy()
+		theirs.ResourceVersion, theirs.Labels = "", nil
+		if err := c.Create(ctx, theirs); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := g.EnsureGuest(ctx, spec); err != nil {
+			t.Fatal(err)
+		}
+		if state, _ := g.CheckGuest(ctx, o, "vms", kubeconfig); !state.Narrow {
+			t.Fatal("someone else's binding of the wide name counts as the owner's")
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(theirs), &rbacv1.ClusterRoleBinding{}); err != nil {
+			t.Fatalf("someone else's binding of the wide name: %v", err)
+		}
+	})
+}
+
+func readerRole() *rbacv1.ClusterRole {
+	return &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: GuestReaderRole}}
 }
 
 func tokenIn(t *testing.T, kubeconfig []byte) []byte {

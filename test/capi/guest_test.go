@@ -423,91 +423,125 @@ func metaItems(list client.ObjectList) (int, error) {
 	return 0, fmt.Errorf("unknown list %T", list)
 }
 
-// access is one request a guest component makes on Harvester, and whether Harvester's own roles,
-// bound as the provider binds them, let it through.
+// access is one request on Harvester, and what a guest identity the provider made may do with it.
 type access struct {
 	verb, group, resource, subresource, namespace, name string
-	// source is the upstream file the request comes from.
+	// source is the upstream file the request comes from, or why it is asked.
 	source string
-	allow  bool
+	class  accessClass
 }
 
-// accessReviewTable asks Harvester, as the made identity, about every request Harvester's cloud
-// provider and CSI driver make (read from their sources), and about a neighbouring namespace.
-func accessReviewTable(ctx context.Context, t *testing.T, kubeconfig []byte) {
+// accessClass says what the provider's binding makes of a request, on any Harvester version.
+type accessClass int
+
+const (
+	// inNamespace: a request in the VMs' namespace, through Harvester's two roles bound there:
+	// allowed exactly when Harvester's own binding allows it.
+	inNamespace accessClass = iota
+	// readOutside: a read outside the namespace that GuestReaderRole (or what Harvester grants
+	// every authenticated user) allows: allowed on every version.
+	readOutside
+	// leftOut: a request of the components that the provider's binding refuses on purpose
+	// (harvester.GuestReaderClusterRole says why of each).
+	leftOut
+	// neighbour: a request on another namespace's objects: refused.
+	neighbour
+)
+
+func (a access) String() string {
+	what := fmt.Sprintf("%s %s", a.verb, a.resource)
+	if a.group != "" {
+		what += "." + a.group
+	}
+	if a.subresource != "" {
+		what += "/" + a.subresource
+	}
+	if a.name != "" {
+		what += " " + a.name
+	}
+	if a.namespace != "" {
+		what += " in " + a.namespace
+	}
+	return what
+}
+
+// guestAccessTable is every request Harvester's cloud provider and CSI driver make on Harvester
+// (read from their sources; vms is the kubeconfig's namespace), and what a tenant might try on a
+// neighbouring namespace.
+func guestAccessTable() []access {
 	const vms, other = "vms", "neighbour"
 	ccm := func(f string) string { return cloudProviderSource + " " + f }
 	csi := func(f string) string { return csiDriverSource + " " + f }
 	var table []access
-	add := func(source string, allow bool, group, resource, subresource, namespace, name string, verbs ...string) {
+	add := func(source string, class accessClass, group, resource, subresource, namespace, name string, verbs ...string) {
 		for _, v := range verbs {
-			table = append(table, access{verb: v, group: group, resource: resource, subresource: subresource, namespace: namespace, name: name, source: source, allow: allow})
+			table = append(table, access{verb: v, group: group, resource: resource, subresource: subresource, namespace: namespace, name: name, source: source, class: class})
 		}
 	}
-	// Harvester's cloud provider.
-	add(ccm("pkg/cloud-controller-manager/instance.go (getVM: the Node's VM by name)"), true, "kubevirt.io", "virtualmachines", "", vms, "", "get")
-	add(ccm("pkg/cloud-controller-manager/instance.go (InstanceMetadata)"), true, "kubevirt.io", "virtualmachineinstances", "", vms, "", "get")
-	add(ccm("pkg/cloud-controller-manager/ccm.go, pkg/controller/virtualmachineinstance/controller.go (the VMI informer of the namespace)"), true, "kubevirt.io", "virtualmachineinstances", "", vms, "", "list", "watch")
-	add(ccm("pkg/controller/virtualmachineinstance/controller.go (GuestOsInfo)"), true, "subresources.kubevirt.io", "virtualmachineinstances", "guestosinfo", vms, "", "get")
-	add(ccm("pkg/cloud-controller-manager/loadbalancer.go"), true, "loadbalancer.harvesterhci.io", "loadbalancers", "", vms, "", "get", "create", "update", "delete")
-	// Harvester's CSI driver.
-	add(csi("pkg/csi/controller_server.go (host PVCs of guest volumes)"), true, "", "persistentvolumeclaims", "", vms, "", "get", "create", "update", "delete")
-	add(csi("pkg/csi/controller_server.go (getStorageClass)"), true, "storage.k8s.io", "storageclasses", "", "", "", "get")
-	add(csi("pkg/csi/controller_server.go (host VolumeAttachments)"), true, "storage.k8s.io", "volumeattachments", "", "", "", "list")
-	add(csi("pkg/csi/manager.go (discoverVMIName), pkg/csi/node_server.go"), true, "kubevirt.io", "virtualmachineinstances", "", vms, "", "get", "list")
-	add(csi("pkg/csi/controller_server.go (declarative hotplug), pkg/controller/node/controller.go"), true, "kubevirt.io", "virtualmachines", "", vms, "", "get", "patch")
-	add(csi("pkg/csi/controller_server.go (AddVolume)"), true, "subresources.kubevirt.io", "virtualmachines", "addvolume", vms, "", "update")
-	add(csi("pkg/csi/controller_server.go, pkg/controller/node/controller.go (RemoveVolume)"), true, "subresources.kubevirt.io", "virtualmachines", "removevolume", vms, "", "update")
-	add(csi("pkg/csi/controller_server.go (RemoveVolume)"), true, "subresources.kubevirt.io", "virtualmachineinstances", "removevolume", vms, "", "update")
-	add(csi("pkg/csi/controller_server.go (pods using a volume)"), true, "", "pods", "", vms, "", "list")
-	add(csi("pkg/csi/controller_server.go (host VolumeSnapshots)"), true, "snapshot.storage.k8s.io", "volumesnapshots", "", vms, "", "get", "list", "create", "delete")
-	add(csi("pkg/csi/controller_server.go (VolumeRemoteBackups)"), true, "harvesterhci.io", "volumeremotebackups", "", vms, "", "get", "list", "create", "delete")
-	add(csi("pkg/csi/controller_server.go (VolumeRemoteRestores)"), true, "harvesterhci.io", "volumeremoterestores", "", vms, "", "get", "create", "delete")
-	add(csi("pkg/csi/controller_server.go (getHarvCSIConfig)"), true, "harvesterhci.io", "settings", "", "", "csi-driver-config", "get")
-	add(csi("pkg/csi/controller_server.go, pkg/csi/node_server.go (online expansion)"), true, "harvesterhci.io", "settings", "", "", "csi-online-expand-validation", "get")
-	add(csi("pkg/csi/controller_server.go (RWX volumes in harvester-system)"), true, "harvesterhci.io", "networkfilesystems", "", "harvester-system", "", "list", "get", "create", "update", "delete")
-	add(csi("pkg/csi/controller_server.go (Longhorn volumes)"), true, "longhorn.io", "volumes", "", "longhorn-system", "", "list")
-	// The driver reads Harvester's server-version setting at start (pkg/csi/manager.go), which
-	// harvesterhci.io:csi-driver at 3d63c2af does not grant (its settings rule names
-	// csi-driver-config and csi-online-expand-validation only): Harvester grants it to every
-	// authenticated user (harvester/harvester pkg/data/rbac.go, whiteListedSettings).
-	add(csi("pkg/csi/manager.go (server-version, at start; Harvester's grant to every authenticated user)"), true, "harvesterhci.io", "settings", "", "", "server-version", "get")
-	// A neighbouring namespace: the cloud provider's role is bound in the VMs' namespace only.
-	add("neighbouring namespace", false, "kubevirt.io", "virtualmachines", "", other, "", "get", "list")
-	add("neighbouring namespace", false, "kubevirt.io", "virtualmachineinstances", "", other, "", "get")
-	add("neighbouring namespace", false, "", "persistentvolumeclaims", "", other, "", "get", "create", "delete")
-	add("neighbouring namespace", false, "subresources.kubevirt.io", "virtualmachines", "addvolume", other, "", "update")
-	// Harvester binds its CSI driver role cluster-wide (generate_handler.go), and that role lets it
-	// patch VMs: in every namespace. The provider binds as Harvester does; docs/harvester-rbac.md
-	// says so.
-	add("neighbouring namespace (harvesterhci.io:csi-driver, cluster-wide as Harvester binds it)", true, "kubevirt.io", "virtualmachines", "", other, "", "patch")
+	// Harvester's cloud provider: nothing outside its namespace.
+	add(ccm("pkg/cloud-controller-manager/instance.go (getVM: the Node's VM by name)"), inNamespace, "kubevirt.io", "virtualmachines", "", vms, "", "get")
+	add(ccm("pkg/cloud-controller-manager/instance.go (InstanceMetadata)"), inNamespace, "kubevirt.io", "virtualmachineinstances", "", vms, "", "get")
+	add(ccm("pkg/cloud-controller-manager/ccm.go, pkg/controller/virtualmachineinstance/controller.go (the VMI informer of the namespace)"), inNamespace, "kubevirt.io", "virtualmachineinstances", "", vms, "", "list", "watch")
+	add(ccm("pkg/controller/virtualmachineinstance/controller.go (GuestOsInfo)"), inNamespace, "subresources.kubevirt.io", "virtualmachineinstances", "guestosinfo", vms, "", "get")
+	add(ccm("pkg/cloud-controller-manager/loadbalancer.go"), inNamespace, "loadbalancer.harvesterhci.io", "loadbalancers", "", vms, "", "get", "create", "update", "delete")
+	// Harvester's CSI driver, in its namespace.
+	add(csi("pkg/csi/controller_server.go (host PVCs of guest volumes)"), inNamespace, "", "persistentvolumeclaims", "", vms, "", "get", "create", "update", "delete")
+	add(csi("pkg/csi/manager.go (discoverVMIName), pkg/csi/node_server.go"), inNamespace, "kubevirt.io", "virtualmachineinstances", "", vms, "", "get", "list")
+	add(csi("pkg/csi/controller_server.go (declarative hotplug), pkg/controller/node/controller.go"), inNamespace, "kubevirt.io", "virtualmachines", "", vms, "", "get", "patch")
+	add(csi("pkg/csi/controller_server.go (AddVolume)"), inNamespace, "subresources.kubevirt.io", "virtualmachines", "addvolume", vms, "", "update")
+	add(csi("pkg/csi/controller_server.go, pkg/controller/node/controller.go (RemoveVolume)"), inNamespace, "subresources.kubevirt.io", "virtualmachines", "removevolume", vms, "", "update")
+	add(csi("pkg/csi/controller_server.go (RemoveVolume)"), inNamespace, "subresources.kubevirt.io", "virtualmachineinstances", "removevolume", vms, "", "update")
+	add(csi("pkg/csi/controller_server.go (pods using a volume)"), inNamespace, "", "pods", "", vms, "", "list")
+	add(csi("pkg/csi/controller_server.go (host VolumeSnapshots)"), inNamespace, "snapshot.storage.k8s.io", "volumesnapshots", "", vms, "", "get", "list", "create", "delete")
+	add(csi("pkg/csi/controller_server.go (VolumeRemoteBackups)"), inNamespace, "harvesterhci.io", "volumeremotebackups", "", vms, "", "get", "create", "delete")
+	add(csi("pkg/csi/controller_server.go (VolumeRemoteRestores, read on every DeleteVolume)"), inNamespace, "harvesterhci.io", "volumeremoterestores", "", vms, "", "get", "create", "delete")
+	// Harvester's CSI driver, outside its namespace: read only.
+	add(csi("pkg/csi/controller_server.go (validStorageClass, isLHRWXVolume)"), readOutside, "storage.k8s.io", "storageclasses", "", "", "", "get")
+	add(csi("pkg/csi/controller_server.go (waitForVASettled)"), readOutside, "storage.k8s.io", "volumeattachments", "", "", "", "list")
+	add(csi("pkg/csi/controller_server.go (getHarvCSIConfig)"), readOutside, "harvesterhci.io", "settings", "", "", "csi-driver-config", "get")
+	add(csi("pkg/csi/controller_server.go, pkg/csi/node_server.go (online expansion)"), readOutside, "harvesterhci.io", "settings", "", "", "csi-online-expand-validation", "get")
+	// Read at start (pkg/csi/manager.go): Harvester grants it to every authenticated user
+	// (harvester/harvester pkg/data/rbac.go, whiteListedSettings).
+	add(csi("pkg/csi/manager.go (server-version, at start; Harvester's grant to every authenticated user)"), readOutside, "harvesterhci.io", "settings", "", "", "server-version", "get")
+	// What the provider's binding leaves out (each a warning in the driver).
+	add(csi("pkg/csi/controller_server.go (RWX volumes: NetworkFilesystems in harvester-system)"), leftOut, "harvesterhci.io", "networkfilesystems", "", "harvester-system", "", "list", "get", "create", "update", "delete")
+	add(csi("pkg/csi/controller_server.go (NewControllerServer: Longhorn volumes, listed once)"), leftOut, "longhorn.io", "volumes", "", "longhorn-system", "", "list")
+	add(csi("pkg/csi/controller_server.go (ListSnapshots: every namespace's VolumeRemoteBackups)"), leftOut, "harvesterhci.io", "volumeremotebackups", "", "", "", "list")
+	add("snapshot contents and classes (the driver reads none)", leftOut, "snapshot.storage.k8s.io", "volumesnapshotcontents", "", "", "", "get", "list", "delete")
+	add("snapshot contents and classes (the driver reads none)", leftOut, "snapshot.storage.k8s.io", "volumesnapshotclasses", "", "", "", "get")
+	// A neighbouring namespace: nothing.
+	add("neighbouring namespace", neighbour, "kubevirt.io", "virtualmachines", "", other, "", "get", "list", "patch")
+	add("neighbouring namespace", neighbour, "kubevirt.io", "virtualmachineinstances", "", other, "", "get")
+	add("neighbouring namespace", neighbour, "subresources.kubevirt.io", "virtualmachines", "addvolume", other, "", "update")
+	add("neighbouring namespace", neighbour, "subresources.kubevirt.io", "virtualmachines", "removevolume", other, "", "update")
+	add("neighbouring namespace", neighbour, "", "persistentvolumeclaims", "", other, "", "get", "create", "delete")
+	add("neighbouring namespace", neighbour, "", "secrets", "", other, "", "get")
+	add("neighbouring namespace", neighbour, "snapshot.storage.k8s.io", "volumesnapshots", "", other, "", "get", "create", "delete")
+	add("neighbouring namespace", neighbour, "harvesterhci.io", "volumeremotebackups", "", other, "", "get", "delete")
+	add("neighbouring namespace", neighbour, "loadbalancer.harvesterhci.io", "loadbalancers", "", other, "", "get", "delete")
+	return table
+}
 
+// accessReviewTable asks Harvester, as the made identity (its delivered token), about every row of
+// guestAccessTable on the roles the simulator installs (where Harvester's own binding allows every
+// request in the namespace).
+func accessReviewTable(ctx context.Context, t *testing.T, kubeconfig []byte) {
 	c, err := guestClient(kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range table {
+	for _, a := range guestAccessTable() {
 		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
 			Verb: a.verb, Group: a.group, Resource: a.resource, Subresource: a.subresource, Namespace: a.namespace, Name: a.name}}}
 		if err := c.Create(ctx, review); err != nil {
 			t.Fatalf("SelfSubjectAccessReview as the guest: %v", err)
 		}
-		what := fmt.Sprintf("%s %s.%s", a.verb, a.resource, a.group)
-		if a.subresource != "" {
-			what += "/" + a.subresource
-		}
-		if a.name != "" {
-			what += " " + a.name
-		}
-		if a.namespace != "" {
-			what += " in " + a.namespace
-		}
-		if review.Status.Allowed != a.allow {
-			t.Errorf("%s (%s): allowed %v, want %v (%s)", what, a.source, review.Status.Allowed, a.allow, review.Status.Reason)
+		if want := a.class == inNamespace || a.class == readOutside; review.Status.Allowed != want {
+			t.Errorf("%s (%s): allowed %v, want %v (%s)", a, a.source, review.Status.Allowed, want, review.Status.Reason)
 		}
 	}
 	// And for real: the Node's VM is read as the cloud provider reads it.
-	if err := c.Get(ctx, client.ObjectKey{Namespace: vms, Name: "tenant-cp-0"}, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine"}}); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "vms", Name: "tenant-cp-0"}, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine"}}); err != nil {
 		t.Errorf("get the VM as the guest: %v", err)
 	}
 }

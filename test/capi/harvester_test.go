@@ -88,6 +88,7 @@ func startSimulatedHarvester(ctx context.Context, t *testing.T) *sim.Harvester {
 		}
 	}
 	must(hv.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "vms"}}))
+	must(testbed.InstallGuestReader(ctx, hv.Client))
 	nad := &unstructured.Unstructured{}
 	nad.SetGroupVersionKind(sim.NetworkAttachmentDefinitionGVK)
 	nad.SetNamespace("vms")

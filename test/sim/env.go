@@ -66,8 +66,13 @@ func ApplyHarvesterRoles(ctx context.Context, c client.Client) error {
 
 // eachObject calls fn with every YAML document of every file in dir.
 func eachObject(dir string, fn func([]byte) error) error {
+	return eachObjectOf(dir, func(string) bool { return true }, fn)
+}
+
+// eachObjectOf calls fn with every YAML document of the files in dir whose path file accepts.
+func eachObjectOf(dir string, file func(path string) bool, fn func([]byte) error) error {
 	return fs.WalkDir(manifests, dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".yaml") || !file(path) {
 			return err
 		}
 		data, err := manifests.ReadFile(path)
@@ -213,3 +218,55 @@ func serverURL(host string) string {
 	}
 	return "https://" + host
 }
+
+// GuestRoles are Harvester's guest ClusterRoles (harvesterhci.io:cloudprovider and
+// harvesterhci.io:csi-driver) as one Harvester release installs them.
+type GuestRoles struct {
+	// Version is the release tag, or the commit of the roles the simulator installs.
+	Version string
+	Roles   []*unstructured.Unstructured
+}
+
+// HarvesterGuestRoleVersions returns the guest roles of Harvester v1.4 to v1.8
+// (manifests/rbac-versions, copied from each release's chart) and, last, those the simulator
+// installs (manifests/rbac/harvester-guest-roles.yaml), oldest first.
+func HarvesterGuestRoleVersions() ([]GuestRoles, error) {
+	var out []GuestRoles
+	read := func(dir, version string, keep func(*unstructured.Unstructured) bool) error {
+		g := GuestRoles{Version: version}
+		err := eachObjectOf(dir, func(path string) bool { return version == "" || strings.Contains(path, version) }, func(doc []byte) error {
+			u := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal(doc, &u.Object); err != nil {
+				return err
+			}
+			if keep(u) {
+				g.Roles = append(g.Roles, u)
+			}
+			return nil
+		})
+		out = append(out, g)
+		return err
+	}
+	entries, err := manifests.ReadDir("manifests/rbac-versions")
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries { // sorted by name: harvester-v1.4.3.yaml first
+		version := strings.TrimSuffix(strings.TrimPrefix(e.Name(), "harvester-"), ".yaml")
+		if err := read("manifests/rbac-versions", version, func(*unstructured.Unstructured) bool { return true }); err != nil {
+			return nil, err
+		}
+	}
+	guestRole := func(u *unstructured.Unstructured) bool {
+		return u.GetKind() == "ClusterRole" && strings.HasPrefix(u.GetName(), "harvesterhci.io:")
+	}
+	if err := read("manifests/rbac", "", guestRole); err != nil {
+		return nil, err
+	}
+	out[len(out)-1].Version = CurrentGuestRolesVersion
+	return out, nil
+}
+
+// CurrentGuestRolesVersion names the guest roles the simulator installs: harvester/harvester at
+// 3d63c2af (v1.9.0-rc).
+const CurrentGuestRolesVersion = "3d63c2af"

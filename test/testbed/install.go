@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
 	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 )
@@ -180,4 +181,15 @@ func GeneratedManagerRules(repoRoot string) ([]rbacv1.PolicyRule, error) {
 func GrantsSecrets(r rbacv1.PolicyRule) bool {
 	return (slices.Contains(r.APIGroups, "") || slices.Contains(r.APIGroups, "*")) &&
 		(slices.Contains(r.Resources, "secrets") || slices.Contains(r.Resources, "*"))
+}
+
+// InstallGuestReader does on a Harvester cluster what an operator does who applies
+// config/harvester/guest-rbac.yaml for the tenants' credentials: installs the read-only
+// ClusterRole the provider binds them to (harvester.GuestReaderClusterRole, which a unit test
+// holds equal to the file). The simulator plays Harvester, which does not ship it.
+func InstallGuestReader(ctx context.Context, c client.Client) error {
+	if err := c.Create(ctx, harvester.GuestReaderClusterRole()); client.IgnoreAlreadyExists(err) != nil {
+		return fmt.Errorf("install ClusterRole %s on Harvester: %w", harvester.GuestReaderRole, err)
+	}
+	return nil
 }

@@ -202,6 +202,9 @@ func (t *Testbed) startHarvester(ctx context.Context) error {
 	if t.Harvester, err = sim.StartHarvester(simCtx, sim.Options{Sim: t.opts.Sim, WithProxy: t.opts.WithProxy}); err != nil {
 		return err
 	}
+	if err := InstallGuestReader(ctx, t.Harvester.Client); err != nil {
+		return err
+	}
 	return os.WriteFile(t.Path("harvester.kubeconfig"), t.Harvester.Kubeconfig, 0o600)
 }
 

@@ -29,6 +29,14 @@ const (
 	// holds Ready back: machines are made either way, but without the cloud-config their Nodes get
 	// no providerID. Its messages never carry the credentials.
 	ConditionGuestCredentialsReady = "GuestCredentialsReady"
+	// ConditionGuestCredentialsIsolated (HarvesterCluster) says whether the delivered Harvester
+	// credentials reach this cluster's objects alone: True when they are bound in the cluster's
+	// Harvester namespace only and nothing of others is there (ReasonGuestNamespaceExclusive);
+	// False when others' VMs, disks or credentials share the namespace
+	// (ReasonGuestNamespaceShared) or the credentials are still bound cluster-wide
+	// (ReasonGuestBindingClusterWide). Set while credentials are delivered; like
+	// GuestCredentialsReady, it never holds Ready back.
+	ConditionGuestCredentialsIsolated = "GuestCredentialsIsolated"
 )
 
 // Reasons of the GuestCredentialsReady condition.
@@ -53,6 +61,28 @@ const (
 	// ReasonGuestCredentialsFailed (False): Harvester or the management cluster refused or did not
 	// answer a request; the provider retries with backoff.
 	ReasonGuestCredentialsFailed = "GuestCredentialsFailed"
+	// ReasonGuestNamespaceShared (GuestCredentialsReady False, GuestCredentialsIsolated False): the
+	// cluster's Harvester namespace holds VMs, PVCs or credentials of others (other clusters,
+	// MachineRequests, the operator's own), which Harvester's roles, bound there, would let the
+	// tenant stop, re-volume or delete. No credentials are issued in such a namespace; those
+	// issued before stay, and GuestCredentialsIsolated says so until the cluster is recreated in
+	// a namespace of its own. The message names the objects. Give the cluster a ProviderConfig
+	// whose harvester.namespace it has to itself, or let clusters share it on purpose with the
+	// ProviderConfig annotation harvester.butler.butlerlabs.dev/shared-namespace: "true".
+	ReasonGuestNamespaceShared = "GuestNamespaceShared"
+)
+
+// Reasons of the GuestCredentialsIsolated condition besides ReasonGuestNamespaceShared.
+const (
+	// ReasonGuestNamespaceExclusive (True): the credentials are bound in the cluster's Harvester
+	// namespace only (and read-only cluster-wide), and nothing of others is there.
+	ReasonGuestNamespaceExclusive = "GuestNamespaceExclusive"
+	// ReasonGuestBindingClusterWide (False): the credentials were issued with Harvester's own,
+	// cluster-wide binding of its CSI driver role (which may patch every VM on Harvester), and
+	// the provider may not narrow them: the message names what it lacks. Apply the current
+	// config/harvester/guest-rbac.yaml on Harvester; the credentials are narrowed in place, with
+	// the same token.
+	ReasonGuestBindingClusterWide = "GuestBindingClusterWide"
 )
 
 // Reasons of the Degraded condition besides those of Ready.

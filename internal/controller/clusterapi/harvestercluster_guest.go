@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
@@ -174,6 +175,7 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 				return res
 			}
 		}
+		meta.RemoveStatusCondition(&hc.Status.Conditions, infrav1.ConditionGuestCredentialsIsolated)
 		set(metav1.ConditionTrue, infrav1.ReasonGuestCredentialsNotManaged,
 			"spec.guestCredentials is None: the provider makes no Harvester credentials for the tenant cluster; give it Secret %s/%s (key %s) yourself",
 			tenantCloudConfigNamespace, tenantCloudConfigName, tenantCloudConfigKey)
@@ -191,6 +193,9 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 	owner, namespace := guestOwner(hc), t.Credentials.Namespace
 	source := guests.GuestSource(namespace)
 	var revoke []byte
+	// first: no identity of this cluster is in the namespace yet, so that nothing there (no PVC
+	// its CSI driver made) can be its own without its labels.
+	first, wide := delivered == nil, false
 	if delivered != nil {
 		kubeconfig := deliveredKubeconfig(delivered)
 		recorded := delivered.Annotations[annotationGuestNamespace]
@@ -203,16 +208,19 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 					"deleting the credentials made in Harvester namespace %s before ProviderConfig %s moved to %s (%v)", recorded, t.Ref, namespace, err)
 				return reconcile.Result{RequeueAfter: guestFailedRetry}
 			}
+			first = true
 		case delivered.Annotations[annotationGuestSource] == source && kubeconfig != nil:
-			valid, err := guests.GuestTokenValid(ctx, owner, namespace, kubeconfig)
+			state, err := guests.CheckGuest(ctx, owner, namespace, kubeconfig)
 			if err != nil {
-				set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "check the token on Harvester: %v", err)
+				set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "check the credentials on Harvester: %v", err)
 				return reconcile.Result{RequeueAfter: guestFailedRetry}
 			}
-			if valid {
+			if state.TokenValid && state.Narrow {
 				r.issued(s, clusterName, namespace, owner, t)
-				return reconcile.Result{RequeueAfter: r.guestRecheck()}
+				return r.isolation(ctx, s, guests, clusterName, namespace, false)
 			}
+			// A valid token still bound cluster-wide is narrowed below, keeping the token.
+			wide = state.TokenValid
 		default:
 			// Issued from other credentials: the token those credentials' owner made is
 			// revoked and a new one issued.
@@ -223,12 +231,34 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 		set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "ask Harvester what ProviderConfig %s's credentials may do: %v", t.Ref, err)
 		return reconcile.Result{RequeueAfter: guestFailedRetry}
 	} else if len(missing) > 0 {
+		// Granted on Harvester, which is not watched: looked at again as often as a delivered
+		// identity is.
+		if wide {
+			// Narrowing needs what the current guest-rbac.yaml grants: the delivered
+			// credentials keep working, bound as they were.
+			r.issued(s, clusterName, namespace, owner, t)
+			s.SetCondition(infrav1.ConditionGuestCredentialsIsolated, metav1.ConditionFalse, infrav1.ReasonGuestBindingClusterWide, fmt.Sprintf(
+				"the credentials are bound to Harvester's ClusterRole %s cluster-wide, which may patch every VM on Harvester, and ProviderConfig %s's credentials may not narrow them: they may not %s. Apply the current config/harvester/guest-rbac.yaml on Harvester (docs/harvester-rbac.md); the credentials are then narrowed with the same token",
+				harvester.GuestCSIDriverRole, t.Ref, harvester.DescribePermissions(missing)))
+			return reconcile.Result{RequeueAfter: r.guestRecheck()}
+		}
 		set(metav1.ConditionFalse, infrav1.ReasonGuestPermissionsMissing,
 			"ProviderConfig %s's credentials may not: %s. Grant them on Harvester (config/harvester/guest-rbac.yaml, see docs/harvester-rbac.md), or set spec.guestCredentials to None and give the tenant cluster Secret %s/%s yourself; the cluster's machines are made either way, but their Nodes get no providerID without it",
 			t.Ref, harvester.DescribePermissions(missing), tenantCloudConfigNamespace, tenantCloudConfigName)
-		// Granted on Harvester, which is not watched: looked at again as often as a delivered
-		// identity is.
 		return reconcile.Result{RequeueAfter: r.guestRecheck()}
+	}
+	if first && !sharingAllowed(t.ProviderConfig) {
+		neighbours, err := r.neighbours(ctx, guests, s.Obj, clusterName, namespace, true)
+		if err != nil {
+			set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "%v", err)
+			return reconcile.Result{RequeueAfter: guestFailedRetry}
+		}
+		if neighbours.Count > 0 {
+			set(metav1.ConditionFalse, infrav1.ReasonGuestNamespaceShared,
+				"Harvester namespace %s (ProviderConfig %s's harvester.namespace) holds objects that are not Cluster %s's: %s. Credentials bound there would let the tenant cluster stop, re-volume or delete them, so none are issued. Give the cluster a ProviderConfig whose harvester.namespace it has to itself, or, where the clusters sharing it trust each other, annotate ProviderConfig %s with %s=true",
+				namespace, t.Ref, clusterName, neighbours, t.Ref, v1alpha1.AnnotationSharedNamespace)
+			return reconcile.Result{RequeueAfter: r.guestRecheck()}
+		}
 	}
 	creds, err := guests.EnsureGuest(ctx, harvester.GuestSpec{Owner: owner, Namespace: namespace, RevokeToken: revoke})
 	if err != nil {
@@ -248,7 +278,55 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 			fmt.Sprintf("issued a token for the tenant cluster's ServiceAccount in Harvester namespace %s; delivered in Secret %s", namespace, secret.Name))
 	}
 	r.issued(s, clusterName, namespace, owner, t)
+	return r.isolation(ctx, s, guests, clusterName, namespace, first)
+}
+
+// sharingAllowed reports whether the operator lets clusters share the ProviderConfig's Harvester
+// namespace (v1alpha1.AnnotationSharedNamespace).
+func sharingAllowed(pc *v1alpha1.ProviderConfig) bool {
+	return pc != nil && pc.Annotations[v1alpha1.AnnotationSharedNamespace] == "true"
+}
+
+// isolation sets GuestCredentialsIsolated for delivered, narrow credentials: whether anything of
+// others shares their namespace.
+func (r *HarvesterClusterReconciler) isolation(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], guests harvester.GuestCluster, clusterName, namespace string, first bool) reconcile.Result {
+	neighbours, err := r.neighbours(ctx, guests, s.Obj, clusterName, namespace, first)
+	switch {
+	case err != nil:
+		// Said where it was, and looked at again soon.
+		s.SetCondition(infrav1.ConditionGuestCredentialsIsolated, metav1.ConditionUnknown, infrav1.ReasonGuestCredentialsFailed, err.Error())
+		return reconcile.Result{RequeueAfter: guestFailedRetry}
+	case neighbours.Count > 0:
+		s.SetCondition(infrav1.ConditionGuestCredentialsIsolated, metav1.ConditionFalse, infrav1.ReasonGuestNamespaceShared, fmt.Sprintf(
+			"Harvester namespace %s holds objects that are not Cluster %s's: %s. The tenant cluster's credentials, bound there, reach them; recreate the cluster with a ProviderConfig whose harvester.namespace it has to itself",
+			namespace, clusterName, neighbours))
+	default:
+		s.SetCondition(infrav1.ConditionGuestCredentialsIsolated, metav1.ConditionTrue, infrav1.ReasonGuestNamespaceExclusive, fmt.Sprintf(
+			"the credentials are bound in Harvester namespace %s only (and to ClusterRole %s, read-only, cluster-wide), and nothing there is another's", namespace, harvester.GuestReaderRole))
+	}
 	return reconcile.Result{RequeueAfter: r.guestRecheck()}
+}
+
+// neighbours lists what in the Harvester namespace is not Cluster clusterName's: its
+// HarvesterCluster's guest identity and its HarvesterMachines' VMs and disks are its own.
+// Objects being deleted do not count.
+func (r *HarvesterClusterReconciler) neighbours(ctx context.Context, guests harvester.GuestCluster, hc *infrav1.HarvesterCluster, clusterName, namespace string, unlabelledClaims bool) (harvester.Neighbours, error) {
+	machines := &infrav1.HarvesterMachineList{}
+	if err := r.List(ctx, machines, client.InNamespace(hc.Namespace), client.MatchingLabels{capiClusterNameLabel: clusterName}); err != nil {
+		return harvester.Neighbours{}, fmt.Errorf("list the HarvesterMachines of Cluster %s: %w", clusterName, err)
+	}
+	mine := make(map[string]bool, len(machines.Items))
+	for i := range machines.Items {
+		mine[machines.Items[i].Name] = true
+	}
+	ours := func(o harvester.OwnerRef) bool {
+		return o.Namespace == hc.Namespace && (o.Kind == OwnerKindHarvesterCluster && o.Name == hc.Name || o.Kind == OwnerKindHarvesterMachine && mine[o.Name])
+	}
+	n, err := guests.GuestNeighbours(ctx, namespace, ours, unlabelledClaims)
+	if err != nil {
+		return n, fmt.Errorf("look for others' objects in Harvester namespace %s: %w", namespace, err)
+	}
+	return n, nil
 }
 
 func (r *HarvesterClusterReconciler) guestRecheck() time.Duration {
@@ -272,7 +350,7 @@ func (r *HarvesterClusterReconciler) guestError(s *objstatus.Scope[*infrav1.Harv
 		switch w.Reason {
 		case harvester.ReasonGuestTokenPending:
 			reason = infrav1.ReasonGuestCredentialsPending
-		case harvester.ReasonPermissionDenied:
+		case harvester.ReasonPermissionDenied, harvester.ReasonGuestReaderRoleMissing:
 			reason = infrav1.ReasonGuestPermissionsMissing
 		}
 	}
