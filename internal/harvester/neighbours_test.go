@@ -14,7 +14,9 @@ import (
 
 func TestGuestNeighbours(t *testing.T) {
 	ctx := context.Background()
-	machine := func(name string) Owner { return Owner{Kind: "HarvesterMachine", Namespace: "tenants", Name: name, UID: "u-" + "name"} }
+	machine := func(name string) Owner {
+		return Owner{Kind: "HarvesterMachine", Namespace: "tenants", Name: name, UID: "u-" + "name"}
+	}
 	meta := func(name string, o *Owner) metav1.ObjectMeta {
 		m := metav1.ObjectMeta{Namespace: "vms", Name: name}
 		if o != nil {
@@ -45,7 +47,7 @@ func TestGuestNeighbours(t *testing.T) {
 		count            int
 		says             []string
 	}{
-		"alone, the guest's own volumes aside":   {count: 0},
+		"alone, the guest's own volumes aside":     {count: 0},
 		"an unlabelled PVC before the first issue": {unlabelledClaims: true, count: 1, says: []string{"PersistentVolumeClaim vms/pvc-0b1c"}},
 		"another cluster's VM and disk": {
 			extra: []client.Object{&kubevirtv1.VirtualMachine{ObjectMeta: meta("other-0", &other)}, &corev1.PersistentVolumeClaim{ObjectMeta: meta("other-0-disk-0", &other)}},
