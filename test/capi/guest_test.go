@@ -75,6 +75,7 @@ func TestClusterAPIGuestCredentials(t *testing.T) {
 	kubeconfig := w.deliveredKubeconfig(hc)
 	token := tokenOf(t, kubeconfig)
 	w.noSecretInStatusOrEvents(hc, token)
+	w.waitIsolated(hc, metav1.ConditionTrue, infrav1.ReasonGuestNamespaceExclusive)
 
 	var vm kubevirtv1.VirtualMachine
 	waitFor(ctx, t, w.capi, "the Machine Running with the Node the played cloud provider initialized", func() error {
@@ -143,6 +144,24 @@ func TestClusterAPIGuestCredentials(t *testing.T) {
 			t.Skip("needs the revoked token of Rotation")
 		}
 		playerRefusesBadCredentials(ctx, t, w, kubeconfig, revoked)
+	})
+
+	// Credentials issued with Harvester's own binding (its CSI driver's role cluster-wide, as
+	// earlier releases of the provider bound it) are narrowed in place: the namespace's binding
+	// and the read-only ClusterRoleBinding are made, then the wide binding goes; the token stays.
+	t.Run("NarrowedInPlace", func(t *testing.T) {
+		wide := w.widenGuest(hc)
+		waitFor(ctx, t, w.capi, "the wide binding gone, the narrow ones made", func() error {
+			if err := hv.Client.Get(ctx, client.ObjectKeyFromObject(wide), &rbacv1.ClusterRoleBinding{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("the wide ClusterRoleBinding: %v", err)
+			}
+			return w.guestNarrow(hc)
+		})
+		w.must(c.Get(ctx, client.ObjectKeyFromObject(hc), hc))
+		if !bytes.Equal(tokenOf(t, w.deliveredKubeconfig(hc)), tokenOf(t, kubeconfig)) {
+			t.Fatal("narrowing re-issued the token")
+		}
+		w.waitIsolated(hc, metav1.ConditionTrue, infrav1.ReasonGuestNamespaceExclusive)
 	})
 
 	// The ProviderConfig moves to another Harvester namespace: the identity is made there (and its
@@ -252,7 +271,41 @@ func TestClusterAPIGuestCredentialsNeedTheGuestRole(t *testing.T) {
 		}
 		return nil
 	})
-	w.must(whoAmI(ctx, w.deliveredKubeconfig(hc)))
+	delivered := w.deliveredKubeconfig(hc)
+	w.must(whoAmI(ctx, delivered))
+
+	// Credentials bound cluster-wide, and the provider has the earlier guest-rbac.yaml only (bind
+	// on the CSI driver's role cluster-wide, nothing on the read-only role): they keep working as
+	// they are, and GuestCredentialsIsolated says why they are not narrowed. With the current file
+	// applied again they are, with the same token.
+	t.Run("NotNarrowedWithoutTheCurrentGuestRole", func(t *testing.T) {
+		w.earlierGuestRole()
+		wide := w.widenGuest(hc)
+		cond := w.waitIsolated(hc, metav1.ConditionFalse, infrav1.ReasonGuestBindingClusterWide)
+		for _, want := range []string{"bind clusterroles.rbac.authorization.k8s.io " + harvester.GuestReaderRole, "config/harvester/guest-rbac.yaml"} {
+			if !strings.Contains(cond.Message, want) {
+				t.Errorf("GuestCredentialsIsolated message %q does not say %q", cond.Message, want)
+			}
+		}
+		if ready := findCondition(hc.Status.Conditions, infrav1.ConditionGuestCredentialsReady); ready == nil || ready.Reason != infrav1.ReasonGuestCredentialsIssued {
+			t.Errorf("GuestCredentialsReady %+v", ready)
+		}
+		w.must(hv.Client.Get(ctx, client.ObjectKeyFromObject(wide), &rbacv1.ClusterRoleBinding{}))
+		w.must(whoAmI(ctx, delivered))
+
+		w.applyOnHarvester("guest-rbac.yaml")
+		waitFor(ctx, t, w.capi, "narrowed once the current guest-rbac.yaml is applied", func() error {
+			if err := hv.Client.Get(ctx, client.ObjectKeyFromObject(wide), &rbacv1.ClusterRoleBinding{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("the wide ClusterRoleBinding: %v", err)
+			}
+			return w.guestNarrow(hc)
+		})
+		w.waitIsolated(hc, metav1.ConditionTrue, infrav1.ReasonGuestNamespaceExclusive)
+		w.must(c.Get(ctx, client.ObjectKeyFromObject(hc), hc))
+		if !bytes.Equal(tokenOf(t, w.deliveredKubeconfig(hc)), tokenOf(t, delivered)) {
+			t.Fatal("narrowing re-issued the token")
+		}
+	})
 
 	w.must(c.Delete(ctx, cluster))
 	waitFor(ctx, t, w.capi, "the Cluster, its machines and its credentials to go", func() error {
@@ -261,6 +314,81 @@ func TestClusterAPIGuestCredentialsNeedTheGuestRole(t *testing.T) {
 		}
 		return w.guestIdentityGone()
 	})
+}
+
+// waitIsolated waits for the HarvesterCluster's GuestCredentialsIsolated condition to have that
+// status and reason, and returns it.
+func (w *capiWorld) waitIsolated(hc *infrav1.HarvesterCluster, status metav1.ConditionStatus, reason string) *metav1.Condition {
+	w.t.Helper()
+	var cond *metav1.Condition
+	waitFor(w.ctx, w.t, w.capi, "GuestCredentialsIsolated "+reason, func() error {
+		w.must(w.c.Get(w.ctx, client.ObjectKeyFromObject(hc), hc))
+		cond = findCondition(hc.Status.Conditions, infrav1.ConditionGuestCredentialsIsolated)
+		if cond == nil || cond.Status != status || cond.Reason != reason {
+			return fmt.Errorf("GuestCredentialsIsolated %+v", cond)
+		}
+		return nil
+	})
+	return cond
+}
+
+// widenGuest makes the HarvesterCluster's guest identity look as earlier releases of the provider
+// made it, with Harvester's own binding: its CSI driver's role bound cluster-wide, and neither
+// the namespace's binding of it nor the read-only ClusterRoleBinding. It returns the wide binding.
+func (w *capiWorld) widenGuest(hc *infrav1.HarvesterCluster) *rbacv1.ClusterRoleBinding {
+	w.t.Helper()
+	names := harvester.GuestNamesFor(harvester.Owner{Kind: "HarvesterCluster", Namespace: hc.Namespace, Name: hc.Name}, "vms")
+	sa := &corev1.ServiceAccount{}
+	w.must(w.hv.Client.Get(w.ctx, client.ObjectKey{Namespace: "vms", Name: names.ServiceAccount}, sa))
+	wide := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: names.WideClusterRoleBinding, Labels: sa.Labels, Annotations: sa.Annotations},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "vms", Name: names.ServiceAccount}},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: harvester.GuestCSIDriverRole},
+	}
+	// The wide binding first: the provider, looking meanwhile, would remake the narrow ones.
+	w.must(w.hv.Client.Create(w.ctx, wide))
+	w.must(w.hv.Client.Delete(w.ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: names.CSIRoleBinding}}))
+	w.must(w.hv.Client.Delete(w.ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: names.ClusterRoleBinding}}))
+	return wide
+}
+
+// guestNarrow checks that the HarvesterCluster's guest identity has its narrow bindings.
+func (w *capiWorld) guestNarrow(hc *infrav1.HarvesterCluster) error {
+	names := harvester.GuestNamesFor(harvester.Owner{Kind: "HarvesterCluster", Namespace: hc.Namespace, Name: hc.Name}, "vms")
+	rb, crb := &rbacv1.RoleBinding{}, &rbacv1.ClusterRoleBinding{}
+	if err := w.hv.Client.Get(w.ctx, client.ObjectKey{Namespace: "vms", Name: names.CSIRoleBinding}, rb); err != nil {
+		return err
+	}
+	if err := w.hv.Client.Get(w.ctx, client.ObjectKey{Name: names.ClusterRoleBinding}, crb); err != nil {
+		return err
+	}
+	if rb.RoleRef.Name != harvester.GuestCSIDriverRole || crb.RoleRef.Name != harvester.GuestReaderRole {
+		return fmt.Errorf("bound to %s and %s", rb.RoleRef.Name, crb.RoleRef.Name)
+	}
+	return nil
+}
+
+// earlierGuestRole rewrites what config/harvester/guest-rbac.yaml granted the provider (applied in
+// namespace vms) as its earlier release did: bind on the CSI driver's role cluster-wide and on the
+// cloud provider's in the namespace, nothing on the read-only role, no list of ServiceAccounts.
+func (w *capiWorld) earlierGuestRole() {
+	w.t.Helper()
+	rbacGroup := []string{rbacv1.GroupName}
+	role := &rbacv1.Role{}
+	w.must(w.hv.Client.Get(w.ctx, client.ObjectKey{Namespace: "vms", Name: "butler-provider-harvester-guest"}, role))
+	role.Rules = []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "create", "delete"}},
+		{APIGroups: rbacGroup, Resources: []string{"rolebindings"}, Verbs: []string{"get", "create", "delete"}},
+		{APIGroups: rbacGroup, Resources: []string{"clusterroles"}, ResourceNames: []string{harvester.GuestCloudProviderRole}, Verbs: []string{"bind"}},
+	}
+	w.must(w.hv.Client.Update(w.ctx, role))
+	cr := &rbacv1.ClusterRole{}
+	w.must(w.hv.Client.Get(w.ctx, client.ObjectKey{Name: "butler-provider-harvester-guest"}, cr))
+	cr.Rules = []rbacv1.PolicyRule{
+		{APIGroups: rbacGroup, Resources: []string{"clusterrolebindings"}, Verbs: []string{"get", "create", "delete"}},
+		{APIGroups: rbacGroup, Resources: []string{"clusterroles"}, ResourceNames: []string{harvester.GuestCSIDriverRole}, Verbs: []string{"bind"}},
+	}
+	w.must(w.hv.Client.Update(w.ctx, cr))
 }
 
 // applyOnHarvester applies a file of config/harvester on the simulated Harvester, in namespace
@@ -281,8 +409,9 @@ func (w *capiWorld) applyOnHarvester(file string) {
 			}
 			w.must(unstructured.SetNestedSlice(obj.Object, subjects, "subjects"))
 		}
-		if err := w.hv.Client.Create(w.ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			w.t.Fatalf("create %s %s on Harvester: %v", obj.GetKind(), obj.GetName(), err)
+		// Applied as kubectl apply does, server-side: again, it puts the file's rules back.
+		if err := w.hv.Client.Patch(w.ctx, obj, client.Apply, client.FieldOwner("kubectl"), client.ForceOwnership); err != nil {
+			w.t.Fatalf("apply %s %s on Harvester: %v", obj.GetKind(), obj.GetName(), err)
 		}
 	}
 }
