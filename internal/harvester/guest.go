@@ -36,8 +36,8 @@ import (
 //     classes, Harvester settings, storage classes);
 //   - a ClusterRoleBinding to GuestReaderRole, a read-only ClusterRole the operator installs with
 //     config/harvester/guest-rbac.yaml (the provider binds it by name and never creates it): what
-//     the two components read outside the namespace (storage classes, volume attachments, two
-//     named settings, Longhorn volumes);
+//     the CSI driver reads outside the namespace (storage classes, volume attachments, two named
+//     settings);
 //   - a kubernetes.io/service-account-token Secret, which kube-controller-manager fills in with a
 //     token that lives until the Secret (or the ServiceAccount) is deleted;
 //   - a kubeconfig of that token whose context namespace is the VMs' namespace.
@@ -238,8 +238,7 @@ func guestRoleBinding(o Owner, namespace, name, clusterRole string) *rbacv1.Role
 }
 
 // BuildGuestClusterRoleBinding binds the ServiceAccount to GuestReaderRole, cluster-wide: the
-// storage classes, volume attachments, settings and Longhorn volumes the CSI driver reads lie
-// outside the VMs' namespace.
+// storage classes, volume attachments and settings the CSI driver reads are cluster-scoped.
 func BuildGuestClusterRoleBinding(o Owner, namespace string) *rbacv1.ClusterRoleBinding {
 	names := GuestNamesFor(o, namespace)
 	return &rbacv1.ClusterRoleBinding{

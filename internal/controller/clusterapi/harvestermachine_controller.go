@@ -266,6 +266,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 		return nil
 	}
 	var engine harvester.Cluster
+	own := harvester.Place{Namespace: spec.Namespace, Name: spec.Name}
 	if home == nil {
 		if engine, err = r.Harvester.ClusterFor(ctx, t.Credentials); err != nil {
 			return reconcile.Result{}, err
@@ -280,7 +281,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 				t.Ref, home.Elsewhere.Server, home.Place.Namespace, home.Place.Name, home.Place.Server)
 		}
 		engine = home.Cluster
-		own, gate := harvester.Place{Namespace: spec.Namespace, Name: spec.Name}, spec.Gate
+		gate := spec.Gate
 		spec.Gate = func() error {
 			if err := placeOfItsOwn(hm, home.Place, own); err != nil {
 				return err
@@ -292,6 +293,9 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 	spec.VMUID = types.UID(frontdoor.UIDOfProviderID(hm.Spec.ProviderID))
 	obs, err := engine.Ensure(ctx, spec)
 	if err != nil {
+		if home != nil {
+			err = othersAtRecordedPlace(hm, home.Place, own, err)
+		}
 		return reconcile.Result{}, err
 	}
 	if obs.ProviderID != "" && hm.Spec.ProviderID != obs.ProviderID {
@@ -332,6 +336,19 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 		next = min(next, settling+objstatus.TimerSlack)
 	}
 	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+// othersAtRecordedPlace says of a name taken at a recorded place that is not the machine's own
+// that the record is what is wrong: it names a VM that is another's (by the owner labels the
+// provider wrote on it), which is never changed.
+func othersAtRecordedPlace(hm *infrav1.HarvesterMachine, recorded, own harvester.Place, err error) error {
+	if p, ok := harvester.AsPermanent(err); !ok || p.Reason != harvester.ReasonNameTaken || recorded.Namespace == own.Namespace && recorded.Name == own.Name {
+		return err
+	}
+	return objstatus.Waiting(infrav1.ReasonPlacementRefused, capiWaitingRetry,
+		"annotation %s of HarvesterMachine %s/%s records VM %s/%s, which is not this machine's: it is left untouched, and a new machine is made only in %s/%s (its ProviderConfig's Harvester namespace, its own name). "+
+			"Remove the annotation (kubectl annotate harvestermachine -n %s %s %s-) and the provider records the machine's own place",
+		v1alpha1.AnnotationPlacement, hm.Namespace, hm.Name, recorded.Namespace, recorded.Name, own.Namespace, own.Name, hm.Namespace, hm.Name, v1alpha1.AnnotationPlacement)
 }
 
 // placeOfItsOwn refuses to make a machine at a recorded place that is not where it belongs (own:

@@ -76,3 +76,39 @@ func TestPlaceOfItsOwn(t *testing.T) {
 		})
 	}
 }
+
+func TestOthersAtRecordedPlace(t *testing.T) {
+	hm := &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "md-0"}}
+	own := harvester.Place{Namespace: "vms", Name: "md-0"}
+	taken := harvester.Permanent(harvester.ReasonNameTaken, "VirtualMachine vms-b/their-md-0 exists on Harvester but was not created for HarvesterMachine team-a/md-0")
+	other := harvester.Permanent(harvester.ReasonInvalidSpec, "bad")
+	for _, tc := range []struct {
+		name     string
+		recorded harvester.Place
+		err      error
+		refused  bool
+	}{
+		{"a name taken at its own place is the engine's to say", own, taken, false},
+		{"another's VM at a recorded place elsewhere", harvester.Place{Namespace: "vms-b", Name: "their-md-0"}, taken, true},
+		{"other errors are the engine's", harvester.Place{Namespace: "vms-b", Name: "their-md-0"}, other, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := othersAtRecordedPlace(hm, tc.recorded, own, tc.err)
+			if !tc.refused {
+				if err != tc.err {
+					t.Fatalf("error %v, want %v", err, tc.err)
+				}
+				return
+			}
+			w, ok := objstatus.AsWaiting(err)
+			if !ok || w.Reason != infrav1.ReasonPlacementRefused {
+				t.Fatalf("error %v, want a %s wait", err, infrav1.ReasonPlacementRefused)
+			}
+			for _, want := range []string{"vms-b/their-md-0, which is not this machine's", "vms/md-0", v1alpha1.AnnotationPlacement + "-"} {
+				if !strings.Contains(w.Message, want) {
+					t.Errorf("message %q does not say %q", w.Message, want)
+				}
+			}
+		})
+	}
+}
