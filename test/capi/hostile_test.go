@@ -273,4 +273,3 @@ func (w *capiWorld) secret(namespace, name string) *corev1.Secret {
 	w.must(w.c.Get(w.ctx, client.ObjectKey{Namespace: namespace, Name: name}, s))
 	return s
 }
-
