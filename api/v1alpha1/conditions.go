@@ -156,6 +156,16 @@ const (
 	// sharing the namespace trust each other. It lives on the ProviderConfig, which tenants do
 	// not write.
 	AnnotationSharedNamespace = "harvester.butler.butlerlabs.dev/shared-namespace"
+	// AnnotationTenantServer, on the credentials Secret, is the Harvester API server URL (https)
+	// that Cluster API tenant clusters' credentials name, for where tenants reach Harvester
+	// elsewhere than at its VIP: a DNS name, a load balancer. The Secret's key TenantCAKey, if
+	// present, holds the PEM bundle that server is trusted with (default: Harvester's cluster
+	// CA). Without it tenants get Harvester's VIP (ConfigMap harvester-system/vip) on port 6443, as
+	// Harvester's own kubeconfig generator writes it. A change rewrites the tenants' kubeconfig
+	// with the same token.
+	AnnotationTenantServer = "harvester.butler.butlerlabs.dev/tenant-server"
+	// TenantCAKey is the credentials Secret's key of the CA bundle for AnnotationTenantServer.
+	TenantCAKey = "tenant-ca.crt"
 )
 
 // Condition types of a harvester ProviderConfig, each a preflight check; Ready is True when all

@@ -116,6 +116,10 @@ type Trust struct {
 // server trusts it the same way.
 func (c *Cluster) Trust() Trust { return c.trust }
 
+// SetTrust says how the client trusts its server: the Cache sets it from the kubeconfig, tests
+// over fakes here. Call it before the Cluster is shared.
+func (c *Cluster) SetTrust(t Trust) { c.trust = t }
+
 // CredentialsDigest changes whenever the kubeconfig the client was built from does (a rotated
 // token, another server or CA). It is a hash of a hash of the kubeconfig, so it reveals nothing of
 // the credentials; "" for a Cluster not built by the Cache.

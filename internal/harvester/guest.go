@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"net"
 	"strings"
 	"time"
 
@@ -18,8 +19,6 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 )
 
 // A guest identity is what a cluster whose nodes are VMs on Harvester (a guest cluster) needs
@@ -40,7 +39,10 @@ import (
 //     settings);
 //   - a kubernetes.io/service-account-token Secret, which kube-controller-manager fills in with a
 //     token that lives until the Secret (or the ServiceAccount) is deleted;
-//   - a kubeconfig of that token whose context namespace is the VMs' namespace.
+//   - a kubeconfig of that token whose context namespace is the VMs' namespace, and whose server is
+//     where tenants reach Harvester: as Harvester's generator writes it, its VIP (ConfigMap
+//     harvester-system/vip, key ip) on port 6443, trusted by the token's CA (GuestEndpoint says
+//     the exceptions). It never skips TLS verification.
 //
 // What that leaves out of Harvester's own binding: NetworkFilesystems in harvester-system (RWX
 // volumes; RBAC cannot limit them to one tenant's) and everything cluster-scoped of snapshots.
@@ -114,12 +116,37 @@ type GuestSpec struct {
 	// Namespace is the VMs' namespace on Harvester: where the identity lives, what its binding
 	// to the cloud provider's role covers, and its kubeconfig's context namespace.
 	Namespace string
+	// Endpoint is where the operator says tenants reach Harvester (empty: its VIP).
+	Endpoint GuestEndpoint
 	// RevokeToken, if set, is a token issued before that is to be replaced (the credentials it
 	// was issued with changed): while the token Secret holds it, the Secret is deleted, which
 	// revokes it, and made again. A token Secret that already holds another (or none yet) is kept,
 	// so that asking again while the new token is being filled in does not revoke that one.
 	RevokeToken []byte
 }
+
+// GuestEndpoint is where tenant clusters reach Harvester when the operator says so: an address
+// only the management cluster reaches (a proxy, an internal name) breaks tenants, and Harvester's
+// VIP may not be reachable from the tenants' network either.
+type GuestEndpoint struct {
+	// Server, if set, is the API server URL the tenants' kubeconfig names. Empty: Harvester's VIP
+	// on port 6443 (harvester/harvester pkg/api/kubeconfig/generate_handler.go, getServerURL),
+	// else, where Harvester publishes none, the server the provider itself reaches.
+	Server string
+	// CA, if set, is the PEM bundle that server is trusted with; empty: the token's ca.crt
+	// (Harvester's cluster CA), or the provider's own CA for its own server.
+	CA []byte
+}
+
+// Harvester's VIP: ConfigMap vip of its namespace, key ip (harvester/harvester
+// pkg/controller/master/rancher, VipConfigmapName and VIPConfig), and the port its kubeconfig
+// generator names.
+const (
+	harvesterNamespace = "harvester-system"
+	vipConfigMap       = "vip"
+	vipKey             = "ip"
+	vipPort            = "6443"
+)
 
 // GuestNames are the names of a guest identity's objects on Harvester.
 type GuestNames struct {
@@ -248,12 +275,13 @@ func BuildGuestClusterRoleBinding(o Owner, namespace string) *rbacv1.ClusterRole
 	}
 }
 
-// BuildGuestKubeconfig is the kubeconfig of a guest identity's token: the server the provider
-// itself reaches Harvester at, trusted as the provider trusts it, and the VMs' namespace as the
-// context's namespace (the cloud provider looks VMs up there, and the CSI driver works there).
-func BuildGuestKubeconfig(server string, trust clustercache.Trust, namespace string, token []byte) ([]byte, error) {
+// BuildGuestKubeconfig is the kubeconfig of a guest identity's token: server trusted with ca (the
+// system roots when empty; never without verification), and the VMs' namespace as the context's
+// namespace (the cloud provider looks VMs up there, and the CSI driver works there; the driver
+// takes its pod's namespace when the context names none).
+func BuildGuestKubeconfig(server string, ca []byte, namespace string, token []byte) ([]byte, error) {
 	c := clientcmdapi.NewConfig()
-	c.Clusters["harvester"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: trust.CAData, InsecureSkipTLSVerify: trust.Insecure && len(trust.CAData) == 0}
+	c.Clusters["harvester"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
 	c.AuthInfos["harvester"] = &clientcmdapi.AuthInfo{Token: string(token)}
 	c.Contexts["harvester"] = &clientcmdapi.Context{Cluster: "harvester", AuthInfo: "harvester", Namespace: namespace}
 	c.CurrentContext = "harvester"
@@ -278,6 +306,8 @@ func GuestPermissions(namespace string) []Permission {
 	add(namespace, "", "secrets", "get", "create", "delete")
 	add(namespace, rbacv1.GroupName, "rolebindings", "get", "create", "delete")
 	add("", rbacv1.GroupName, "clusterrolebindings", "get", "create", "delete")
+	// Harvester's VIP, for the tenants' server.
+	out = append(out, Permission{Verb: "get", Resource: "configmaps", Namespace: harvesterNamespace, Name: vipConfigMap})
 	// A RoleBinding's bind is checked in its namespace, a ClusterRoleBinding's cluster-wide.
 	out = append(out,
 		Permission{Verb: "bind", Group: rbacv1.GroupName, Resource: "clusterroles", Name: GuestCloudProviderRole, Namespace: namespace},
@@ -293,6 +323,8 @@ type GuestCredentials struct {
 	Kubeconfig []byte
 	// Source names what it was issued from (see GuestCluster.GuestSource).
 	Source string
+	// Endpoint names the server and CA the kubeconfig points the tenant at (GuestState's).
+	Endpoint string
 	// Issued is true when this call issued a new token.
 	Issued bool
 }
@@ -312,9 +344,9 @@ type GuestCluster interface {
 	// not filled in. It never changes an object that is not the owner's (ReasonNameTaken).
 	EnsureGuest(ctx context.Context, spec GuestSpec) (GuestCredentials, error)
 	// CheckGuest looks at a delivered identity that nothing else changed: whether its token
-	// Secret still exists with the token that kubeconfig carries, and whether it is bound as
-	// EnsureGuest binds it now (three reads).
-	CheckGuest(ctx context.Context, owner Owner, namespace string, kubeconfig []byte) (GuestState, error)
+	// Secret still exists with the token that kubeconfig carries, whether it is bound as
+	// EnsureGuest binds it now, and where tenants are to reach Harvester now (four reads).
+	CheckGuest(ctx context.Context, owner Owner, namespace string, kubeconfig []byte, endpoint GuestEndpoint) (GuestState, error)
 	// GuestNeighbours lists what in namespace belongs to others than ours says: VMs, PVCs and
 	// guest identities, by their owner labels (an object without them is the operator's).
 	// Unlabelled PVCs count only with unlabelledClaims: Harvester's CSI driver makes the volumes
@@ -373,15 +405,50 @@ func (c *engine) EnsureGuest(ctx context.Context, spec GuestSpec) (GuestCredenti
 	if err := r.deleteWideBinding(ctx, spec.Owner, spec.Namespace); err != nil {
 		return GuestCredentials{}, err
 	}
-	token, issued, err := r.ensureGuestToken(ctx, spec, sa)
+	secret, issued, err := r.ensureGuestToken(ctx, spec, sa)
 	if err != nil {
 		return GuestCredentials{}, err
 	}
-	kubeconfig, err := BuildGuestKubeconfig(r.cluster.Server(), r.cluster.Trust(), spec.Namespace, token)
+	server, ca, err := r.tenantServer(ctx, spec.Endpoint, secret.Data[corev1.ServiceAccountRootCAKey])
 	if err != nil {
 		return GuestCredentials{}, err
 	}
-	return GuestCredentials{Kubeconfig: kubeconfig, Source: c.GuestSource(spec.Namespace), Issued: issued}, nil
+	kubeconfig, err := BuildGuestKubeconfig(server, ca, spec.Namespace, secret.Data[corev1.ServiceAccountTokenKey])
+	if err != nil {
+		return GuestCredentials{}, err
+	}
+	return GuestCredentials{Kubeconfig: kubeconfig, Source: c.GuestSource(spec.Namespace), Endpoint: endpointID(server, ca), Issued: issued}, nil
+}
+
+// tenantServer says where the tenants' kubeconfig points, and with which CA (see GuestEndpoint):
+// the operator's endpoint, else Harvester's VIP with the token's CA, else, where Harvester
+// publishes no VIP, the provider's own server with its own CA (or the token's, where the
+// provider's credentials skip verification: tenants never do).
+func (m *remote) tenantServer(ctx context.Context, override GuestEndpoint, tokenCA []byte) (string, []byte, error) {
+	if override.Server != "" {
+		if len(override.CA) > 0 {
+			return override.Server, override.CA, nil
+		}
+		return override.Server, tokenCA, nil
+	}
+	cm := &corev1.ConfigMap{}
+	switch err := m.c.Get(ctx, client.ObjectKey{Namespace: harvesterNamespace, Name: vipConfigMap}, cm); {
+	case err == nil && net.ParseIP(cm.Data[vipKey]) != nil:
+		return "https://" + net.JoinHostPort(cm.Data[vipKey], vipPort), tokenCA, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return "", nil, classify(err, "get ConfigMap "+harvesterNamespace+"/"+vipConfigMap)
+	}
+	if ca := m.cluster.Trust().CAData; len(ca) > 0 {
+		return m.cluster.Server(), ca, nil
+	}
+	return m.cluster.Server(), tokenCA, nil
+}
+
+// endpointID names a tenant endpoint for the record of what was delivered: the server and a hash
+// of its CA.
+func endpointID(server string, ca []byte) string {
+	sum := sha256.Sum256(ca)
+	return server + "#" + hex.EncodeToString(sum[:])[:12]
 }
 
 // readerRoleInstalled says, with ReasonGuestReaderRoleMissing, when GuestReaderRole is not on
@@ -437,7 +504,7 @@ func guestObjectName(kind string, obj client.Object) string {
 // ensureGuestToken returns the token of sa's token Secret, creating the Secret if needed, and
 // re-issuing it (delete, create) when asked or when it was made for an earlier ServiceAccount of
 // the same name.
-func (m *remote) ensureGuestToken(ctx context.Context, spec GuestSpec, sa *corev1.ServiceAccount) (token []byte, issued bool, err error) {
+func (m *remote) ensureGuestToken(ctx context.Context, spec GuestSpec, sa *corev1.ServiceAccount) (filled *corev1.Secret, issued bool, err error) {
 	want := BuildGuestTokenSecret(spec.Owner, sa)
 	what := guestObjectName("Secret", want)
 	secret := &corev1.Secret{}
@@ -473,7 +540,7 @@ func (m *remote) ensureGuestToken(ctx context.Context, spec GuestSpec, sa *corev
 		return nil, issued, Waiting(ReasonGuestTokenPending, guestTokenRetry,
 			"the token of %s is not filled in yet (Harvester's kube-controller-manager does it)", what)
 	}
-	return secret.Data[corev1.ServiceAccountTokenKey], issued, nil
+	return secret, issued, nil
 }
 
 // GuestState is what CheckGuest found.
@@ -483,10 +550,14 @@ type GuestState struct {
 	// Narrow: the owner's GuestReaderRole binding exists and no cluster-wide binding of
 	// GuestCSIDriverRole of the owner is left (false when the token is not valid).
 	Narrow bool
+	// Endpoint names where the tenants' kubeconfig is to point now (GuestCredentials'); when
+	// it is not what was delivered, EnsureGuest writes the kubeconfig again, with the same
+	// token. Empty when the token is not valid.
+	Endpoint string
 }
 
 // CheckGuest implements GuestCluster.
-func (c *engine) CheckGuest(ctx context.Context, owner Owner, namespace string, kubeconfig []byte) (GuestState, error) {
+func (c *engine) CheckGuest(ctx context.Context, owner Owner, namespace string, kubeconfig []byte, endpoint GuestEndpoint) (GuestState, error) {
 	names := GuestNamesFor(owner, namespace)
 	secret := &corev1.Secret{}
 	found, err := c.remote.guestObject(ctx, owner, client.ObjectKey{Namespace: namespace, Name: names.TokenSecret}, secret, "Secret")
@@ -502,12 +573,18 @@ func (c *engine) CheckGuest(ctx context.Context, owner Owner, namespace string, 
 	if user == nil || len(token) == 0 || user.Token != string(token) {
 		return GuestState{}, nil
 	}
+	server, ca, err := c.remote.tenantServer(ctx, endpoint, secret.Data[corev1.ServiceAccountRootCAKey])
+	if err != nil {
+		return GuestState{}, err
+	}
+	state := GuestState{TokenValid: true, Endpoint: endpointID(server, ca)}
 	reader, err := c.remote.guestObject(ctx, owner, client.ObjectKey{Name: names.ClusterRoleBinding}, &rbacv1.ClusterRoleBinding{}, "ClusterRoleBinding")
 	if err != nil || !reader {
-		return GuestState{TokenValid: true}, err
+		return state, err
 	}
 	wide, err := c.remote.guestObject(ctx, owner, client.ObjectKey{Name: names.WideClusterRoleBinding}, &rbacv1.ClusterRoleBinding{}, "ClusterRoleBinding")
-	return GuestState{TokenValid: true, Narrow: !wide}, err
+	state.Narrow = !wide
+	return state, err
 }
 
 // guestObject reads the object at key and reports whether it exists and is the owner's.

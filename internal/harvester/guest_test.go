@@ -134,17 +134,12 @@ func TestBuildGuestObjects(t *testing.T) {
 }
 
 func TestBuildGuestKubeconfig(t *testing.T) {
-	for name, tc := range map[string]struct {
-		trust        clustercache.Trust
-		wantCA       string
-		wantInsecure bool
-	}{
-		"the CA the provider pins": {clustercache.Trust{CAData: []byte("ca")}, "ca", false},
-		"system roots":             {clustercache.Trust{}, "", false},
-		"insecure, as allowed":     {clustercache.Trust{Insecure: true}, "", true},
+	for name, ca := range map[string][]byte{
+		"a CA":         []byte("ca"),
+		"system roots": nil,
 	} {
 		t.Run(name, func(t *testing.T) {
-			data, err := BuildGuestKubeconfig("https://10.0.0.1:6443", tc.trust, "vms", []byte("tok"))
+			data, err := BuildGuestKubeconfig("https://10.0.0.1:6443", ca, "vms", []byte("tok"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -154,12 +149,12 @@ func TestBuildGuestKubeconfig(t *testing.T) {
 			}
 			ctx := cfg.Contexts[cfg.CurrentContext]
 			cl, user := cfg.Clusters[ctx.Cluster], cfg.AuthInfos[ctx.AuthInfo]
-			if ctx.Namespace != "vms" || cl.Server != "https://10.0.0.1:6443" || string(cl.CertificateAuthorityData) != tc.wantCA ||
-				cl.InsecureSkipTLSVerify != tc.wantInsecure || user.Token != "tok" {
+			if ctx.Namespace != "vms" || cl.Server != "https://10.0.0.1:6443" || string(cl.CertificateAuthorityData) != string(ca) ||
+				cl.InsecureSkipTLSVerify || user.Token != "tok" {
 				t.Fatalf("context %+v cluster %+v", ctx, cl)
 			}
 			// Self-contained, as the provider itself requires of a kubeconfig.
-			if _, err := clustercache.RESTConfigFromKubeconfig(data, clustercache.KubeconfigOptions{AllowInsecure: true}); err != nil {
+			if _, err := clustercache.RESTConfigFromKubeconfig(data, clustercache.KubeconfigOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -312,7 +307,7 @@ func TestEnsureGuest(t *testing.T) {
 		if err != nil || string(tokenIn(t, creds.Kubeconfig)) != "t1" || creds.Source == "" {
 			t.Fatalf("issued: %v %v", creds.Source, err)
 		}
-		if state, err := g.CheckGuest(ctx, o, "vms", creds.Kubeconfig); state != (GuestState{TokenValid: true, Narrow: true}) || err != nil {
+		if state, err := g.CheckGuest(ctx, o, "vms", creds.Kubeconfig, GuestEndpoint{}); state != (GuestState{TokenValid: true, Narrow: true, Endpoint: creds.Endpoint}) || err != nil {
 			t.Fatalf("CheckGuest %+v %v", state, err)
 		}
 		// Asking to revoke another token keeps this one.
@@ -325,7 +320,7 @@ func TestEnsureGuest(t *testing.T) {
 		if w, ok := AsWaiting(err); !ok || w.Reason != ReasonGuestTokenPending {
 			t.Fatalf("revoked: %v", err)
 		}
-		if state, _ := g.CheckGuest(ctx, o, "vms", creds.Kubeconfig); state.TokenValid {
+		if state, _ := g.CheckGuest(ctx, o, "vms", creds.Kubeconfig, GuestEndpoint{}); state.TokenValid {
 			t.Fatal("the revoked token is still valid")
 		}
 		// Deleted: everything of ours goes.
@@ -404,11 +399,11 @@ func TestEnsureGuest(t *testing.T) {
 		if err := c.Create(ctx, token); err != nil {
 			t.Fatal(err)
 		}
-		kubeconfig, err := BuildGuestKubeconfig("https://harvester:6443", clustercache.Trust{}, "vms", []byte("t1"))
+		kubeconfig, err := BuildGuestKubeconfig("https://harvester:6443", nil, "vms", []byte("t1"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if state, err := g.CheckGuest(ctx, o, "vms", kubeconfig); state != (GuestState{TokenValid: true}) || err != nil {
+		if state, err := g.CheckGuest(ctx, o, "vms", kubeconfig, GuestEndpoint{}); !state.TokenValid || state.Narrow || err != nil {
 			t.Fatalf("before: CheckGuest %+v %v", state, err)
 		}
 		creds, err := g.EnsureGuest(ctx, spec)
@@ -418,7 +413,7 @@ func TestEnsureGuest(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(wide), &rbacv1.ClusterRoleBinding{}); !apierrors.IsNotFound(err) {
 			t.Fatalf("the wide binding: %v", err)
 		}
-		if state, err := g.CheckGuest(ctx, o, "vms", kubeconfig); state != (GuestState{TokenValid: true, Narrow: true}) || err != nil {
+		if state, err := g.CheckGuest(ctx, o, "vms", kubeconfig, GuestEndpoint{}); !state.TokenValid || !state.Narrow || err != nil {
 			t.Fatalf("after: CheckGuest %+v %v", state, err)
 		}
 
@@ -430,13 +425,48 @@ func TestEnsureGuest(t *testing.T) {
 		if _, err := g.EnsureGuest(ctx, spec); err != nil {
 			t.Fatal(err)
 		}
-		if state, _ := g.CheckGuest(ctx, o, "vms", kubeconfig); !state.Narrow {
+		if state, _ := g.CheckGuest(ctx, o, "vms", kubeconfig, GuestEndpoint{}); !state.Narrow {
 			t.Fatal("someone else's binding of the wide name counts as the owner's")
 		}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(theirs), &rbacv1.ClusterRoleBinding{}); err != nil {
 			t.Fatalf("someone else's binding of the wide name: %v", err)
 		}
 	})
+}
+
+// The tenants' server: the operator's, else Harvester's VIP on 6443 with the token's CA, else the
+// provider's own server with its own CA (or the token's where the provider pins none); never
+// without verification.
+func TestTenantServer(t *testing.T) {
+	ctx := context.Background()
+	vip := func(ip string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "harvester-system", Name: "vip"}, Data: map[string]string{"ip": ip, "mode": "static"}}
+	}
+	for name, tc := range map[string]struct {
+		objs       []client.Object
+		providerCA []byte
+		override   GuestEndpoint
+		server, ca string
+	}{
+		"Harvester's VIP, as its generator writes it": {objs: []client.Object{vip("10.0.0.9")}, providerCA: []byte("provider-ca"), server: "https://10.0.0.9:6443", ca: "token-ca"},
+		"an IPv6 VIP":                            {objs: []client.Object{vip("fd00::9")}, server: "https://[fd00::9]:6443", ca: "token-ca"},
+		"the operator's server":                  {objs: []client.Object{vip("10.0.0.9")}, override: GuestEndpoint{Server: "https://harvester.example.com"}, server: "https://harvester.example.com", ca: "token-ca"},
+		"the operator's server and CA":           {override: GuestEndpoint{Server: "https://lb.example.com:443", CA: []byte("lb-ca")}, server: "https://lb.example.com:443", ca: "lb-ca"},
+		"no VIP: the provider's server and CA":   {providerCA: []byte("provider-ca"), server: "https://harvester.example:6443", ca: "provider-ca"},
+		"no VIP, the provider pins no CA":        {server: "https://harvester.example:6443", ca: "token-ca"},
+		"a VIP that is not an address is no VIP": {objs: []client.Object{vip("")}, server: "https://harvester.example:6443", ca: "token-ca"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(tc.objs...).Build()
+			rc := clustercache.NewCluster(c, nil, nil, "https://harvester.example:6443", "")
+			rc.SetTrust(clustercache.Trust{CAData: tc.providerCA})
+			g := NewCluster(rc).(*engine)
+			server, ca, err := g.remote.tenantServer(ctx, tc.override, []byte("token-ca"))
+			if err != nil || server != tc.server || string(ca) != tc.ca {
+				t.Fatalf("server %q CA %q (%v), want %q %q", server, ca, err, tc.server, tc.ca)
+			}
+		})
+	}
 }
 
 func readerRole() *rbacv1.ClusterRole {

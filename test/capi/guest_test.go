@@ -64,14 +64,8 @@ func TestClusterAPIGuestCredentials(t *testing.T) {
 	cpInfra, cp := tenant.ControlPlaneMachine("tenant-cp-0")
 	w.must(testbed.CreateAll(ctx, c, cpInfra, cp))
 
-	hc := &infrav1.HarvesterCluster{}
-	waitFor(ctx, t, w.capi, "GuestCredentialsReady GuestCredentialsIssued", func() error {
-		w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: tenant.Name}, hc))
-		if cond := findCondition(hc.Status.Conditions, infrav1.ConditionGuestCredentialsReady); cond == nil || cond.Reason != infrav1.ReasonGuestCredentialsIssued {
-			return fmt.Errorf("GuestCredentialsReady %+v", cond)
-		}
-		return nil
-	})
+	hc := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tenant.Name}}
+	w.waitGuestCredentials(hc, infrav1.ReasonGuestCredentialsIssued)
 	kubeconfig := w.deliveredKubeconfig(hc)
 	token := tokenOf(t, kubeconfig)
 	w.noSecretInStatusOrEvents(hc, token)
@@ -164,6 +158,61 @@ func TestClusterAPIGuestCredentials(t *testing.T) {
 		w.waitIsolated(hc, metav1.ConditionTrue, infrav1.ReasonGuestNamespaceExclusive)
 	})
 
+	// Where tenants reach Harvester: its VIP (ConfigMap harvester-system/vip) on port 6443 with the
+	// token's CA, as Harvester's own kubeconfig generator writes it; else the server the operator
+	// gives beside the credentials. Each change rewrites the kubeconfig with the same token.
+	t.Run("TenantEndpoint", func(t *testing.T) {
+		names := harvester.GuestNamesFor(harvester.Owner{Kind: "HarvesterCluster", Namespace: ns, Name: tenant.Name}, "vms")
+		tokenSecret := &corev1.Secret{}
+		w.must(hv.Client.Get(ctx, client.ObjectKey{Namespace: "vms", Name: names.TokenSecret}, tokenSecret))
+		tokenCA := tokenSecret.Data[corev1.ServiceAccountRootCAKey]
+		token := tokenOf(t, kubeconfig)
+		delivered := func(server string, ca []byte) func() error {
+			return func() error {
+				w.must(c.Get(ctx, client.ObjectKeyFromObject(hc), hc))
+				s := &corev1.Secret{}
+				w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: tenant.Name + testbed.CloudConfigSecretSuffix}, s))
+				got := deliveredKubeconfigOf(t, s)
+				cfg, err := clientcmd.Load(got)
+				if err != nil {
+					return err
+				}
+				cl := cfg.Clusters[cfg.Contexts[cfg.CurrentContext].Cluster]
+				if cl.Server != server || !bytes.Equal(cl.CertificateAuthorityData, ca) || cl.InsecureSkipTLSVerify {
+					return fmt.Errorf("the delivered kubeconfig names %s (insecure %v)", cl.Server, cl.InsecureSkipTLSVerify)
+				}
+				if !bytes.Equal(tokenOf(t, got), token) {
+					t.Fatal("the token was re-issued")
+				}
+				kubeconfig = got
+				return nil
+			}
+		}
+		vip := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "harvester-system", Name: "vip"}, Data: map[string]string{"ip": "10.0.0.9", "mode": "static"}}
+		w.must(hv.Client.Create(ctx, vip))
+		waitFor(ctx, t, w.capi, "the kubeconfig written again for Harvester's VIP", delivered("https://10.0.0.9:6443", tokenCA))
+
+		admin, err := clientcmd.Load(hv.Kubeconfig)
+		w.must(err)
+		server := admin.Clusters[admin.Contexts[admin.CurrentContext].Cluster].Server
+		creds := &corev1.Secret{}
+		w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "harvester-kubeconfig"}, creds))
+		creds.Annotations = map[string]string{v1alpha1.AnnotationTenantServer: "http://" + strings.TrimPrefix(server, "https://")}
+		w.must(c.Update(ctx, creds))
+		w.waitGuestCredentials(hc, infrav1.ReasonGuestTenantServerInvalid, "is not https", "credentials Secret "+ns+"/harvester-kubeconfig")
+		w.must(c.Get(ctx, client.ObjectKeyFromObject(creds), creds))
+		creds.Annotations[v1alpha1.AnnotationTenantServer] = server
+		w.must(c.Update(ctx, creds))
+		waitFor(ctx, t, w.capi, "the kubeconfig written again for the operator's server", delivered(server, tokenCA))
+		w.must(whoAmI(ctx, kubeconfig))
+
+		w.must(hv.Client.Delete(ctx, vip))
+		w.must(c.Get(ctx, client.ObjectKeyFromObject(creds), creds))
+		delete(creds.Annotations, v1alpha1.AnnotationTenantServer)
+		w.must(c.Update(ctx, creds))
+		waitFor(ctx, t, w.capi, "the kubeconfig back on the provider's server", delivered(server, admin.Clusters[admin.Contexts[admin.CurrentContext].Cluster].CertificateAuthorityData))
+	})
+
 	// The ProviderConfig moves to another Harvester namespace: the identity is made there (and its
 	// kubeconfig's namespace is that one), and the one of the old namespace is deleted.
 	t.Run("NamespaceMove", func(t *testing.T) {
@@ -244,33 +293,15 @@ func TestClusterAPIGuestCredentialsNeedTheGuestRole(t *testing.T) {
 
 	cluster := w.tenantCluster()
 	machine := w.machine("tenant-md-0", "")
-	hc := &infrav1.HarvesterCluster{}
-	waitFor(ctx, t, w.capi, "GuestCredentialsReady GuestPermissionsMissing", func() error {
-		w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: tenant.Name}, hc))
-		cond := findCondition(hc.Status.Conditions, infrav1.ConditionGuestCredentialsReady)
-		if cond == nil || cond.Reason != infrav1.ReasonGuestPermissionsMissing {
-			return fmt.Errorf("GuestCredentialsReady %+v", cond)
-		}
-		for _, want := range []string{"create serviceaccounts in namespace vms", "bind clusterroles.rbac.authorization.k8s.io harvesterhci.io:csi-driver",
-			"config/harvester/guest-rbac.yaml", "spec.guestCredentials to None"} {
-			if !strings.Contains(cond.Message, want) {
-				return fmt.Errorf("GuestCredentialsReady message %q does not say %q", cond.Message, want)
-			}
-		}
-		return nil
-	})
+	hc := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tenant.Name}}
+	w.waitGuestCredentials(hc, infrav1.ReasonGuestPermissionsMissing, "create serviceaccounts in namespace vms",
+		"bind clusterroles.rbac.authorization.k8s.io harvesterhci.io:csi-driver", "config/harvester/guest-rbac.yaml", "spec.guestCredentials to None")
 	waitFor(ctx, t, w.capi, "the machine made all the same", func() error {
 		return machineOnHarvester(ctx, c, hv.Client, "vms", machine, &kubevirtv1.VirtualMachine{}, &infrav1.HarvesterMachine{})
 	})
 
 	w.applyOnHarvester("guest-rbac.yaml")
-	waitFor(ctx, t, w.capi, "GuestCredentialsReady GuestCredentialsIssued with the guest role", func() error {
-		w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: tenant.Name}, hc))
-		if cond := findCondition(hc.Status.Conditions, infrav1.ConditionGuestCredentialsReady); cond == nil || cond.Reason != infrav1.ReasonGuestCredentialsIssued {
-			return fmt.Errorf("GuestCredentialsReady %+v", cond)
-		}
-		return nil
-	})
+	w.waitGuestCredentials(hc, infrav1.ReasonGuestCredentialsIssued)
 	delivered := w.deliveredKubeconfig(hc)
 	w.must(whoAmI(ctx, delivered))
 
@@ -314,6 +345,27 @@ func TestClusterAPIGuestCredentialsNeedTheGuestRole(t *testing.T) {
 		}
 		return w.guestIdentityGone()
 	})
+}
+
+// waitGuestCredentials waits for the HarvesterCluster's GuestCredentialsReady condition to have
+// that reason and to mention each of mentions, and returns it.
+func (w *capiWorld) waitGuestCredentials(hc *infrav1.HarvesterCluster, reason string, mentions ...string) *metav1.Condition {
+	w.t.Helper()
+	var cond *metav1.Condition
+	waitFor(w.ctx, w.t, w.capi, "GuestCredentialsReady "+reason, func() error {
+		w.must(w.c.Get(w.ctx, client.ObjectKeyFromObject(hc), hc))
+		cond = findCondition(hc.Status.Conditions, infrav1.ConditionGuestCredentialsReady)
+		if cond == nil || cond.Reason != reason {
+			return fmt.Errorf("GuestCredentialsReady %+v", cond)
+		}
+		for _, m := range mentions {
+			if !strings.Contains(cond.Message, m) {
+				return fmt.Errorf("GuestCredentialsReady message %q does not say %q", cond.Message, m)
+			}
+		}
+		return nil
+	})
+	return cond
 }
 
 // waitIsolated waits for the HarvesterCluster's GuestCredentialsIsolated condition to have that

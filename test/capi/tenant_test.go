@@ -1,7 +1,6 @@
 package capi
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 
@@ -33,20 +32,8 @@ func TestClusterAPITenantCredentialsNotIssuedInASharedNamespace(t *testing.T) {
 
 	cluster := w.tenantCluster()
 	machine := w.machine("tenant-md-0", "")
-	hc := &infrav1.HarvesterCluster{}
-	waitFor(ctx, t, w.capi, "GuestCredentialsReady GuestNamespaceShared", func() error {
-		w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: tenant.Name}, hc))
-		cond := findCondition(hc.Status.Conditions, infrav1.ConditionGuestCredentialsReady)
-		if cond == nil || cond.Reason != infrav1.ReasonGuestNamespaceShared {
-			return fmt.Errorf("GuestCredentialsReady %+v", cond)
-		}
-		for _, want := range []string{"VirtualMachine vms/router", "harvester.namespace", v1alpha1.AnnotationSharedNamespace} {
-			if !strings.Contains(cond.Message, want) {
-				return fmt.Errorf("GuestCredentialsReady message %q does not say %q", cond.Message, want)
-			}
-		}
-		return nil
-	})
+	hc := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tenant.Name}}
+	w.waitGuestCredentials(hc, infrav1.ReasonGuestNamespaceShared, "VirtualMachine vms/router", "harvester.namespace", v1alpha1.AnnotationSharedNamespace)
 	waitFor(ctx, t, w.capi, "the machine made all the same", func() error {
 		return machineOnHarvester(ctx, c, hv.Client, "vms", machine, &kubevirtv1.VirtualMachine{}, &infrav1.HarvesterMachine{})
 	})
@@ -60,13 +47,7 @@ func TestClusterAPITenantCredentialsNotIssuedInASharedNamespace(t *testing.T) {
 	w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "harvester"}, pc))
 	pc.Annotations = map[string]string{v1alpha1.AnnotationSharedNamespace: "true"}
 	w.must(c.Update(ctx, pc))
-	waitFor(ctx, t, w.capi, "GuestCredentialsIssued once the operator allows sharing", func() error {
-		w.must(c.Get(ctx, client.ObjectKeyFromObject(hc), hc))
-		if cond := findCondition(hc.Status.Conditions, infrav1.ConditionGuestCredentialsReady); cond == nil || cond.Reason != infrav1.ReasonGuestCredentialsIssued {
-			return fmt.Errorf("GuestCredentialsReady %+v", cond)
-		}
-		return nil
-	})
+	w.waitGuestCredentials(hc, infrav1.ReasonGuestCredentialsIssued)
 	if cond := w.waitIsolated(hc, metav1.ConditionFalse, infrav1.ReasonGuestNamespaceShared); !strings.Contains(cond.Message, "VirtualMachine vms/router") {
 		t.Errorf("GuestCredentialsIsolated message %q does not name the VM", cond.Message)
 	}

@@ -70,6 +70,11 @@ const (
 	// whose harvester.namespace it has to itself, or let clusters share it on purpose with the
 	// ProviderConfig annotation harvester.butler.butlerlabs.dev/shared-namespace: "true".
 	ReasonGuestNamespaceShared = "GuestNamespaceShared"
+	// ReasonGuestTenantServerInvalid (False): the tenant server the operator gave beside the
+	// ProviderConfig's credentials (annotation harvester.butler.butlerlabs.dev/tenant-server on
+	// their Secret, key tenant-ca.crt) is not usable; the message names the Secret and what is
+	// wrong. Credentials already delivered are kept as they are.
+	ReasonGuestTenantServerInvalid = "GuestTenantServerInvalid"
 )
 
 // Reasons of the GuestCredentialsIsolated condition besides ReasonGuestNamespaceShared.

@@ -3,6 +3,8 @@ package clusterapi
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/cert"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -60,6 +63,9 @@ const (
 const (
 	annotationGuestSource    = "infrastructure.butlerlabs.dev/guest-credentials-source"
 	annotationGuestNamespace = "infrastructure.butlerlabs.dev/guest-credentials-namespace"
+	// annotationGuestEndpoint names the server and CA the delivered kubeconfig points at: when
+	// where tenants reach Harvester changes, the kubeconfig is written again with the same token.
+	annotationGuestEndpoint = "infrastructure.butlerlabs.dev/guest-credentials-endpoint"
 )
 
 // How soon the guest phase looks again.
@@ -94,7 +100,8 @@ func guestOwner(hc *infrav1.HarvesterCluster) harvester.Owner {
 // buildGuestCloudConfigSecret is the delivered Secret: in the HarvesterCluster's namespace,
 // controlled by it, labelled with the Cluster's name, of the ClusterResourceSet type, whose one
 // key holds the manifest of the tenant's Secret kube-system/cloud-config.
-func buildGuestCloudConfigSecret(hc *infrav1.HarvesterCluster, clusterName string, kubeconfig []byte, source, namespace string) (*corev1.Secret, error) {
+func buildGuestCloudConfigSecret(hc *infrav1.HarvesterCluster, clusterName string, creds harvester.GuestCredentials, namespace string) (*corev1.Secret, error) {
+	kubeconfig := creds.Kubeconfig
 	manifest, err := yaml.Marshal(map[string]any{
 		"apiVersion": "v1",
 		"kind":       "Secret",
@@ -110,7 +117,7 @@ func buildGuestCloudConfigSecret(hc *infrav1.HarvesterCluster, clusterName strin
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: hc.Namespace, Name: guestCloudConfigName(clusterName),
 			Labels:      map[string]string{capiClusterNameLabel: clusterName},
-			Annotations: map[string]string{annotationGuestSource: source, annotationGuestNamespace: namespace},
+			Annotations: map[string]string{annotationGuestSource: creds.Source, annotationGuestNamespace: namespace, annotationGuestEndpoint: creds.Endpoint},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: infrav1.GroupVersion.String(), Kind: "HarvesterCluster", Name: hc.Name, UID: hc.UID,
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
@@ -192,6 +199,16 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 	}
 	owner, namespace := guestOwner(hc), t.Credentials.Namespace
 	source := guests.GuestSource(namespace)
+	endpoint, invalid, err := r.tenantEndpoint(ctx, t)
+	switch {
+	case err != nil:
+		set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "%v", err)
+		return reconcile.Result{RequeueAfter: guestFailedRetry}
+	case invalid != "":
+		// Said, and nothing changed: delivered credentials stay as they are.
+		set(metav1.ConditionFalse, infrav1.ReasonGuestTenantServerInvalid, "%s", invalid)
+		return reconcile.Result{RequeueAfter: r.guestRecheck()}
+	}
 	var revoke []byte
 	// first: no identity of this cluster is in the namespace yet, so that nothing there (no PVC
 	// its CSI driver made) can be its own without its labels.
@@ -210,15 +227,17 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 			}
 			first = true
 		case delivered.Annotations[annotationGuestSource] == source && kubeconfig != nil:
-			state, err := guests.CheckGuest(ctx, owner, namespace, kubeconfig)
+			state, err := guests.CheckGuest(ctx, owner, namespace, kubeconfig, endpoint)
 			if err != nil {
 				set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "check the credentials on Harvester: %v", err)
 				return reconcile.Result{RequeueAfter: guestFailedRetry}
 			}
-			if state.TokenValid && state.Narrow {
+			if state.TokenValid && state.Narrow && state.Endpoint == delivered.Annotations[annotationGuestEndpoint] {
 				r.issued(s, clusterName, namespace, owner, t)
 				return r.isolation(ctx, s, guests, clusterName, namespace, false)
 			}
+			// A valid token is kept: what is not narrow is narrowed below, and the kubeconfig is
+			// written again for where tenants reach Harvester now.
 			// A valid token still bound cluster-wide is narrowed below, keeping the token.
 			wide = state.TokenValid
 		default:
@@ -260,11 +279,11 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 			return reconcile.Result{RequeueAfter: r.guestRecheck()}
 		}
 	}
-	creds, err := guests.EnsureGuest(ctx, harvester.GuestSpec{Owner: owner, Namespace: namespace, RevokeToken: revoke})
+	creds, err := guests.EnsureGuest(ctx, harvester.GuestSpec{Owner: owner, Namespace: namespace, Endpoint: endpoint, RevokeToken: revoke})
 	if err != nil {
 		return r.guestError(s, err)
 	}
-	secret, err := buildGuestCloudConfigSecret(hc, clusterName, creds.Kubeconfig, creds.Source, namespace)
+	secret, err := buildGuestCloudConfigSecret(hc, clusterName, creds, namespace)
 	if err == nil {
 		err = r.writeDelivered(ctx, delivered, secret)
 	}
@@ -279,6 +298,57 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 	}
 	r.issued(s, clusterName, namespace, owner, t)
 	return r.isolation(ctx, s, guests, clusterName, namespace, first)
+}
+
+// tenantEndpoint reads where the operator says tenants reach Harvester, beside the ProviderConfig's
+// credentials: annotation v1alpha1.AnnotationTenantServer on their Secret, and its key
+// v1alpha1.TenantCAKey (none: Harvester's VIP). Only whoever writes the credentials says it.
+func (r *HarvesterClusterReconciler) tenantEndpoint(ctx context.Context, t *frontdoor.Target) (endpoint harvester.GuestEndpoint, invalid string, err error) {
+	secret := &corev1.Secret{}
+	key := client.ObjectKey{Namespace: t.Credentials.SecretNamespace, Name: t.Credentials.SecretName}
+	if err := r.SecretReader.Get(ctx, key, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return endpoint, "", nil // the connection to Harvester says so
+		}
+		return endpoint, "", fmt.Errorf("read credentials Secret %s: %w", key, err)
+	}
+	server := secret.Annotations[v1alpha1.AnnotationTenantServer]
+	ca := secret.Data[v1alpha1.TenantCAKey]
+	if server == "" {
+		if len(ca) > 0 {
+			return endpoint, fmt.Sprintf("credentials Secret %s has key %s but no annotation %s: annotate it with the server the CA is for, or remove the key",
+				key, v1alpha1.TenantCAKey, v1alpha1.AnnotationTenantServer), nil
+		}
+		return endpoint, "", nil
+	}
+	if problem := tenantServerProblem(server); problem != "" {
+		return endpoint, fmt.Sprintf("annotation %s of credentials Secret %s is %q, which %s: set it to the https URL tenant clusters reach Harvester's API server at (https://<host>[:port]), or remove it to give them Harvester's VIP",
+			v1alpha1.AnnotationTenantServer, key, server, problem), nil
+	}
+	if len(ca) > 0 {
+		if _, err := cert.ParseCertsPEM(ca); err != nil {
+			return endpoint, fmt.Sprintf("key %s of credentials Secret %s is not a PEM certificate bundle (%v): put the CA of %s there, or remove the key to trust Harvester's cluster CA",
+				v1alpha1.TenantCAKey, key, err, server), nil
+		}
+	}
+	return harvester.GuestEndpoint{Server: server, CA: ca}, "", nil
+}
+
+// tenantServerProblem says what is wrong with a tenant server URL, "" if nothing: tenants talk
+// TLS, to a host, with nothing but a scheme, host and port.
+func tenantServerProblem(server string) string {
+	u, err := url.Parse(server)
+	switch {
+	case err != nil:
+		return "is not a URL"
+	case u.Scheme != "https":
+		return "is not https (tenants never talk to Harvester unencrypted)"
+	case u.Hostname() == "":
+		return "names no host"
+	case u.User != nil || u.RawQuery != "" || u.Fragment != "" || strings.Trim(u.Path, "/") != "":
+		return "has more than a scheme, host and port"
+	}
+	return ""
 }
 
 // sharingAllowed reports whether the operator lets clusters share the ProviderConfig's Harvester

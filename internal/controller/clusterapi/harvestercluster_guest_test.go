@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
 // The delivered Secret follows the fixed contract the cluster templates' ClusterResourceSets are
@@ -15,7 +16,7 @@ import (
 func TestBuildGuestCloudConfigSecret(t *testing.T) {
 	hc := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "infra-1", UID: "hc-uid"}}
 	kubeconfig := []byte("apiVersion: v1\nkind: Config\n")
-	s, err := buildGuestCloudConfigSecret(hc, "tenant", kubeconfig, "src", "vms")
+	s, err := buildGuestCloudConfigSecret(hc, "tenant", harvester.GuestCredentials{Kubeconfig: kubeconfig, Source: "src", Endpoint: "https://10.0.0.9:6443#ab"}, "vms")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,8 +33,9 @@ func TestBuildGuestCloudConfigSecret(t *testing.T) {
 			return c != nil && c.Kind == "HarvesterCluster" && c.Name == "infra-1" && c.UID == "hc-uid" && c.APIVersion == infrav1.GroupVersion.String()
 		},
 		"one key": func() bool { return len(s.Data) == 1 && s.Data["cloud-config.yaml"] != nil },
-		"records its source and namespace": func() bool {
-			return s.Annotations[annotationGuestSource] == "src" && s.Annotations[annotationGuestNamespace] == "vms"
+		"records its source, namespace and endpoint": func() bool {
+			return s.Annotations[annotationGuestSource] == "src" && s.Annotations[annotationGuestNamespace] == "vms" &&
+				s.Annotations[annotationGuestEndpoint] == "https://10.0.0.9:6443#ab"
 		},
 		"reads back": func() bool { return string(deliveredKubeconfig(s)) == string(kubeconfig) },
 	} {
@@ -71,7 +73,7 @@ func TestDeliveredToken(t *testing.T) {
 // another object of the name (another provider's HarvesterCluster kind included) is not.
 func TestDeliveredBy(t *testing.T) {
 	hc := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "infra-1", UID: "hc-uid"}}
-	ours, err := buildGuestCloudConfigSecret(hc, "tenant", nil, "", "vms")
+	ours, err := buildGuestCloudConfigSecret(hc, "tenant", harvester.GuestCredentials{}, "vms")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +95,24 @@ func TestDeliveredBy(t *testing.T) {
 	} {
 		if got := deliveredBy(tc.s, hc); got != tc.want {
 			t.Errorf("%s: deliveredBy = %v, want %v", name, got, tc.want)
+		}
+	}
+}
+
+func TestTenantServerProblem(t *testing.T) {
+	for server, problem := range map[string]string{
+		"https://harvester.example.com":      "",
+		"https://10.0.0.9:6443":              "",
+		"https://[fd00::9]:6443/":            "",
+		"http://10.0.0.9:6443":               "is not https (tenants never talk to Harvester unencrypted)",
+		"https://":                           "names no host",
+		"https://u:p@harvester.example.com":  "has more than a scheme, host and port",
+		"https://harvester.example.com/k8s":  "has more than a scheme, host and port",
+		"https://harvester.example.com/?a=b": "has more than a scheme, host and port",
+		"://":                                "is not a URL",
+	} {
+		if got := tenantServerProblem(server); got != problem {
+			t.Errorf("%q: %q, want %q", server, got, problem)
 		}
 	}
 }
