@@ -1,7 +1,6 @@
 package harvester
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -38,7 +37,9 @@ import (
 //     the CSI driver reads outside the namespace (storage classes, volume attachments, two named
 //     settings);
 //   - a kubernetes.io/service-account-token Secret, which kube-controller-manager fills in with a
-//     token that lives until the Secret (or the ServiceAccount) is deleted;
+//     token that lives until the Secret (or the ServiceAccount) is deleted. A re-issued token goes
+//     to a second Secret, so that the one before keeps working while the new one reaches the
+//     tenant; re-issues alternate between the two;
 //   - a kubeconfig of that token whose context namespace is the VMs' namespace, and whose server is
 //     where tenants reach Harvester: as Harvester's generator writes it, its VIP (ConfigMap
 //     harvester-system/vip, key ip) on port 6443, trusted by the token's CA (GuestEndpoint says
@@ -118,11 +119,10 @@ type GuestSpec struct {
 	Namespace string
 	// Endpoint is where the operator says tenants reach Harvester (empty: its VIP).
 	Endpoint GuestEndpoint
-	// RevokeToken, if set, is a token issued before that is to be replaced (the credentials it
-	// was issued with changed): while the token Secret holds it, the Secret is deleted, which
-	// revokes it, and made again. A token Secret that already holds another (or none yet) is kept,
-	// so that asking again while the new token is being filled in does not revoke that one.
-	RevokeToken []byte
+	// TokenSecret names the token Secret whose token is delivered (GuestNames' TokenSecret or
+	// SpareTokenSecret; empty: TokenSecret). A re-issue names the other one, and retires this
+	// one later (RetireGuestToken).
+	TokenSecret string
 }
 
 // GuestEndpoint is where tenant clusters reach Harvester when the operator says so: an address
@@ -150,7 +150,10 @@ const (
 
 // GuestNames are the names of a guest identity's objects on Harvester.
 type GuestNames struct {
-	ServiceAccount, TokenSecret string
+	ServiceAccount string
+	// TokenSecret and SpareTokenSecret hold the identity's tokens: re-issues alternate between
+	// them (OtherTokenSecret), so that the token before stays valid until it is retired.
+	TokenSecret, SpareTokenSecret string
 	// RoleBinding binds GuestCloudProviderRole and CSIRoleBinding GuestCSIDriverRole, in the
 	// namespace; ClusterRoleBinding binds GuestReaderRole.
 	RoleBinding, CSIRoleBinding, ClusterRoleBinding string
@@ -179,10 +182,18 @@ func GuestNamesFor(owner Owner, namespace string) GuestNames {
 	}
 	sa := guestPrefix + strings.ReplaceAll(base, ".", "-") + "-" + hash
 	return GuestNames{
-		ServiceAccount: sa, TokenSecret: sa + "-token",
+		ServiceAccount: sa, TokenSecret: sa + "-token", SpareTokenSecret: concatName(sa, "token2"),
 		RoleBinding: sa, CSIRoleBinding: sa + "-csi", ClusterRoleBinding: concatName(namespace, sa+"-reader"),
 		WideClusterRoleBinding: concatName(namespace, sa),
 	}
+}
+
+// OtherTokenSecret is the token Secret a token re-issued from the one in name goes to.
+func (n GuestNames) OtherTokenSecret(name string) string {
+	if name == n.SpareTokenSecret {
+		return n.TokenSecret
+	}
+	return n.SpareTokenSecret
 }
 
 // concatName joins two names with "-", shortened to 63 characters with a hash of the whole when
@@ -232,8 +243,8 @@ func BuildGuestServiceAccount(o Owner, namespace string) *corev1.ServiceAccount 
 // with the ServiceAccount's name and UID (kube-controller-manager's token controller fills in
 // token, ca.crt and namespace, and deletes a Secret whose UID is not the ServiceAccount's), and
 // owned by it, so that the garbage collector deletes it with the ServiceAccount.
-func BuildGuestTokenSecret(o Owner, sa *corev1.ServiceAccount) *corev1.Secret {
-	meta := guestMeta(o, sa.Namespace, GuestNamesFor(o, sa.Namespace).TokenSecret)
+func BuildGuestTokenSecret(o Owner, sa *corev1.ServiceAccount, name string) *corev1.Secret {
+	meta := guestMeta(o, sa.Namespace, name)
 	meta.Annotations[corev1.ServiceAccountNameKey] = sa.Name
 	meta.Annotations[corev1.ServiceAccountUIDKey] = string(sa.UID)
 	meta.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "ServiceAccount", Name: sa.Name, UID: sa.UID}}
@@ -275,14 +286,25 @@ func BuildGuestClusterRoleBinding(o Owner, namespace string) *rbacv1.ClusterRole
 	}
 }
 
+// GuestTokenFile is where the tenant's cloud provider and CSI driver find the token of their
+// cloud-config as a file of its own: the tenant Secret mounted as a directory there (the cluster
+// templates do). client-go reads a kubeconfig's tokenFile again every minute, where both
+// components read the kubeconfig itself once, at start (cloud-provider-harvester ccm.go,
+// harvester-csi-driver pkg/csi/manager.go): a re-issued token reaches them without a restart.
+// It is absolute because the cloud provider resolves no path against its kubeconfig's directory
+// (clientcmd.NewClientConfigFromBytes), and the two mount the Secret at different places.
+const GuestTokenFile = "/var/run/secrets/harvester/token"
+
 // BuildGuestKubeconfig is the kubeconfig of a guest identity's token: server trusted with ca (the
 // system roots when empty; never without verification), and the VMs' namespace as the context's
 // namespace (the cloud provider looks VMs up there, and the CSI driver works there; the driver
-// takes its pod's namespace when the context names none).
+// takes its pod's namespace when the context names none). The token is inline, and its file
+// GuestTokenFile too: client-go uses the inline one at start and where the file is missing (a
+// pod from older templates, which mount no such directory), and the file's once it reads it.
 func BuildGuestKubeconfig(server string, ca []byte, namespace string, token []byte) ([]byte, error) {
 	c := clientcmdapi.NewConfig()
 	c.Clusters["harvester"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: ca}
-	c.AuthInfos["harvester"] = &clientcmdapi.AuthInfo{Token: string(token)}
+	c.AuthInfos["harvester"] = &clientcmdapi.AuthInfo{Token: string(token), TokenFile: GuestTokenFile}
 	c.Contexts["harvester"] = &clientcmdapi.Context{Cluster: "harvester", AuthInfo: "harvester", Namespace: namespace}
 	c.CurrentContext = "harvester"
 	return clientcmd.Write(*c)
@@ -323,6 +345,10 @@ type GuestCredentials struct {
 	Kubeconfig []byte
 	// Source names what it was issued from (see GuestCluster.GuestSource).
 	Source string
+	// Token is the kubeconfig's token, and TokenSecret the Secret that holds it. Secret
+	// material: never log the token.
+	Token       []byte
+	TokenSecret string
 	// Endpoint names the server and CA the kubeconfig points the tenant at (GuestState's).
 	Endpoint string
 	// Issued is true when this call issued a new token.
@@ -339,14 +365,18 @@ type GuestCluster interface {
 	// MissingGuestPermissions asks Harvester (SelfSubjectAccessReviews) which of
 	// GuestPermissions(namespace) the provider's credentials lack.
 	MissingGuestPermissions(ctx context.Context, namespace string) ([]Permission, error)
-	// EnsureGuest makes whatever of the identity does not exist, re-issues its token if asked,
-	// and returns its kubeconfig; a WaitingError with ReasonGuestTokenPending while the token is
-	// not filled in. It never changes an object that is not the owner's (ReasonNameTaken).
+	// EnsureGuest makes whatever of the identity does not exist (a token in spec.TokenSecret
+	// included), and returns its kubeconfig; a WaitingError with ReasonGuestTokenPending while the
+	// token is not filled in. It never changes an object that is not the owner's
+	// (ReasonNameTaken).
 	EnsureGuest(ctx context.Context, spec GuestSpec) (GuestCredentials, error)
+	// RetireGuestToken deletes the owner's token Secret name, which revokes its token: the API
+	// server accepts a Secret-based token only while its Secret exists. Done once it is gone.
+	RetireGuestToken(ctx context.Context, owner Owner, namespace, name string) (done bool, err error)
 	// CheckGuest looks at a delivered identity that nothing else changed: whether its token
 	// Secret still exists with the token that kubeconfig carries, whether it is bound as
 	// EnsureGuest binds it now, and where tenants are to reach Harvester now (four reads).
-	CheckGuest(ctx context.Context, owner Owner, namespace string, kubeconfig []byte, endpoint GuestEndpoint) (GuestState, error)
+	CheckGuest(ctx context.Context, owner Owner, namespace, tokenSecret string, kubeconfig []byte, endpoint GuestEndpoint) (GuestState, error)
 	// GuestNeighbours lists what in namespace belongs to others than ours says: VMs, PVCs and
 	// guest identities, by their owner labels (an object without them is the operator's).
 	// Unlabelled PVCs count only with unlabelledClaims: Harvester's CSI driver makes the volumes
@@ -405,7 +435,7 @@ func (c *engine) EnsureGuest(ctx context.Context, spec GuestSpec) (GuestCredenti
 	if err := r.deleteWideBinding(ctx, spec.Owner, spec.Namespace); err != nil {
 		return GuestCredentials{}, err
 	}
-	secret, issued, err := r.ensureGuestToken(ctx, spec, sa)
+	secret, issued, err := r.ensureGuestToken(ctx, spec.Owner, sa, spec.tokenSecret())
 	if err != nil {
 		return GuestCredentials{}, err
 	}
@@ -417,7 +447,15 @@ func (c *engine) EnsureGuest(ctx context.Context, spec GuestSpec) (GuestCredenti
 	if err != nil {
 		return GuestCredentials{}, err
 	}
-	return GuestCredentials{Kubeconfig: kubeconfig, Source: c.GuestSource(spec.Namespace), Endpoint: endpointID(server, ca), Issued: issued}, nil
+	return GuestCredentials{Kubeconfig: kubeconfig, Token: secret.Data[corev1.ServiceAccountTokenKey], TokenSecret: secret.Name,
+		Source: c.GuestSource(spec.Namespace), Endpoint: endpointID(server, ca), Issued: issued}, nil
+}
+
+func (s GuestSpec) tokenSecret() string {
+	if s.TokenSecret != "" {
+		return s.TokenSecret
+	}
+	return GuestNamesFor(s.Owner, s.Namespace).TokenSecret
 }
 
 // tenantServer says where the tenants' kubeconfig points, and with which CA (see GuestEndpoint):
@@ -501,11 +539,10 @@ func guestObjectName(kind string, obj client.Object) string {
 	return kind + " " + obj.GetNamespace() + "/" + obj.GetName()
 }
 
-// ensureGuestToken returns the token of sa's token Secret, creating the Secret if needed, and
-// re-issuing it (delete, create) when asked or when it was made for an earlier ServiceAccount of
-// the same name.
-func (m *remote) ensureGuestToken(ctx context.Context, spec GuestSpec, sa *corev1.ServiceAccount) (filled *corev1.Secret, issued bool, err error) {
-	want := BuildGuestTokenSecret(spec.Owner, sa)
+// ensureGuestToken returns token Secret name of sa, filled in, creating it if needed, and making
+// it again when it was made for an earlier ServiceAccount of the same name.
+func (m *remote) ensureGuestToken(ctx context.Context, o Owner, sa *corev1.ServiceAccount, name string) (filled *corev1.Secret, issued bool, err error) {
+	want := BuildGuestTokenSecret(o, sa, name)
 	what := guestObjectName("Secret", want)
 	secret := &corev1.Secret{}
 	switch err := m.c.Get(ctx, client.ObjectKeyFromObject(want), secret); {
@@ -513,12 +550,10 @@ func (m *remote) ensureGuestToken(ctx context.Context, spec GuestSpec, sa *corev
 		secret = nil
 	case err != nil:
 		return nil, false, classify(err, "get "+what)
-	case !isGuestOf(secret, spec.Owner) || secret.Type != corev1.SecretTypeServiceAccountToken:
-		return nil, false, Permanent(ReasonNameTaken, "%s exists on Harvester and was not made for %s: the provider never changes it; delete or rename it", what, spec.Owner)
-	case len(spec.RevokeToken) > 0 && bytes.Equal(secret.Data[corev1.ServiceAccountTokenKey], spec.RevokeToken),
-		secret.Annotations[corev1.ServiceAccountUIDKey] != string(sa.UID):
-		// Deleting the Secret revokes its token: the API server accepts a Secret-based token
-		// only while its Secret exists.
+	case !isGuestOf(secret, o) || secret.Type != corev1.SecretTypeServiceAccountToken:
+		return nil, false, Permanent(ReasonNameTaken, "%s exists on Harvester and was not made for %s: the provider never changes it; delete or rename it", what, o)
+	case secret.Annotations[corev1.ServiceAccountUIDKey] != string(sa.UID):
+		// The token of a ServiceAccount that is gone: kube-controller-manager deletes it anyway.
 		if err := m.c.Delete(ctx, secret, client.Preconditions{UID: &secret.UID}); client.IgnoreNotFound(err) != nil {
 			return nil, false, classify(err, "delete "+what)
 		}
@@ -543,6 +578,20 @@ func (m *remote) ensureGuestToken(ctx context.Context, spec GuestSpec, sa *corev
 	return secret, issued, nil
 }
 
+// RetireGuestToken implements GuestCluster.
+func (c *engine) RetireGuestToken(ctx context.Context, owner Owner, namespace, name string) (bool, error) {
+	secret := &corev1.Secret{}
+	ours, err := c.remote.guestObject(ctx, owner, client.ObjectKey{Namespace: namespace, Name: name}, secret, "Secret")
+	if err != nil || !ours {
+		return err == nil, err
+	}
+	uid := secret.UID
+	if err := c.remote.c.Delete(ctx, secret, client.Preconditions{UID: &uid}); client.IgnoreNotFound(err) != nil {
+		return false, classify(err, "delete "+guestObjectName("Secret", secret))
+	}
+	return false, nil
+}
+
 // GuestState is what CheckGuest found.
 type GuestState struct {
 	// TokenValid: the token Secret exists, the owner's, with the delivered kubeconfig's token.
@@ -557,10 +606,13 @@ type GuestState struct {
 }
 
 // CheckGuest implements GuestCluster.
-func (c *engine) CheckGuest(ctx context.Context, owner Owner, namespace string, kubeconfig []byte, endpoint GuestEndpoint) (GuestState, error) {
+func (c *engine) CheckGuest(ctx context.Context, owner Owner, namespace, tokenSecret string, kubeconfig []byte, endpoint GuestEndpoint) (GuestState, error) {
 	names := GuestNamesFor(owner, namespace)
+	if tokenSecret == "" {
+		tokenSecret = names.TokenSecret
+	}
 	secret := &corev1.Secret{}
-	found, err := c.remote.guestObject(ctx, owner, client.ObjectKey{Namespace: namespace, Name: names.TokenSecret}, secret, "Secret")
+	found, err := c.remote.guestObject(ctx, owner, client.ObjectKey{Namespace: namespace, Name: tokenSecret}, secret, "Secret")
 	if err != nil || !found {
 		return GuestState{}, err
 	}
@@ -601,19 +653,20 @@ func (m *remote) guestObject(ctx context.Context, owner Owner, key client.Object
 	return isGuestOf(obj, owner), nil
 }
 
-// DeleteGuest implements GuestCluster: the token Secret first (which revokes the token at once),
+// DeleteGuest implements GuestCluster: the token Secrets first (which revokes the tokens at once),
 // then the bindings, then the ServiceAccount.
 func (c *engine) DeleteGuest(ctx context.Context, owner Owner, namespace string) (bool, error) {
 	names := GuestNamesFor(owner, namespace)
 	objs := []client.Object{
 		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: names.TokenSecret}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: names.SpareTokenSecret}},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: names.RoleBinding}},
 		&rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: names.CSIRoleBinding}},
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: names.ClusterRoleBinding}},
 		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: names.WideClusterRoleBinding}},
 		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: names.ServiceAccount}},
 	}
-	kinds := []string{"Secret", "RoleBinding", "RoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "ServiceAccount"}
+	kinds := []string{"Secret", "Secret", "RoleBinding", "RoleBinding", "ClusterRoleBinding", "ClusterRoleBinding", "ServiceAccount"}
 	left := 0
 	for i, obj := range objs {
 		what := guestObjectName(kinds[i], obj)

@@ -38,13 +38,14 @@ func TestGuestNames(t *testing.T) {
 	}{
 		"short": {guestOwner(), "vms", func(t *testing.T, n GuestNames) {
 			if !strings.HasPrefix(n.ServiceAccount, "butler-guest-tenants-tenant-") || n.TokenSecret != n.ServiceAccount+"-token" ||
+				n.SpareTokenSecret != n.ServiceAccount+"-token2" || n.OtherTokenSecret(n.TokenSecret) != n.SpareTokenSecret || n.OtherTokenSecret(n.SpareTokenSecret) != n.TokenSecret ||
 				n.RoleBinding != n.ServiceAccount || n.CSIRoleBinding != n.ServiceAccount+"-csi" ||
 				n.ClusterRoleBinding != "vms-"+n.ServiceAccount+"-reader" || n.WideClusterRoleBinding != "vms-"+n.ServiceAccount {
 				t.Fatalf("%+v", n)
 			}
 		}},
 		"long names fit 63 characters": {Owner{Kind: "HarvesterCluster", Namespace: long, Name: long}, long, func(t *testing.T, n GuestNames) {
-			for _, s := range []string{n.ServiceAccount, n.TokenSecret, n.RoleBinding, n.CSIRoleBinding, n.ClusterRoleBinding, n.WideClusterRoleBinding} {
+			for _, s := range []string{n.ServiceAccount, n.TokenSecret, n.SpareTokenSecret, n.RoleBinding, n.CSIRoleBinding, n.ClusterRoleBinding, n.WideClusterRoleBinding} {
 				if errs := validation.IsDNS1123Label(s); len(errs) > 0 {
 					t.Fatalf("%q: %v", s, errs)
 				}
@@ -95,7 +96,7 @@ func TestBuildGuestObjects(t *testing.T) {
 			}
 		},
 		"token Secret as generate_addon.sh writes it": func(t *testing.T) {
-			s := BuildGuestTokenSecret(o, sa)
+			s := BuildGuestTokenSecret(o, sa, names.TokenSecret)
 			if s.Type != corev1.SecretTypeServiceAccountToken || s.Name != names.TokenSecret || s.Namespace != "vms" ||
 				s.Annotations[corev1.ServiceAccountNameKey] != sa.Name || s.Annotations[corev1.ServiceAccountUIDKey] != "sa-uid" {
 				t.Fatalf("%+v", s)
@@ -150,12 +151,14 @@ func TestBuildGuestKubeconfig(t *testing.T) {
 			ctx := cfg.Contexts[cfg.CurrentContext]
 			cl, user := cfg.Clusters[ctx.Cluster], cfg.AuthInfos[ctx.AuthInfo]
 			if ctx.Namespace != "vms" || cl.Server != "https://10.0.0.1:6443" || string(cl.CertificateAuthorityData) != string(ca) ||
-				cl.InsecureSkipTLSVerify || user.Token != "tok" {
+				cl.InsecureSkipTLSVerify || user.Token != "tok" || user.TokenFile != GuestTokenFile {
 				t.Fatalf("context %+v cluster %+v", ctx, cl)
 			}
-			// Self-contained, as the provider itself requires of a kubeconfig.
-			if _, err := clustercache.RESTConfigFromKubeconfig(data, clustercache.KubeconfigOptions{}); err != nil {
-				t.Fatal(err)
+			// As client-go loads it where the token file is not mounted (a pod of older
+			// templates): the inline token, and the file to read again later.
+			rc, err := clientcmd.RESTConfigFromKubeConfig(data)
+			if err != nil || rc.BearerToken != "tok" || rc.BearerTokenFile != GuestTokenFile {
+				t.Fatalf("client-go's config: %v", err)
 			}
 		})
 	}
@@ -307,21 +310,42 @@ func TestEnsureGuest(t *testing.T) {
 		if err != nil || string(tokenIn(t, creds.Kubeconfig)) != "t1" || creds.Source == "" {
 			t.Fatalf("issued: %v %v", creds.Source, err)
 		}
-		if state, err := g.CheckGuest(ctx, o, "vms", creds.Kubeconfig, GuestEndpoint{}); state != (GuestState{TokenValid: true, Narrow: true, Endpoint: creds.Endpoint}) || err != nil {
+		if creds.TokenSecret != names.TokenSecret || string(creds.Token) != "t1" {
+			t.Fatalf("issued from %s", creds.TokenSecret)
+		}
+		if state, err := g.CheckGuest(ctx, o, "vms", "", creds.Kubeconfig, GuestEndpoint{}); state != (GuestState{TokenValid: true, Narrow: true, Endpoint: creds.Endpoint}) || err != nil {
 			t.Fatalf("CheckGuest %+v %v", state, err)
 		}
-		// Asking to revoke another token keeps this one.
-		again, err := g.EnsureGuest(ctx, GuestSpec{Owner: o, Namespace: "vms", RevokeToken: []byte("t0")})
+		// Asked again: the same token.
+		again, err := g.EnsureGuest(ctx, spec)
 		if err != nil || again.Issued || string(tokenIn(t, again.Kubeconfig)) != "t1" {
 			t.Fatalf("kept: issued %v, %v", again.Issued, err)
 		}
-		// Revoking this one deletes its Secret and makes another, whose token is pending.
-		_, err = g.EnsureGuest(ctx, GuestSpec{Owner: o, Namespace: "vms", RevokeToken: []byte("t1")})
-		if w, ok := AsWaiting(err); !ok || w.Reason != ReasonGuestTokenPending {
-			t.Fatalf("revoked: %v", err)
+		// Re-issued in the spare token Secret: pending, then filled; the one before still valid.
+		reissue := GuestSpec{Owner: o, Namespace: "vms", TokenSecret: names.OtherTokenSecret(names.TokenSecret)}
+		if _, err := g.EnsureGuest(ctx, reissue); !isWaiting(err, ReasonGuestTokenPending) {
+			t.Fatalf("re-issued: %v", err)
 		}
-		if state, _ := g.CheckGuest(ctx, o, "vms", creds.Kubeconfig, GuestEndpoint{}); state.TokenValid {
-			t.Fatal("the revoked token is still valid")
+		fillToken(t, c, "vms", names.SpareTokenSecret, "t2")
+		rotated, err := g.EnsureGuest(ctx, reissue)
+		if err != nil || !rotated.Issued && string(rotated.Token) != "t2" || rotated.TokenSecret != names.SpareTokenSecret || string(tokenIn(t, rotated.Kubeconfig)) != "t2" {
+			t.Fatalf("re-issued: %+v %v", rotated.TokenSecret, err)
+		}
+		if state, _ := g.CheckGuest(ctx, o, "vms", names.TokenSecret, creds.Kubeconfig, GuestEndpoint{}); !state.TokenValid {
+			t.Fatal("the token before is not valid during the overlap")
+		}
+		// Retired: its Secret goes, which revokes it.
+		if done, err := g.RetireGuestToken(ctx, o, "vms", names.TokenSecret); done || err != nil {
+			t.Fatalf("RetireGuestToken %v %v", done, err)
+		}
+		if done, err := g.RetireGuestToken(ctx, o, "vms", names.TokenSecret); !done || err != nil {
+			t.Fatalf("RetireGuestToken again %v %v", done, err)
+		}
+		if state, _ := g.CheckGuest(ctx, o, "vms", names.TokenSecret, creds.Kubeconfig, GuestEndpoint{}); state.TokenValid {
+			t.Fatal("the retired token is still valid")
+		}
+		if state, _ := g.CheckGuest(ctx, o, "vms", names.SpareTokenSecret, rotated.Kubeconfig, GuestEndpoint{}); !state.TokenValid {
+			t.Fatal("the re-issued token is not valid")
 		}
 		// Deleted: everything of ours goes.
 		done, err := g.DeleteGuest(ctx, o, "vms")
@@ -394,7 +418,7 @@ func TestEnsureGuest(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(sa), sa); err != nil {
 			t.Fatal(err)
 		}
-		token := BuildGuestTokenSecret(o, sa)
+		token := BuildGuestTokenSecret(o, sa, names.TokenSecret)
 		token.Data = map[string][]byte{corev1.ServiceAccountTokenKey: []byte("t1")}
 		if err := c.Create(ctx, token); err != nil {
 			t.Fatal(err)
@@ -403,7 +427,7 @@ func TestEnsureGuest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if state, err := g.CheckGuest(ctx, o, "vms", kubeconfig, GuestEndpoint{}); !state.TokenValid || state.Narrow || err != nil {
+		if state, err := g.CheckGuest(ctx, o, "vms", "", kubeconfig, GuestEndpoint{}); !state.TokenValid || state.Narrow || err != nil {
 			t.Fatalf("before: CheckGuest %+v %v", state, err)
 		}
 		creds, err := g.EnsureGuest(ctx, spec)
@@ -413,7 +437,7 @@ func TestEnsureGuest(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(wide), &rbacv1.ClusterRoleBinding{}); !apierrors.IsNotFound(err) {
 			t.Fatalf("the wide binding: %v", err)
 		}
-		if state, err := g.CheckGuest(ctx, o, "vms", kubeconfig, GuestEndpoint{}); !state.TokenValid || !state.Narrow || err != nil {
+		if state, err := g.CheckGuest(ctx, o, "vms", "", kubeconfig, GuestEndpoint{}); !state.TokenValid || !state.Narrow || err != nil {
 			t.Fatalf("after: CheckGuest %+v %v", state, err)
 		}
 
@@ -425,7 +449,7 @@ func TestEnsureGuest(t *testing.T) {
 		if _, err := g.EnsureGuest(ctx, spec); err != nil {
 			t.Fatal(err)
 		}
-		if state, _ := g.CheckGuest(ctx, o, "vms", kubeconfig, GuestEndpoint{}); !state.Narrow {
+		if state, _ := g.CheckGuest(ctx, o, "vms", "", kubeconfig, GuestEndpoint{}); !state.Narrow {
 			t.Fatal("someone else's binding of the wide name counts as the owner's")
 		}
 		if err := c.Get(ctx, client.ObjectKeyFromObject(theirs), &rbacv1.ClusterRoleBinding{}); err != nil {
@@ -467,6 +491,11 @@ func TestTenantServer(t *testing.T) {
 			}
 		})
 	}
+}
+
+func isWaiting(err error, reason string) bool {
+	w, ok := AsWaiting(err)
+	return ok && w.Reason == reason
 }
 
 func readerRole() *rbacv1.ClusterRole {

@@ -471,9 +471,10 @@ func (w *capiWorld) applyOnHarvester(file string) {
 // deliveredKubeconfig checks the delivery contract of the HarvesterCluster's credentials and
 // returns the kubeconfig: Secret <Cluster>-harvester-cloud-config in its namespace, of the
 // ClusterResourceSet type, labelled with the Cluster's name, controlled by the HarvesterCluster,
-// with one key cloud-config.yaml holding a v1 Secret kube-system/cloud-config whose one key
-// cloud-config is a kubeconfig of the Harvester server and CA the provider itself uses, in
-// namespace vms, with a token of its own.
+// with one key cloud-config.yaml holding a v1 Secret kube-system/cloud-config whose key
+// cloud-config is a kubeconfig of the Harvester server and CA the provider itself uses (the
+// simulated Harvester publishes no VIP), in namespace vms, with a token of its own, which its key
+// token holds too, for the kubeconfig's tokenFile.
 func (w *capiWorld) deliveredKubeconfig(hc *infrav1.HarvesterCluster) []byte {
 	t := w.t
 	t.Helper()
@@ -493,7 +494,7 @@ func (w *capiWorld) deliveredKubeconfig(hc *infrav1.HarvesterCluster) []byte {
 	if err := yaml.UnmarshalStrict(s.Data["cloud-config.yaml"], embedded); err != nil {
 		t.Fatalf("cloud-config.yaml is not a Secret manifest: %v", err)
 	}
-	if embedded.APIVersion != "v1" || embedded.Kind != "Secret" || embedded.Namespace != "kube-system" || embedded.Name != "cloud-config" || len(embedded.Data) != 1 {
+	if embedded.APIVersion != "v1" || embedded.Kind != "Secret" || embedded.Namespace != "kube-system" || embedded.Name != "cloud-config" || len(embedded.Data) != 2 {
 		t.Fatalf("cloud-config.yaml holds %s %s %s/%s with keys %v", embedded.APIVersion, embedded.Kind, embedded.Namespace, embedded.Name, keysOf(embedded.Data))
 	}
 	kubeconfig := embedded.Data["cloud-config"]
@@ -507,8 +508,13 @@ func (w *capiWorld) deliveredKubeconfig(hc *infrav1.HarvesterCluster) []byte {
 		!bytes.Equal(cfg.Clusters[ctx.Cluster].CertificateAuthorityData, adminCluster.CertificateAuthorityData) {
 		t.Fatalf("the delivered kubeconfig's context %+v: want namespace vms, the provider's server and CA", ctx)
 	}
-	if user := cfg.AuthInfos[ctx.AuthInfo]; user == nil || user.Token == "" || len(user.ClientCertificateData) > 0 {
+	user := cfg.AuthInfos[ctx.AuthInfo]
+	if user == nil || user.Token == "" || len(user.ClientCertificateData) > 0 {
 		t.Fatal("the delivered kubeconfig has no token of its own")
+	}
+	// The token as a file of its own too, where the templates mount the Secret.
+	if user.TokenFile != testbed.TenantSecretMount+"/token" || string(embedded.Data["token"]) != user.Token {
+		t.Fatalf("the delivered kubeconfig's tokenFile %q, or the Secret's key token, is not the kubeconfig's token", user.TokenFile)
 	}
 	return kubeconfig
 }

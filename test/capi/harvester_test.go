@@ -536,6 +536,11 @@ func containsAll(s string, subs []string) bool {
 // startProvider starts this provider's controllers in the test's process, as cmd/manager wires
 // them (ProviderConfig checks, HarvesterCluster and HarvesterMachine), each start with nothing in
 // memory. It returns a function that stops them and waits until they have stopped.
+// guestTokenOverlap is how long the token a re-issue replaced keeps working in the tests'
+// providers: short, so that tests that re-issue see the old one refused soon; the rotation test
+// makes it long enough for the new one to reach a running cloud provider.
+var guestTokenOverlap = 2 * time.Second
+
 func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *k8sruntime.Scheme, opts ...func(*clusterapi.HarvesterMachineReconciler)) (stop func()) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
@@ -559,7 +564,7 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 	}
 	on, err := clusterapi.SetupClusterAPI(ctx, mgr, mgr.GetLogger(), hmr,
 		&clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr,
-			Harvester: clusters, SecretReader: mgr.GetAPIReader(), GuestRecheckInterval: 2 * time.Second})
+			Harvester: clusters, SecretReader: mgr.GetAPIReader(), GuestRecheckInterval: 2 * time.Second, GuestTokenOverlap: guestTokenOverlap})
 	if err != nil || !on {
 		t.Fatalf("Cluster API controllers on: %v, error %v", on, err)
 	}

@@ -5,6 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,6 +40,9 @@ const (
 	TenantCloudConfigNamespace = "kube-system"
 	TenantCloudConfigName      = "cloud-config"
 	TenantCloudConfigKey       = "cloud-config"
+	// TenantSecretMount is where the cluster templates mount that Secret, as a directory, in
+	// both components' pods too: the kubeconfig's tokenFile points into it.
+	TenantSecretMount = "/var/run/secrets/harvester"
 )
 
 // cloudProviderTick is how often the player looks at the tenant's Nodes.
@@ -47,11 +54,16 @@ const cloudProviderTick = 200 * time.Millisecond
 //   - Cluster API's ClusterResourceSet (strategy Reconcile): it applies the Secret manifest the
 //     delivered Secret <cluster>-harvester-cloud-config carries into the tenant cluster (Secret
 //     kube-system/cloud-config), and again whenever it changes;
+//   - kubelet's Secret volume: the tenant Secret's keys as files in a directory, written again
+//     when the Secret changes (TenantSecretMount in the pod, a directory of the player's here);
 //   - Harvester's cloud provider (harvester/cloud-provider-harvester pkg/cloud-controller-manager,
-//     ccm.go and instance.go): from that tenant Secret alone, it builds its Harvester client (the
-//     kubeconfig's current context; its namespace, "default" if none, is where VMs are looked up),
-//     finds each Node's VM by the Node's name, and sets spec.providerID harvester://<VM UID> on a
-//     Node that has none, removing the uninitialized taint as the cloud node controller does.
+//     ccm.go and instance.go): from that tenant Secret alone, read once when it starts (ccm.go's
+//     newCloudProvider reads its cloud-config once, and so does the player until Restart), it
+//     builds its Harvester client with client-go (the kubeconfig's current context; its
+//     namespace, "default" if none, is where VMs are looked up; a tokenFile in the mounted
+//     directory is read again every minute, as client-go does), finds each Node's VM by the
+//     Node's name, and sets spec.providerID harvester://<VM UID> on a Node that has none,
+//     removing the uninitialized taint as the cloud node controller does.
 //
 // It never uses the harness's own view of Harvester: a missing, wrong or revoked credential, or a
 // wrong namespace, leaves the Nodes without providerID (Err says why), as on a real tenant.
@@ -65,8 +77,11 @@ type CloudProvider struct {
 	mu      sync.Mutex
 	err     error
 	applied []byte // the tenant Secret's data last applied
-	// cloudConfig is the kubeconfig the Harvester client was built from, and the client.
-	cloudConfig []byte
+	// mount is the directory that plays the pod's TenantSecretMount; mounted is what it holds.
+	mount   string
+	mounted map[string][]byte
+	// harvester is the client built when the cloud provider started, and vmNamespace its
+	// namespace; nil until it starts, and after Restart.
 	harvester   client.Client
 	vmNamespace string
 }
@@ -76,6 +91,12 @@ type CloudProvider struct {
 func PlayCloudProvider(ctx context.Context, mgmt client.Reader, namespace, clusterName string, tenant *Tenant) *CloudProvider {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &CloudProvider{mgmt: mgmt, namespace: namespace, clusterName: clusterName, tenant: tenant.Client, stop: cancel, done: make(chan struct{})}
+	p.mount, p.err = os.MkdirTemp("", "cloud-config-")
+	if p.err != nil {
+		cancel()
+		close(p.done)
+		return p
+	}
 	go func() {
 		defer close(p.done)
 		t := time.NewTicker(cloudProviderTick)
@@ -96,7 +117,18 @@ func PlayCloudProvider(ctx context.Context, mgmt client.Reader, namespace, clust
 }
 
 // Stop stops the player and waits for it.
-func (p *CloudProvider) Stop() { p.stop(); <-p.done }
+func (p *CloudProvider) Stop() {
+	p.stop()
+	<-p.done
+	_ = os.RemoveAll(p.mount)
+}
+
+// Restart plays the cloud provider's pod restarting: it reads its cloud-config again.
+func (p *CloudProvider) Restart() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.harvester = nil
+}
 
 // Err is what kept the player from initializing a Node in its last pass (nil: every Node it saw
 // has its providerID).
@@ -109,6 +141,9 @@ func (p *CloudProvider) Err() error {
 func (p *CloudProvider) sync(ctx context.Context) error {
 	if err := p.applyResourceSet(ctx); err != nil {
 		return fmt.Errorf("ClusterResourceSet: %w", err)
+	}
+	if err := p.syncMount(ctx); err != nil {
+		return fmt.Errorf("kubelet's Secret volume: %w", err)
 	}
 	nodes := &corev1.NodeList{}
 	if err := p.tenant.List(ctx, nodes); err != nil {
@@ -171,30 +206,64 @@ func (p *CloudProvider) applyResourceSet(ctx context.Context) error {
 	return nil
 }
 
-// harvesterClient is the cloud provider's client: from the tenant's Secret alone.
+// syncMount writes the tenant Secret's keys as files of the mounted directory, as kubelet does
+// for a Secret volume (files replaced by rename), when they change.
+func (p *CloudProvider) syncMount(ctx context.Context) error {
+	secret := &corev1.Secret{}
+	if err := p.tenant.Get(ctx, client.ObjectKey{Namespace: TenantCloudConfigNamespace, Name: TenantCloudConfigName}, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil // the pod would not start: nothing to mount
+		}
+		return err
+	}
+	p.mu.Lock()
+	same := maps.EqualFunc(p.mounted, secret.Data, bytes.Equal)
+	p.mu.Unlock()
+	if same {
+		return nil
+	}
+	for key, value := range secret.Data {
+		tmp := filepath.Join(p.mount, "."+key)
+		if err := os.WriteFile(tmp, value, 0o600); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, filepath.Join(p.mount, key)); err != nil {
+			return err
+		}
+	}
+	p.mu.Lock()
+	p.mounted = secret.Data
+	p.mu.Unlock()
+	return nil
+}
+
+// harvesterClient is the cloud provider's client: built once, when it starts, from the tenant's
+// Secret alone.
 func (p *CloudProvider) harvesterClient(ctx context.Context) (client.Client, string, error) {
+	p.mu.Lock()
+	if p.harvester != nil {
+		defer p.mu.Unlock()
+		return p.harvester, p.vmNamespace, nil
+	}
+	p.mu.Unlock()
 	secret := &corev1.Secret{}
 	if err := p.tenant.Get(ctx, client.ObjectKey{Namespace: TenantCloudConfigNamespace, Name: TenantCloudConfigName}, secret); err != nil {
 		return nil, "", fmt.Errorf("read the tenant's Secret %s/%s: %w", TenantCloudConfigNamespace, TenantCloudConfigName, err)
 	}
-	cloudConfig := secret.Data[TenantCloudConfigKey]
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.harvester != nil && bytes.Equal(p.cloudConfig, cloudConfig) {
-		return p.harvester, p.vmNamespace, nil
-	}
 	// As ccm.go's newCloudProvider: clientcmd from the bytes, the current context's namespace.
-	cc, err := clientcmd.NewClientConfigFromBytes(cloudConfig)
+	// The pod's mount is this player's directory: a tokenFile under it is read from there.
+	raw, err := clientcmd.Load(secret.Data[TenantCloudConfigKey])
 	if err != nil {
 		return nil, "", fmt.Errorf("the cloud-config is not a kubeconfig: %w", err)
 	}
-	cfg, err := cc.ClientConfig()
+	for _, user := range raw.AuthInfos {
+		if rest, ok := strings.CutPrefix(user.TokenFile, TenantSecretMount+"/"); ok {
+			user.TokenFile = filepath.Join(p.mount, rest)
+		}
+	}
+	cfg, err := clientcmd.NewDefaultClientConfig(*raw, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
 		return nil, "", fmt.Errorf("the cloud-config is not a usable kubeconfig: %w", err)
-	}
-	raw, err := cc.RawConfig()
-	if err != nil {
-		return nil, "", err
 	}
 	namespace := ""
 	if ctx := raw.Contexts[raw.CurrentContext]; ctx != nil {
@@ -207,7 +276,9 @@ func (p *CloudProvider) harvesterClient(ctx context.Context) (client.Client, str
 	if err != nil {
 		return nil, "", err
 	}
-	p.cloudConfig, p.harvester, p.vmNamespace = cloudConfig, c, namespace
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.harvester, p.vmNamespace = c, namespace
 	return c, namespace, nil
 }
 

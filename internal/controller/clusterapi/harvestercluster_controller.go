@@ -46,6 +46,9 @@ type HarvesterClusterReconciler struct {
 	SecretReader client.Reader
 	// GuestRecheckInterval is how often delivered credentials are checked (default a minute).
 	GuestRecheckInterval time.Duration
+	// GuestTokenOverlap is how long a token replaced by a re-issue keeps working (default ten
+	// minutes), for the new one to reach the tenant's pods.
+	GuestTokenOverlap time.Duration
 	// SkipCleanupAnytime lets annotation skip-cleanup release a HarvesterCluster whose
 	// credentials the provider can delete on Harvester: the platform operator's decision (a
 	// manager flag, SkipCleanupFlag). Off: the annotation releases only a deletion that is blocked.

@@ -56,6 +56,9 @@ const (
 	tenantCloudConfigNamespace = metav1.NamespaceSystem
 	tenantCloudConfigName      = "cloud-config"
 	tenantCloudConfigKey       = "cloud-config"
+	// tenantTokenKey holds the kubeconfig's token as a file of its own (harvester.GuestTokenFile
+	// where the templates mount the Secret), which client-go reads again every minute.
+	tenantTokenKey = "token"
 )
 
 // Annotations of the delivered Secret: what its credentials were issued from, so that they are
@@ -66,6 +69,11 @@ const (
 	// annotationGuestEndpoint names the server and CA the delivered kubeconfig points at: when
 	// where tenants reach Harvester changes, the kubeconfig is written again with the same token.
 	annotationGuestEndpoint = "infrastructure.butlerlabs.dev/guest-credentials-endpoint"
+	// annotationGuestTokenSecret names the token Secret on Harvester whose token is delivered.
+	annotationGuestTokenSecret = "infrastructure.butlerlabs.dev/guest-credentials-token-secret"
+	// annotationGuestRetiring records the token Secret whose token a re-issue replaced, and
+	// when it is deleted: "<name>,<RFC 3339 time>".
+	annotationGuestRetiring = "infrastructure.butlerlabs.dev/guest-credentials-retiring"
 )
 
 // How soon the guest phase looks again.
@@ -76,6 +84,13 @@ const (
 	defaultGuestRecheck = time.Minute
 	guestFailedRetry    = 10 * time.Second
 	guestBlockedRetry   = time.Minute
+	// guestTokenRetiredRetry: a token Secret was just deleted, to be made again.
+	guestTokenRetiredRetry = time.Second
+	// defaultGuestTokenOverlap is how long a token replaced by a re-issue keeps working: the new
+	// one reaches the tenant's Secret through the ClusterResourceSet within seconds, its pods'
+	// mounted files within kubelet's sync period (about a minute), and client-go reads the
+	// token file again every minute.
+	defaultGuestTokenOverlap = 10 * time.Minute
 )
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;create;update;delete
@@ -100,15 +115,14 @@ func guestOwner(hc *infrav1.HarvesterCluster) harvester.Owner {
 // buildGuestCloudConfigSecret is the delivered Secret: in the HarvesterCluster's namespace,
 // controlled by it, labelled with the Cluster's name, of the ClusterResourceSet type, whose one
 // key holds the manifest of the tenant's Secret kube-system/cloud-config.
-func buildGuestCloudConfigSecret(hc *infrav1.HarvesterCluster, clusterName string, creds harvester.GuestCredentials, namespace string) (*corev1.Secret, error) {
-	kubeconfig := creds.Kubeconfig
+func buildGuestCloudConfigSecret(hc *infrav1.HarvesterCluster, clusterName string, creds harvester.GuestCredentials, namespace, retiring string) (*corev1.Secret, error) {
 	manifest, err := yaml.Marshal(map[string]any{
 		"apiVersion": "v1",
 		"kind":       "Secret",
 		"metadata":   map[string]any{"name": tenantCloudConfigName, "namespace": tenantCloudConfigNamespace},
 		"type":       string(corev1.SecretTypeOpaque),
 		// []byte marshals as base64, as a Secret's data is written.
-		"data": map[string][]byte{tenantCloudConfigKey: kubeconfig},
+		"data": map[string][]byte{tenantCloudConfigKey: creds.Kubeconfig, tenantTokenKey: creds.Token},
 	})
 	if err != nil {
 		return nil, err
@@ -117,7 +131,7 @@ func buildGuestCloudConfigSecret(hc *infrav1.HarvesterCluster, clusterName strin
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: hc.Namespace, Name: guestCloudConfigName(clusterName),
 			Labels:      map[string]string{capiClusterNameLabel: clusterName},
-			Annotations: map[string]string{annotationGuestSource: creds.Source, annotationGuestNamespace: namespace, annotationGuestEndpoint: creds.Endpoint},
+			Annotations: guestAnnotations(creds, namespace, retiring),
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: infrav1.GroupVersion.String(), Kind: "HarvesterCluster", Name: hc.Name, UID: hc.UID,
 				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
@@ -126,6 +140,16 @@ func buildGuestCloudConfigSecret(hc *infrav1.HarvesterCluster, clusterName strin
 		Type: clusterResourceSetSecretType,
 		Data: map[string][]byte{guestCloudConfigKey: manifest},
 	}, nil
+}
+
+// guestAnnotations record, on the delivered Secret, what its credentials were issued from and where.
+func guestAnnotations(creds harvester.GuestCredentials, namespace, retiring string) map[string]string {
+	a := map[string]string{annotationGuestSource: creds.Source, annotationGuestNamespace: namespace, annotationGuestEndpoint: creds.Endpoint,
+		annotationGuestTokenSecret: creds.TokenSecret}
+	if retiring != "" {
+		a[annotationGuestRetiring] = retiring
+	}
+	return a
 }
 
 // deliveredKubeconfig reads the kubeconfig back out of a delivered Secret (nil if it holds none).
@@ -198,7 +222,6 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 		return reconcile.Result{}
 	}
 	owner, namespace := guestOwner(hc), t.Credentials.Namespace
-	source := guests.GuestSource(namespace)
 	endpoint, invalid, err := r.tenantEndpoint(ctx, t)
 	switch {
 	case err != nil:
@@ -209,42 +232,9 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 		set(metav1.ConditionFalse, infrav1.ReasonGuestTenantServerInvalid, "%s", invalid)
 		return reconcile.Result{RequeueAfter: r.guestRecheck()}
 	}
-	var revoke []byte
-	// first: no identity of this cluster is in the namespace yet, so that nothing there (no PVC
-	// its CSI driver made) can be its own without its labels.
-	first, wide := delivered == nil, false
-	if delivered != nil {
-		kubeconfig := deliveredKubeconfig(delivered)
-		recorded := delivered.Annotations[annotationGuestNamespace]
-		switch {
-		case recorded != "" && recorded != namespace:
-			// The ProviderConfig's namespace changed: the identity of the old one goes first (the
-			// record of where it is is the delivered Secret, rewritten only after).
-			if done, err := guests.DeleteGuest(ctx, owner, recorded); err != nil || !done {
-				set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsPending,
-					"deleting the credentials made in Harvester namespace %s before ProviderConfig %s moved to %s (%v)", recorded, t.Ref, namespace, err)
-				return reconcile.Result{RequeueAfter: guestFailedRetry}
-			}
-			first = true
-		case delivered.Annotations[annotationGuestSource] == source && kubeconfig != nil:
-			state, err := guests.CheckGuest(ctx, owner, namespace, kubeconfig, endpoint)
-			if err != nil {
-				set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "check the credentials on Harvester: %v", err)
-				return reconcile.Result{RequeueAfter: guestFailedRetry}
-			}
-			if state.TokenValid && state.Narrow && state.Endpoint == delivered.Annotations[annotationGuestEndpoint] {
-				r.issued(s, clusterName, namespace, owner, t)
-				return r.isolation(ctx, s, guests, clusterName, namespace, false)
-			}
-			// A valid token is kept: what is not narrow is narrowed below, and the kubeconfig is
-			// written again for where tenants reach Harvester now.
-			// A valid token still bound cluster-wide is narrowed below, keeping the token.
-			wide = state.TokenValid
-		default:
-			// Issued from other credentials: the token those credentials' owner made is
-			// revoked and a new one issued.
-			revoke = deliveredToken(kubeconfig)
-		}
+	plan, res, ok := r.planGuest(ctx, s, guests, delivered, clusterName, endpoint, t)
+	if !ok {
+		return res
 	}
 	if missing, err := guests.MissingGuestPermissions(ctx, namespace); err != nil {
 		set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "ask Harvester what ProviderConfig %s's credentials may do: %v", t.Ref, err)
@@ -252,7 +242,7 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 	} else if len(missing) > 0 {
 		// Granted on Harvester, which is not watched: looked at again as often as a delivered
 		// identity is.
-		if wide {
+		if plan.wide {
 			// Narrowing needs what the current guest-rbac.yaml grants: the delivered
 			// credentials keep working, bound as they were.
 			r.issued(s, clusterName, namespace, owner, t)
@@ -266,7 +256,7 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 			t.Ref, harvester.DescribePermissions(missing), tenantCloudConfigNamespace, tenantCloudConfigName)
 		return reconcile.Result{RequeueAfter: r.guestRecheck()}
 	}
-	if first && !sharingAllowed(t.ProviderConfig) {
+	if plan.first && !sharingAllowed(t.ProviderConfig) {
 		neighbours, err := r.neighbours(ctx, guests, s.Obj, clusterName, namespace, true)
 		if err != nil {
 			set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "%v", err)
@@ -279,11 +269,11 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 			return reconcile.Result{RequeueAfter: r.guestRecheck()}
 		}
 	}
-	creds, err := guests.EnsureGuest(ctx, harvester.GuestSpec{Owner: owner, Namespace: namespace, Endpoint: endpoint, RevokeToken: revoke})
+	creds, err := guests.EnsureGuest(ctx, harvester.GuestSpec{Owner: owner, Namespace: namespace, Endpoint: endpoint, TokenSecret: plan.tokenSecret})
 	if err != nil {
 		return r.guestError(s, err)
 	}
-	secret, err := buildGuestCloudConfigSecret(hc, clusterName, creds, namespace)
+	secret, err := buildGuestCloudConfigSecret(hc, clusterName, creds, namespace, plan.retiring)
 	if err == nil {
 		err = r.writeDelivered(ctx, delivered, secret)
 	}
@@ -291,13 +281,137 @@ func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatu
 		set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "write Secret %s/%s: %v", secret.Namespace, secret.Name, err)
 		return reconcile.Result{RequeueAfter: guestFailedRetry}
 	}
-	if creds.Issued {
+	if creds.Issued || plan.retiring != "" {
 		ctrl.LoggerFrom(ctx).Info("Issued the tenant cluster's Harvester credentials", "namespace", namespace, "serviceAccount", harvester.GuestNamesFor(owner, namespace).ServiceAccount)
 		s.Event(corev1.EventTypeNormal, infrav1.ReasonGuestCredentialsIssued, "Issue",
-			fmt.Sprintf("issued a token for the tenant cluster's ServiceAccount in Harvester namespace %s; delivered in Secret %s", namespace, secret.Name))
+			fmt.Sprintf("issued a token for the tenant cluster's ServiceAccount in Harvester namespace %s; delivered in Secret %s%s", namespace, secret.Name, retiringNote(plan.retiring)))
 	}
 	r.issued(s, clusterName, namespace, owner, t)
-	return r.isolation(ctx, s, guests, clusterName, namespace, first)
+	return r.isolation(ctx, s, guests, clusterName, namespace, plan.first)
+}
+
+// guestPlan is what the guest phase does with a HarvesterCluster's identity.
+type guestPlan struct {
+	// first: no identity of this cluster is in the namespace yet, so that nothing there (no PVC
+	// its CSI driver made) can be its own without its labels.
+	first bool
+	// wide: the delivered token is valid, bound as Harvester binds it (cluster-wide).
+	wide bool
+	// tokenSecret is the token Secret whose token is to be delivered.
+	tokenSecret string
+	// retiring, set on a re-issue, records the token Secret whose token stops, and when
+	// (annotationGuestRetiring's value).
+	retiring string
+}
+
+// planGuest reads what was delivered: what is to be issued or written again, or (ok false, res
+// says when to look again) that the delivered credentials are as they should be, or that
+// something is under way.
+func (r *HarvesterClusterReconciler) planGuest(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], guests harvester.GuestCluster,
+	delivered *corev1.Secret, clusterName string, endpoint harvester.GuestEndpoint, t *frontdoor.Target) (guestPlan, reconcile.Result, bool) {
+	set := func(reason, format string, args ...any) {
+		s.SetCondition(infrav1.ConditionGuestCredentialsReady, metav1.ConditionFalse, reason, fmt.Sprintf(format, args...))
+	}
+	owner, namespace := guestOwner(s.Obj), t.Credentials.Namespace
+	names := harvester.GuestNamesFor(owner, namespace)
+	if delivered == nil {
+		return guestPlan{first: true, tokenSecret: names.TokenSecret}, reconcile.Result{}, true
+	}
+	recorded := delivered.Annotations[annotationGuestNamespace]
+	if recorded != "" && recorded != namespace {
+		// The ProviderConfig's namespace changed: the identity of the old one goes first (the
+		// record of where it is is the delivered Secret, rewritten only after).
+		if done, err := guests.DeleteGuest(ctx, owner, recorded); err != nil || !done {
+			set(infrav1.ReasonGuestCredentialsPending,
+				"deleting the credentials made in Harvester namespace %s before ProviderConfig %s moved to %s (%v)", recorded, t.Ref, namespace, err)
+			return guestPlan{}, reconcile.Result{RequeueAfter: guestFailedRetry}, false
+		}
+		return guestPlan{first: true, tokenSecret: names.TokenSecret}, reconcile.Result{}, true
+	}
+	current := delivered.Annotations[annotationGuestTokenSecret]
+	if current == "" {
+		current = names.TokenSecret // delivered before re-issues alternated
+	}
+	retiringName, retireAt := parseRetiring(delivered.Annotations[annotationGuestRetiring])
+	if retiringName != "" && !time.Now().Before(retireAt) {
+		if err := r.retire(ctx, guests, owner, namespace, delivered, retiringName); err != nil {
+			set(infrav1.ReasonGuestCredentialsFailed, "retire the token of Secret %s/%s on Harvester: %v", namespace, retiringName, err)
+			return guestPlan{}, reconcile.Result{RequeueAfter: guestFailedRetry}, false
+		}
+		retiringName = ""
+	}
+	kubeconfig := deliveredKubeconfig(delivered)
+	if delivered.Annotations[annotationGuestSource] != guests.GuestSource(namespace) || kubeconfig == nil {
+		// Issued from other credentials: a new token, in the other token Secret; the one before
+		// keeps working until it is retired, so that the new one reaches the tenant first.
+		next := names.OtherTokenSecret(current)
+		if retiringName == next {
+			// Re-issued again before the one before that was retired: it goes now.
+			if err := r.retire(ctx, guests, owner, namespace, delivered, next); err != nil {
+				set(infrav1.ReasonGuestCredentialsFailed, "retire the token of Secret %s/%s on Harvester: %v", namespace, next, err)
+				return guestPlan{}, reconcile.Result{RequeueAfter: guestFailedRetry}, false
+			}
+			return guestPlan{}, reconcile.Result{RequeueAfter: guestTokenRetiredRetry}, false
+		}
+		return guestPlan{tokenSecret: next, retiring: formatRetiring(current, time.Now().Add(r.guestTokenOverlap()))}, reconcile.Result{}, true
+	}
+	state, err := guests.CheckGuest(ctx, owner, namespace, current, kubeconfig, endpoint)
+	if err != nil {
+		set(infrav1.ReasonGuestCredentialsFailed, "check the credentials on Harvester: %v", err)
+		return guestPlan{}, reconcile.Result{RequeueAfter: guestFailedRetry}, false
+	}
+	plan := guestPlan{tokenSecret: current, wide: state.TokenValid && !state.Narrow}
+	if retiringName != "" {
+		plan.retiring = delivered.Annotations[annotationGuestRetiring]
+	}
+	if state.TokenValid && state.Narrow && state.Endpoint == delivered.Annotations[annotationGuestEndpoint] {
+		r.issued(s, clusterName, namespace, owner, t)
+		res := r.isolation(ctx, s, guests, clusterName, namespace, false)
+		if retiringName != "" {
+			res.RequeueAfter = min(res.RequeueAfter, time.Until(retireAt)+time.Second)
+		}
+		return guestPlan{}, res, false
+	}
+	// A valid token is kept: what is not narrow is narrowed, and the kubeconfig is written again
+	// for where tenants reach Harvester now. An invalid one (its Secret deleted on Harvester) is
+	// made again in the same token Secret.
+	return plan, reconcile.Result{}, true
+}
+
+// retire deletes a token Secret whose token a newer one replaced, then its record in the
+// delivered Secret.
+func (r *HarvesterClusterReconciler) retire(ctx context.Context, guests harvester.GuestCluster, owner harvester.Owner, namespace string, delivered *corev1.Secret, name string) error {
+	if _, err := guests.RetireGuestToken(ctx, owner, namespace, name); err != nil {
+		return err
+	}
+	delete(delivered.Annotations, annotationGuestRetiring)
+	return r.Update(ctx, delivered)
+}
+
+// The record of a token being retired: "<token Secret name>,<RFC 3339 time it stops>".
+func formatRetiring(name string, at time.Time) string {
+	return name + "," + at.UTC().Format(time.RFC3339)
+}
+
+func parseRetiring(v string) (string, time.Time) {
+	name, at, ok := strings.Cut(v, ",")
+	if !ok {
+		return "", time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339, at)
+	if err != nil {
+		return name, time.Time{} // unreadable: retired at once
+	}
+	return name, t
+}
+
+// retiringNote says in the issue event when the token before stops.
+func retiringNote(retiring string) string {
+	name, at := parseRetiring(retiring)
+	if name == "" {
+		return ""
+	}
+	return fmt.Sprintf("; the token before (Secret %s) stops at %s", name, at.Format(time.RFC3339))
 }
 
 // tenantEndpoint reads where the operator says tenants reach Harvester, beside the ProviderConfig's
@@ -397,6 +511,13 @@ func (r *HarvesterClusterReconciler) neighbours(ctx context.Context, guests harv
 		return n, fmt.Errorf("look for others' objects in Harvester namespace %s: %w", namespace, err)
 	}
 	return n, nil
+}
+
+func (r *HarvesterClusterReconciler) guestTokenOverlap() time.Duration {
+	if r.GuestTokenOverlap > 0 {
+		return r.GuestTokenOverlap
+	}
+	return defaultGuestTokenOverlap
 }
 
 func (r *HarvesterClusterReconciler) guestRecheck() time.Duration {

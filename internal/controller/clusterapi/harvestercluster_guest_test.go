@@ -1,7 +1,9 @@
 package clusterapi
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,7 +18,7 @@ import (
 func TestBuildGuestCloudConfigSecret(t *testing.T) {
 	hc := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "infra-1", UID: "hc-uid"}}
 	kubeconfig := []byte("apiVersion: v1\nkind: Config\n")
-	s, err := buildGuestCloudConfigSecret(hc, "tenant", harvester.GuestCredentials{Kubeconfig: kubeconfig, Source: "src", Endpoint: "https://10.0.0.9:6443#ab"}, "vms")
+	s, err := buildGuestCloudConfigSecret(hc, "tenant", harvester.GuestCredentials{Kubeconfig: kubeconfig, Token: []byte("tok"), TokenSecret: "sa-token2", Source: "src", Endpoint: "https://10.0.0.9:6443#ab"}, "vms", "sa-token,2026-11-29T00:10:00Z")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,9 +35,10 @@ func TestBuildGuestCloudConfigSecret(t *testing.T) {
 			return c != nil && c.Kind == "HarvesterCluster" && c.Name == "infra-1" && c.UID == "hc-uid" && c.APIVersion == infrav1.GroupVersion.String()
 		},
 		"one key": func() bool { return len(s.Data) == 1 && s.Data["cloud-config.yaml"] != nil },
-		"records its source, namespace and endpoint": func() bool {
+		"records its source, namespace, endpoint, token Secret and the token retiring": func() bool {
 			return s.Annotations[annotationGuestSource] == "src" && s.Annotations[annotationGuestNamespace] == "vms" &&
-				s.Annotations[annotationGuestEndpoint] == "https://10.0.0.9:6443#ab"
+				s.Annotations[annotationGuestEndpoint] == "https://10.0.0.9:6443#ab" && s.Annotations[annotationGuestTokenSecret] == "sa-token2" &&
+				s.Annotations[annotationGuestRetiring] == "sa-token,2026-11-29T00:10:00Z"
 		},
 		"reads back": func() bool { return string(deliveredKubeconfig(s)) == string(kubeconfig) },
 	} {
@@ -48,7 +51,8 @@ func TestBuildGuestCloudConfigSecret(t *testing.T) {
 		t.Fatal(err)
 	}
 	if embedded.APIVersion != "v1" || embedded.Kind != "Secret" || embedded.Namespace != "kube-system" || embedded.Name != "cloud-config" ||
-		embedded.Type != corev1.SecretTypeOpaque || len(embedded.Data) != 1 || string(embedded.Data["cloud-config"]) != string(kubeconfig) {
+		embedded.Type != corev1.SecretTypeOpaque || len(embedded.Data) != 2 || string(embedded.Data["cloud-config"]) != string(kubeconfig) ||
+		string(embedded.Data["token"]) != "tok" {
 		t.Fatalf("embedded manifest %+v", embedded)
 	}
 }
@@ -73,7 +77,7 @@ func TestDeliveredToken(t *testing.T) {
 // another object of the name (another provider's HarvesterCluster kind included) is not.
 func TestDeliveredBy(t *testing.T) {
 	hc := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "infra-1", UID: "hc-uid"}}
-	ours, err := buildGuestCloudConfigSecret(hc, "tenant", harvester.GuestCredentials{}, "vms")
+	ours, err := buildGuestCloudConfigSecret(hc, "tenant", harvester.GuestCredentials{}, "vms", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,5 +118,21 @@ func TestTenantServerProblem(t *testing.T) {
 		if got := tenantServerProblem(server); got != problem {
 			t.Errorf("%q: %q, want %q", server, got, problem)
 		}
+	}
+}
+
+func TestRetiringRecord(t *testing.T) {
+	at := time.Date(2026, 11, 29, 0, 10, 0, 0, time.UTC)
+	if name, got := parseRetiring(formatRetiring("sa-token", at)); name != "sa-token" || !got.Equal(at) {
+		t.Fatalf("round trip: %q %v", name, got)
+	}
+	if name, got := parseRetiring("sa-token,yesterday"); name != "sa-token" || !got.IsZero() {
+		t.Fatalf("unreadable time: %q %v, want the name and a time already past", name, got)
+	}
+	if name, _ := parseRetiring(""); name != "" {
+		t.Fatalf("nothing retiring: %q", name)
+	}
+	if note := retiringNote(formatRetiring("sa-token", at)); !strings.Contains(note, "Secret sa-token") || !strings.Contains(note, "2026-11-29T00:10:00Z") {
+		t.Fatalf("event note %q", note)
 	}
 }

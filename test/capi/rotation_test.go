@@ -1,0 +1,97 @@
+package capi
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
+)
+
+// TestClusterAPIGuestCredentialsRotation re-issues a running tenant cluster's Harvester token (the
+// ProviderConfig's credentials change) while its cloud provider runs, as Harvester's does: it read
+// its cloud-config once, at start, and reads the kubeconfig's token file (the tenant Secret
+// mounted as a directory, as the templates do) again every minute, through client-go. The new
+// token is delivered while the old one keeps working; the old one is refused once the overlap
+// ends; and the cloud provider, never restarted, still initializes a new Node after that.
+func TestClusterAPIGuestCredentialsRotation(t *testing.T) {
+	// Long enough for client-go to read the token file again (it does after 50 to 60 s).
+	guestTokenOverlap = 65 * time.Second
+	t.Cleanup(func() { guestTokenOverlap = 2 * time.Second })
+	w := startCAPIWorld(t)
+	ctx, c, hv := w.ctx, w.c, w.hv
+	tenantAPI, err := testbed.StartTenant(ctx, c, ns, tenant.Name)
+	t.Cleanup(func() { _ = tenantAPI.Stop() })
+	w.must(err)
+	kubelets, err := testbed.PlayKubelets(ctx, hv.Config, "vms", tenantAPI)
+	w.must(err)
+	t.Cleanup(kubelets.Stop)
+	cloudProvider := testbed.PlayCloudProvider(ctx, c, ns, tenant.Name, tenantAPI)
+	t.Cleanup(cloudProvider.Stop)
+
+	w.tenantCluster()
+	cpInfra, cp := tenant.ControlPlaneMachine("tenant-cp-0")
+	w.must(testbed.CreateAll(ctx, c, cpInfra, cp))
+	hc := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tenant.Name}}
+	w.waitGuestCredentials(hc, infrav1.ReasonGuestCredentialsIssued)
+	before := w.deliveredKubeconfig(hc)
+	w.waitRunning(cp, cloudProvider)
+
+	creds := &corev1.Secret{}
+	w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "harvester-kubeconfig"}, creds))
+	creds.Data["kubeconfig"] = append(bytes.Clone(hv.Kubeconfig), []byte("\n# rotated\n")...)
+	w.must(c.Update(ctx, creds))
+	var after []byte
+	waitFor(ctx, t, w.capi, "a new token delivered", func() error {
+		w.must(c.Get(ctx, client.ObjectKeyFromObject(hc), hc))
+		after = w.deliveredKubeconfig(hc)
+		if bytes.Equal(tokenOf(t, after), tokenOf(t, before)) {
+			return fmt.Errorf("the delivered token is the same")
+		}
+		return nil
+	})
+	delivered := time.Now()
+	if err := whoAmI(ctx, before); err != nil {
+		t.Fatalf("the token before, right after the new one was delivered: %v (it must keep working for the overlap)", err)
+	}
+	w.must(whoAmI(ctx, after))
+	w.waitEvent("HarvesterCluster", hc.Name, infrav1.ReasonGuestCredentialsIssued, "stops at")
+	waitFor(ctx, t, w.capi, "the token before refused once the overlap ends", func() error {
+		if err := whoAmI(ctx, before); !apierrors.IsUnauthorized(err) {
+			return fmt.Errorf("the token before: %w", err)
+		}
+		return nil
+	})
+	if took := time.Since(delivered); took < guestTokenOverlap-5*time.Second {
+		t.Fatalf("the token before was refused %s after the new one was delivered, before the overlap (%s) ended", took, guestTokenOverlap)
+	}
+
+	// The cloud provider, started with the token before and never restarted, initializes a new
+	// Node with the token it read again from the file.
+	mdInfra, md := tenant.Machine("tenant-md-0", "")
+	w.must(testbed.CreateAll(ctx, c, mdInfra, md))
+	w.waitRunning(md, cloudProvider)
+}
+
+// waitRunning waits for a Machine to be Running with its Node, which only the played cloud
+// provider initializes.
+func (w *capiWorld) waitRunning(machine *unstructured.Unstructured, cloudProvider *testbed.CloudProvider) {
+	w.t.Helper()
+	waitFor(w.ctx, w.t, w.capi, "Machine "+machine.GetName()+" Running with its Node", func() error {
+		w.must(w.c.Get(w.ctx, client.ObjectKeyFromObject(machine), machine))
+		phase, _, _ := unstructured.NestedString(machine.Object, "status", "phase")
+		node, _, _ := unstructured.NestedString(machine.Object, "status", "nodeRef", "name")
+		if phase != "Running" || node != machine.GetName() {
+			return fmt.Errorf("Machine phase %q, nodeRef %q (cloud provider: %w)", phase, node, cloudProvider.Err())
+		}
+		return nil
+	})
+}
