@@ -26,8 +26,9 @@ const (
 // +kubebuilder:validation:Enum=platform;team
 type ProviderConfigScopeType string
 
-// Scopes of the published schema. This provider lets MachineRequests of any namespace use a
-// platform ProviderConfig; any other ProviderConfig serves only its own namespace.
+// Scopes of the published schema. This provider lets objects of any namespace use a platform
+// ProviderConfig, and of a team's namespaces (labelled butler.butlerlabs.dev/team=<team>, as
+// Butler labels them) a team's; a ProviderConfig without a scope serves only its own namespace.
 const (
 	ProviderConfigScopePlatform ProviderConfigScopeType = "platform"
 	ProviderConfigScopeTeam     ProviderConfigScopeType = "team"
@@ -68,8 +69,9 @@ type ProviderConfigSpec struct {
 	// +optional
 	Local *LocalProviderConfig `json:"local,omitempty"`
 
-	// Scope says who may use this ProviderConfig. This provider lets MachineRequests of other
-	// namespaces use it only when scope.type is "platform"; teamRef is not used here.
+	// Scope says who may use this ProviderConfig. This provider lets objects of other namespaces
+	// use it when scope.type is "platform", or when it is "team" and their namespace carries the
+	// label butler.butlerlabs.dev/team with teamRef's name; without a scope, only its own namespace.
 	// +optional
 	Scope *ProviderConfigScope `json:"scope,omitempty"`
 	// Network is the platform's network configuration (schema only; not used here).
@@ -220,11 +222,13 @@ type LocalProviderConfig struct {
 
 // ProviderConfigScope says who may use a ProviderConfig.
 type ProviderConfigScope struct {
-	// Type is "platform" (MachineRequests of any namespace may use the ProviderConfig) or "team".
+	// Type is "platform" (objects of any namespace may use the ProviderConfig) or "team" (those of
+	// the team's namespaces).
 	// +kubebuilder:default="platform"
 	// +optional
 	Type ProviderConfigScopeType `json:"type,omitempty"`
-	// TeamRef names the team of a "team" ProviderConfig (not used by this provider).
+	// TeamRef names the team of a "team" ProviderConfig: namespaces labelled
+	// butler.butlerlabs.dev/team with its name are the team's.
 	// +optional
 	TeamRef *LocalObjectReference `json:"teamRef,omitempty"`
 }

@@ -155,7 +155,7 @@ func run(ctx context.Context, args []string) error {
 		HandOverFrom:            o.HandOverFrom,
 		SkipCleanupAnytime:      o.SkipCleanupAnytime,
 	}
-	hcr := &clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr, Harvester: clusters, SecretReader: mgr.GetAPIReader(),
+	hcr := &clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr, Harvester: clusters, LiveReader: mgr.GetAPIReader(),
 		SkipCleanupAnytime: o.SkipCleanupAnytime}
 	if !o.ClusterAPI {
 		logger.Info("Cluster API controllers are off (--cluster-api=false)")

@@ -162,10 +162,13 @@ func TestClusterAPIGuestCredentials(t *testing.T) {
 	// token's CA, as Harvester's own kubeconfig generator writes it; else the server the operator
 	// gives beside the credentials. Each change rewrites the kubeconfig with the same token.
 	t.Run("TenantEndpoint", func(t *testing.T) {
-		names := harvester.GuestNamesFor(harvester.Owner{Kind: "HarvesterCluster", Namespace: ns, Name: tenant.Name}, "vms")
-		tokenSecret := &corev1.Secret{}
-		w.must(hv.Client.Get(ctx, client.ObjectKey{Namespace: "vms", Name: names.TokenSecret}, tokenSecret))
-		tokenCA := tokenSecret.Data[corev1.ServiceAccountRootCAKey]
+		// Harvester's cluster CA, as its token controller hands it out with every token.
+		tokens := &corev1.SecretList{}
+		w.must(hv.Client.List(ctx, tokens, client.InNamespace("vms"), client.MatchingLabels{harvester.LabelOwnerKind: "HarvesterCluster"}))
+		if len(tokens.Items) == 0 {
+			t.Fatal("no token Secret of the HarvesterCluster on Harvester")
+		}
+		tokenCA := tokens.Items[0].Data[corev1.ServiceAccountRootCAKey]
 		token := tokenOf(t, kubeconfig)
 		delivered := func(server string, ca []byte) func() error {
 			return func() error {

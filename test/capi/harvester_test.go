@@ -564,7 +564,7 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 	}
 	on, err := clusterapi.SetupClusterAPI(ctx, mgr, mgr.GetLogger(), hmr,
 		&clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr,
-			Harvester: clusters, SecretReader: mgr.GetAPIReader(), GuestRecheckInterval: 2 * time.Second, GuestTokenOverlap: guestTokenOverlap})
+			Harvester: clusters, LiveReader: mgr.GetAPIReader(), GuestRecheckInterval: 2 * time.Second, GuestTokenOverlap: guestTokenOverlap})
 	if err != nil || !on {
 		t.Fatalf("Cluster API controllers on: %v, error %v", on, err)
 	}

@@ -41,9 +41,10 @@ type HarvesterClusterReconciler struct {
 	// Preflight, if set, lends the ProviderConfigs' checks it may not write to their status.
 	Preflight *providerconfig.Reconciler
 	// Harvester, if set, makes the tenant clusters' Harvester credentials (spec.guestCredentials;
-	// harvestercluster_guest.go), which SecretReader (live, get only) reads back.
+	// harvestercluster_guest.go), which LiveReader (live, get only) reads back, with the
+	// credentials Secret's tenant server and the namespace's team (frontdoor.ConsumerOf).
 	Harvester    harvester.Connector
-	SecretReader client.Reader
+	LiveReader client.Reader
 	// GuestRecheckInterval is how often delivered credentials are checked (default a minute).
 	GuestRecheckInterval time.Duration
 	// GuestTokenOverlap is how long a token replaced by a re-issue keeps working (default ten
@@ -132,7 +133,11 @@ func (r *HarvesterClusterReconciler) reconcile(ctx context.Context, s *objstatus
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := frontdoor.SharedWith(t.ProviderConfig, hc.Namespace, "HarvesterClusters", "spec.providerConfigRef"); err != nil {
+	consumer, err := frontdoor.ConsumerOf(ctx, r.LiveReader, t.ProviderConfig, hc.Namespace)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	if err := frontdoor.SharedWith(t.ProviderConfig, consumer, "HarvesterClusters", "spec.providerConfigRef"); err != nil {
 		return reconcile.Result{}, err
 	}
 	hc.Status.FailureDomains = hc.Spec.ContractFailureDomains()

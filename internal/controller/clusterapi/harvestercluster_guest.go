@@ -420,7 +420,7 @@ func retiringNote(retiring string) string {
 func (r *HarvesterClusterReconciler) tenantEndpoint(ctx context.Context, t *frontdoor.Target) (endpoint harvester.GuestEndpoint, invalid string, err error) {
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: t.Credentials.SecretNamespace, Name: t.Credentials.SecretName}
-	if err := r.SecretReader.Get(ctx, key, secret); err != nil {
+	if err := r.LiveReader.Get(ctx, key, secret); err != nil {
 		if apierrors.IsNotFound(err) {
 			return endpoint, "", nil // the connection to Harvester says so
 		}
@@ -559,7 +559,7 @@ func (r *HarvesterClusterReconciler) guestError(s *objstatus.Scope[*infrav1.Harv
 // live: the manager neither lists nor watches Secrets.
 func (r *HarvesterClusterReconciler) deliveredSecret(ctx context.Context, namespace, clusterName string) (*corev1.Secret, error) {
 	secret := &corev1.Secret{}
-	err := r.SecretReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: guestCloudConfigName(clusterName)}, secret)
+	err := r.LiveReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: guestCloudConfigName(clusterName)}, secret)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

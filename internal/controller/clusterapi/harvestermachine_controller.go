@@ -259,7 +259,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 			return err
 		}
 		spec.NodeSelector, spec.FailureDomain = nodes, machine.FailureDomain
-		if err := mayMakeMachines(hm, t.Target); err != nil {
+		if err := mayMakeMachines(ctx, r.LiveReader, hm, t.Target); err != nil {
 			return err
 		}
 		hm.Status.FailureDomain = machine.FailureDomain
@@ -370,8 +370,12 @@ func placeOfItsOwn(hm *infrav1.HarvesterMachine, recorded, own harvester.Place) 
 // mayMakeMachines checks what a HarvesterMachine's namespace and its ProviderConfig must allow
 // before anything is recorded or made for it: the ProviderConfig is shared with the namespace,
 // and its preflight checks pass.
-func mayMakeMachines(hm *infrav1.HarvesterMachine, t *frontdoor.Target) error {
-	if err := frontdoor.SharedWith(t.ProviderConfig, hm.Namespace, "HarvesterMachines", "spec.providerConfigRef of their HarvesterCluster"); err != nil {
+func mayMakeMachines(ctx context.Context, live client.Reader, hm *infrav1.HarvesterMachine, t *frontdoor.Target) error {
+	consumer, err := frontdoor.ConsumerOf(ctx, live, t.ProviderConfig, hm.Namespace)
+	if err != nil {
+		return err
+	}
+	if err := frontdoor.SharedWith(t.ProviderConfig, consumer, "HarvesterMachines", "spec.providerConfigRef of their HarvesterCluster"); err != nil {
 		return err
 	}
 	return providerconfig.PreflightGate(t.ProviderConfig, hm.Spec.Image == "")
@@ -419,7 +423,7 @@ func (r *HarvesterMachineReconciler) placeAhead(ctx context.Context, s *harveste
 	if err != nil {
 		return err
 	}
-	if err := mayMakeMachines(hm, t.Target); err != nil {
+	if err := mayMakeMachines(ctx, r.LiveReader, hm, t.Target); err != nil {
 		return err
 	}
 	// The spec is built, and so checked, as the reconcile that makes the machine builds it; the

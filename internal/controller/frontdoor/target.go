@@ -108,15 +108,3 @@ func ParseImage(s, defaultNamespace string) (harvester.ObjectRef, error) {
 	return ref, nil
 }
 
-// SharedWith enforces who may use a ProviderConfig: MachineRequests and ImageSyncs (kinds) of its
-// own namespace, and of any namespace when its spec.scope.type is "platform". An object in another
-// namespace could otherwise use credentials its author cannot read. The policy gates creation
-// only: machines that exist are still observed and deleted.
-func SharedWith(pc *v1alpha1.ProviderConfig, namespace, kinds, refField string) error {
-	if pc.Namespace == namespace || (pc.Spec.Scope != nil && pc.Spec.Scope.Type == v1alpha1.ProviderConfigScopePlatform) {
-		return nil
-	}
-	return objstatus.Waiting(v1alpha1.ReasonProviderConfigNotShared, ProviderConfigRetry,
-		"ProviderConfig %s/%s (%s) is in another namespace and not shared: set its spec.scope.type to \"platform\" to let %s of other namespaces use it, or use a ProviderConfig in namespace %s",
-		pc.Namespace, pc.Name, refField, kinds, namespace)
-}

@@ -56,6 +56,8 @@ type Reconciler struct {
 	ConfigGracePeriod time.Duration
 
 	statuses objstatus.Memory[v1alpha1.ImageSyncStatus]
+	// live reads namespaces, uncached.
+	live client.Reader
 }
 
 // +kubebuilder:rbac:groups=butler.butlerlabs.dev,resources=imagesyncs,verbs=get;list;watch;update;patch
@@ -148,7 +150,11 @@ func (r *Reconciler) target(ctx context.Context, s *imageSyncScope, pc *v1alpha1
 	if err != nil {
 		return nil, harvester.ObjectRef{}, err
 	}
-	if err := frontdoor.SharedWith(t.ProviderConfig, s.is.Namespace, "ImageSyncs", "spec.providerConfigRef"); err != nil {
+	consumer, err := frontdoor.ConsumerOf(ctx, r.live, t.ProviderConfig, s.is.Namespace)
+	if err != nil {
+		return nil, harvester.ObjectRef{}, err
+	}
+	if err := frontdoor.SharedWith(t.ProviderConfig, consumer, "ImageSyncs", "spec.providerConfigRef"); err != nil {
 		return nil, harvester.ObjectRef{}, err
 	}
 	image := imagefactory.ImageName(s.is.Spec)
@@ -377,6 +383,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, log
 		logger.Info("ImageSync controller is off: "+why+"; MachineRequests are served as usual. Restart the manager once this is fixed", "controller", "imagesync")
 		return false, nil
 	}
+	r.live = mgr.GetAPIReader()
 	indexer := mgr.GetFieldIndexer()
 	if err := indexer.IndexField(ctx, &v1alpha1.ImageSync{}, imageSyncProviderConfigIndex, func(o client.Object) []string {
 		ns, name := o.(*v1alpha1.ImageSync).ProviderConfigKey()

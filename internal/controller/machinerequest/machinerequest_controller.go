@@ -84,6 +84,8 @@ type Reconciler struct {
 	// read once at set-up): the objects on Harvester are labelled with it, so that a left-over
 	// VM is taken over automatically only by the cluster that made it. "" if it cannot be read.
 	managementCluster string
+	// live reads namespaces, uncached (frontdoor.ConsumerOf).
+	live client.Reader
 
 	// statuses remembers the last status written for each MachineRequest.
 	statuses objstatus.Memory[v1alpha1.MachineRequestStatus]
@@ -97,7 +99,6 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=butler.butlerlabs.dev,resources=providerconfigs,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups="",resources=namespaces,resourceNames=kube-system,verbs=get
 
 // Reconcile moves one MachineRequest one step towards its desired state.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
@@ -164,6 +165,7 @@ const providerRefIndex = "spec.providerRef"
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	r.applyDefaults()
 	r.managementCluster = frontdoor.IdentifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
+	r.live = mgr.GetAPIReader()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.MachineRequest{}, providerRefIndex, func(o client.Object) []string {
 		ns, name := o.(*v1alpha1.MachineRequest).ProviderConfigKey()
 		return []string{ns + "/" + name}

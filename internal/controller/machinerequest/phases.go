@@ -97,7 +97,7 @@ func (r *Reconciler) configFixed(ctx context.Context, s *machineScope) string {
 	if !configReasons[s.mr.Status.FailureReason] {
 		return ""
 	}
-	spec, creds, err := machineSpecFor(s.mr, s.pc, r.managementCluster)
+	spec, creds, err := r.specFor(ctx, s)
 	if err != nil || spec.Gate() != nil {
 		return ""
 	}
@@ -117,7 +117,7 @@ func (r *Reconciler) configFixed(ctx context.Context, s *machineScope) string {
 // reconcileProvisioning creates what is missing on Harvester (Pending -> Creating) and waits for
 // the VM to report an IP address (Creating -> Running).
 func (r *Reconciler) reconcileProvisioning(ctx context.Context, s *machineScope) (reconcile.Result, error) {
-	spec, creds, err := machineSpecFor(s.mr, s.pc, r.managementCluster)
+	spec, creds, err := r.specFor(ctx, s)
 	if err != nil {
 		return reconcile.Result{}, err
 	}

@@ -1,6 +1,7 @@
 package machinerequest
 
 import (
+	"context"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -47,7 +48,7 @@ func machineTarget(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (*f
 // in the place the ProviderConfig names now (the caller puts it where the machine lives, if that
 // is recorded). Problems of the MachineRequest are permanent (fixed by changing its spec);
 // problems of the ProviderConfig are waits.
-func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig, managementCluster string) (*harvester.MachineSpec, harvester.Credentials, error) {
+func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig, consumer frontdoor.Consumer, managementCluster string) (*harvester.MachineSpec, harvester.Credentials, error) {
 	t, err := machineTarget(mr, pc)
 	if err != nil {
 		return nil, harvester.Credentials{}, err
@@ -83,7 +84,7 @@ func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig, ma
 		UserData:            mr.Spec.UserData,
 		NetworkData:         mr.Spec.NetworkData,
 		Labels:              mr.Spec.Labels,
-		Gate:                creationGate(t, mr),
+		Gate:                creationGate(t, mr, consumer),
 	}
 	for _, d := range mr.Spec.ExtraDisks {
 		spec.ExtraDisks = append(spec.ExtraDisks, harvester.DiskSpec{SizeGB: int64(d.SizeGB), StorageClass: d.StorageClass})
@@ -91,12 +92,22 @@ func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig, ma
 	return spec, creds, nil
 }
 
+// specFor is machineSpecFor of the scope's MachineRequest, with who its namespace is to its
+// ProviderConfig (read only for a team's ProviderConfig of another namespace).
+func (r *Reconciler) specFor(ctx context.Context, s *machineScope) (*harvester.MachineSpec, harvester.Credentials, error) {
+	consumer, err := frontdoor.ConsumerOf(ctx, r.live, s.pc, s.mr.Namespace)
+	if err != nil {
+		return nil, harvester.Credentials{}, err
+	}
+	return machineSpecFor(s.mr, s.pc, consumer, r.managementCluster)
+}
+
 // creationGate holds up the creation of a machine until its ProviderConfig may be used by it and
 // passes its checks. It judges machines without a VM only: one that exists is observed and
 // deleted whatever the ProviderConfig's checks say now.
-func creationGate(t *frontdoor.Target, mr *v1alpha1.MachineRequest) func() error {
+func creationGate(t *frontdoor.Target, mr *v1alpha1.MachineRequest, consumer frontdoor.Consumer) func() error {
 	return func() error {
-		if err := frontdoor.SharedWith(t.ProviderConfig, mr.Namespace, "MachineRequests", "spec.providerRef"); err != nil {
+		if err := frontdoor.SharedWith(t.ProviderConfig, consumer, "MachineRequests", "spec.providerRef"); err != nil {
 			return err
 		}
 		return providerconfig.PreflightGate(t.ProviderConfig, mr.Spec.Image == "")
