@@ -148,7 +148,7 @@ const (
 	// ProviderConfigs cannot (on a ProviderConfig it is ignored). It never allows
 	// spec.harvester.endpoint to name another host or path (ReasonUntrustedEndpoint).
 	AnnotationAllowInsecureCredentials = "harvester.butler.butlerlabs.dev/allow-insecure-credentials"
-	// AnnotationSharedNamespace, set to "true" on a ProviderConfig, lets the provider issue Cluster
+	// AnnotationSharedNamespace set to "true" on a ProviderConfig lets the provider issue Cluster
 	// API tenant clusters' Harvester credentials in its harvester.namespace while others' VMs,
 	// disks or credentials are there too. Without it such credentials are refused
 	// (GuestNamespaceShared): Harvester's roles, bound in a namespace, reach every VM and PVC of
@@ -156,7 +156,7 @@ const (
 	// sharing the namespace trust each other. It lives on the ProviderConfig, which tenants do
 	// not write.
 	AnnotationSharedNamespace = "harvester.butler.butlerlabs.dev/shared-namespace"
-	// AnnotationTenantServer, on the credentials Secret, is the Harvester API server URL (https)
+	// AnnotationTenantServer on the credentials Secret is the Harvester API server URL (https)
 	// that Cluster API tenant clusters' credentials name, for where tenants reach Harvester
 	// elsewhere than at its VIP: a DNS name, a load balancer. The Secret's key TenantCAKey, if
 	// present, holds the PEM bundle that server is trusted with (default: Harvester's cluster

@@ -293,7 +293,7 @@ func BuildGuestClusterRoleBinding(o Owner, namespace string) *rbacv1.ClusterRole
 // harvester-csi-driver pkg/csi/manager.go): a re-issued token reaches them without a restart.
 // It is absolute because the cloud provider resolves no path against its kubeconfig's directory
 // (clientcmd.NewClientConfigFromBytes), and the two mount the Secret at different places.
-const GuestTokenFile = "/var/run/secrets/harvester/token"
+const GuestTokenFile = "/var/run/secrets/harvester/token" //nolint:gosec // G101: a path, not a credential
 
 // BuildGuestKubeconfig is the kubeconfig of a guest identity's token: server trusted with ca (the
 // system roots when empty; never without verification), and the VMs' namespace as the context's

@@ -146,8 +146,8 @@ func TestClusterAPIGuestCredentials(t *testing.T) {
 	t.Run("NarrowedInPlace", func(t *testing.T) {
 		wide := w.widenGuest(hc)
 		waitFor(ctx, t, w.capi, "the wide binding gone, the narrow ones made", func() error {
-			if err := hv.Client.Get(ctx, client.ObjectKeyFromObject(wide), &rbacv1.ClusterRoleBinding{}); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("the wide ClusterRoleBinding: %v", err)
+			if err := goneFrom(ctx, hv.Client, wide); err != nil {
+				return err
 			}
 			return w.guestNarrow(hc)
 		})
@@ -329,8 +329,8 @@ func TestClusterAPIGuestCredentialsNeedTheGuestRole(t *testing.T) {
 
 		w.applyOnHarvester("guest-rbac.yaml")
 		waitFor(ctx, t, w.capi, "narrowed once the current guest-rbac.yaml is applied", func() error {
-			if err := hv.Client.Get(ctx, client.ObjectKeyFromObject(wide), &rbacv1.ClusterRoleBinding{}); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("the wide ClusterRoleBinding: %v", err)
+			if err := goneFrom(ctx, hv.Client, wide); err != nil {
+				return err
 			}
 			return w.guestNarrow(hc)
 		})
@@ -465,7 +465,7 @@ func (w *capiWorld) applyOnHarvester(file string) {
 			w.must(unstructured.SetNestedSlice(obj.Object, subjects, "subjects"))
 		}
 		// Applied as kubectl apply does, server-side: again, it puts the file's rules back.
-		if err := w.hv.Client.Patch(w.ctx, obj, client.Apply, client.FieldOwner("kubectl"), client.ForceOwnership); err != nil {
+		if err := w.hv.Client.Apply(w.ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner("kubectl"), client.ForceOwnership); err != nil {
 			w.t.Fatalf("apply %s %s on Harvester: %v", obj.GetKind(), obj.GetName(), err)
 		}
 	}

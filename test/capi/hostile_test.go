@@ -1,6 +1,7 @@
 package capi
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -42,9 +43,9 @@ var hostile = testbed.TenantCluster{Namespace: hostileNamespace, Name: "hostile"
 // tenant's rights (Cluster API and infrastructure objects and Secrets in its own namespace,
 // through real RBAC) and its cluster's delivered Harvester credentials. It tries: a
 // HarvesterCluster naming the victim's ProviderConfig; a placement record naming the victim's VM
-// (with the hand-over annotation); a copied providerID; skip-cleanup on its own machine; and its
-// credentials against the victim's VM and disk. Each attempt takes, changes and deletes nothing
-// of the victim's, and the hostile object says why.
+// (with the hand-over annotation, and through a HarvesterMachineTemplate); a copied providerID;
+// skip-cleanup on its own machine; and its credentials against the victim's VM and disk. Each
+// attempt takes, changes and deletes nothing of the victim's, and the hostile object says why.
 func TestClusterAPITenantHostileTakesNothing(t *testing.T) {
 	w := startCAPIWorld(t)
 	ctx, c, hv := w.ctx, w.c, w.hv
@@ -128,6 +129,35 @@ func TestClusterAPITenantHostileTakesNothing(t *testing.T) {
 		w.victimUntouched(victimVM, victimDisk.Items[0])
 	})
 
+	// The same record through a template: Cluster API copies the template's metadata to the
+	// HarvesterMachines it makes.
+	t.Run("APlacementRecordThroughATemplate", func(t *testing.T) {
+		own, err := v1alpha1.DecodePlacement(victimHM.Annotations)
+		if err != nil || own == nil {
+			t.Fatalf("the victim's placement record: %v (%v)", own, err)
+		}
+		tmpl, md := hostile.MachineDeployment("hostile-md", 1)
+		tmpl.Spec.Template.ObjectMeta.Annotations = map[string]string{
+			v1alpha1.AnnotationPlacement: v1alpha1.EncodePlacement(v1alpha1.Placement{ClusterID: own.ClusterID, Server: own.Server, Namespace: "vms", Name: victimVM.Name}),
+		}
+		w.must(testbed.CreateAll(ctx, hc, tmpl, md))
+		var made string
+		waitFor(ctx, t, w.capi, "the MachineDeployment's HarvesterMachine refused", func() error {
+			list := &infrav1.HarvesterMachineList{}
+			w.must(c.List(ctx, list, client.InNamespace(hostileNamespace), client.MatchingLabels{testbed.DeploymentNameLabel: "hostile-md"}))
+			if len(list.Items) == 0 {
+				return fmt.Errorf("no HarvesterMachine yet")
+			}
+			made = list.Items[0].Name
+			return nil
+		})
+		w.readyConditionIn(hostileNamespace, made, infrav1.ReasonPlacementRefused, "records VM vms/"+victimVM.Name+", which is not this machine's")
+		w.victimUntouched(victimVM, victimDisk.Items[0])
+		w.must(hc.Delete(ctx, md))
+		w.gone(hostileNamespace, made)
+		w.victimUntouched(victimVM, victimDisk.Items[0])
+	})
+
 	t.Run("ACopiedProviderID", func(t *testing.T) {
 		copied, copiedMachine := hostile.Machine("hostile-copied", "")
 		copied.Spec.ProviderID = harvester.ProviderIDPrefix + string(victimVM.UID)
@@ -149,10 +179,7 @@ func TestClusterAPITenantHostileTakesNothing(t *testing.T) {
 		w.must(hc.Delete(ctx, ownMachine))
 		w.gone(hostileNamespace, ownHM.Name)
 		waitFor(ctx, t, w.capi, "the VM of a machine deleted with skip-cleanup deleted all the same", func() error {
-			if err := hv.Client.Get(ctx, types.NamespacedName{Namespace: "vms-b", Name: ownHM.Name}, &kubevirtv1.VirtualMachine{}); !apierrors.IsNotFound(err) {
-				return fmt.Errorf("still there (%v)", err)
-			}
-			return nil
+			return goneFrom(ctx, hv.Client, &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "vms-b", Name: ownHM.Name}})
 		})
 	})
 
@@ -242,11 +269,20 @@ func (w *capiWorld) readyConditionIn(namespace, name, reason, mention string) {
 func (w *capiWorld) gone(namespace, name string) {
 	w.t.Helper()
 	waitFor(w.ctx, w.t, w.capi, "HarvesterMachine "+namespace+"/"+name+" to go", func() error {
-		if err := w.c.Get(w.ctx, client.ObjectKey{Namespace: namespace, Name: name}, &infrav1.HarvesterMachine{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("still there (%v)", err)
-		}
-		return nil
+		return goneFrom(w.ctx, w.c, &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}})
 	})
+}
+
+// goneFrom says what is left of obj: nil once the API server has it no more.
+func goneFrom(ctx context.Context, c client.Client, obj client.Object) error {
+	err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%T %s/%s is still there", obj, obj.GetNamespace(), obj.GetName())
+	case apierrors.IsNotFound(err):
+		return nil
+	}
+	return err
 }
 
 // victimUntouched checks that the victim's VM and disk are as they were: the same objects, not

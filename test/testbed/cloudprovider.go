@@ -42,7 +42,7 @@ const (
 	TenantCloudConfigKey       = "cloud-config"
 	// TenantSecretMount is where the cluster templates mount that Secret, as a directory, in
 	// both components' pods too: the kubeconfig's tokenFile points into it.
-	TenantSecretMount = "/var/run/secrets/harvester"
+	TenantSecretMount = "/var/run/secrets/harvester" //nolint:gosec // G101: a path, not a credential
 )
 
 // cloudProviderTick is how often the player looks at the tenant's Nodes.

@@ -43,7 +43,7 @@ type HarvesterClusterReconciler struct {
 	// Harvester, if set, makes the tenant clusters' Harvester credentials (spec.guestCredentials;
 	// harvestercluster_guest.go), which LiveReader (live, get only) reads back, with the
 	// credentials Secret's tenant server and the namespace's team (frontdoor.ConsumerOf).
-	Harvester    harvester.Connector
+	Harvester  harvester.Connector
 	LiveReader client.Reader
 	// GuestRecheckInterval is how often delivered credentials are checked (default a minute).
 	GuestRecheckInterval time.Duration

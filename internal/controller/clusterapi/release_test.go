@@ -95,7 +95,7 @@ func TestOthersAtRecordedPlace(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			err := othersAtRecordedPlace(hm, tc.recorded, own, tc.err)
 			if !tc.refused {
-				if err != tc.err {
+				if !errors.Is(err, tc.err) {
 					t.Fatalf("error %v, want %v", err, tc.err)
 				}
 				return

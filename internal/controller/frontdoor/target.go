@@ -107,4 +107,3 @@ func ParseImage(s, defaultNamespace string) (harvester.ObjectRef, error) {
 	}
 	return ref, nil
 }
-
