@@ -162,7 +162,7 @@ func TestClusterAPITenantHostileTakesNothing(t *testing.T) {
 		copied, copiedMachine := hostile.Machine("hostile-copied", "")
 		copied.Spec.ProviderID = harvester.ProviderIDPrefix + string(victimVM.UID)
 		w.must(testbed.CreateAll(ctx, hc, copied, copiedMachine))
-		w.readyConditionIn(hostileNamespace, copied.Name, "", "")
+		w.readyConditionIn(hostileNamespace, copied.Name, infrav1.ReasonPlacementRefused, "spec.providerID of HarvesterMachine hostile/hostile-copied is "+copied.Spec.ProviderID)
 		if err := hv.Client.Get(ctx, types.NamespacedName{Namespace: "vms-b", Name: copied.Name}, &kubevirtv1.VirtualMachine{}); !apierrors.IsNotFound(err) {
 			t.Errorf("a VM made for a HarvesterMachine with a copied providerID: %v", err)
 		}

@@ -214,9 +214,11 @@ const (
 	// ReasonPlacementRefused (waiting, Degraded): the HarvesterMachine's record of where its
 	// machine lives (annotation harvester.butler.butlerlabs.dev/placement) names another VM
 	// namespace or name than its own (its ProviderConfig's Harvester namespace, its own name),
-	// and no VM exists there. The record is the provider's, and a new machine is made only where
-	// its ProviderConfig puts it: nothing is made or changed on Harvester. Remove the annotation
-	// and the provider records the machine's own place.
+	// and no VM exists there, or one that is another's; or its spec.providerID was set with no
+	// place recorded (the provider writes it only after recording one). The record and the
+	// providerID are the provider's, and a new machine is made only where its ProviderConfig puts
+	// it: nothing is made or changed on Harvester. Remove the annotation and the provider records
+	// the machine's own place; for a providerID, delete the Machine.
 	ReasonPlacementRefused = "PlacementRefused"
 	// ReasonDeleting: the object is being deleted: the machine's VM, disks and cloud-init Secret
 	// are being removed from Harvester, and the same one of them has been left there for 30

@@ -204,6 +204,11 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	if home == nil {
+		if err := providerIDOfItsOwn(hm); err != nil {
+			return reconcile.Result{}, err
+		}
+	}
 	if hm.Spec.ProviderID == "" {
 		// No VM recorded yet: Cluster API's order first (the contract's). Not home == nil: the
 		// place is recorded before anything is made (recordPlaceAhead).
@@ -349,6 +354,19 @@ func othersAtRecordedPlace(hm *infrav1.HarvesterMachine, recorded, own harvester
 		"annotation %s of HarvesterMachine %s/%s records VM %s/%s, which is not this machine's: it is left untouched, and a new machine is made only in %s/%s (its ProviderConfig's Harvester namespace, its own name). "+
 			"Remove the annotation (kubectl annotate harvestermachine -n %s %s %s-) and the provider records the machine's own place",
 		v1alpha1.AnnotationPlacement, hm.Namespace, hm.Name, recorded.Namespace, recorded.Name, own.Namespace, own.Name, hm.Namespace, hm.Name, v1alpha1.AnnotationPlacement)
+}
+
+// providerIDOfItsOwn refuses a spec.providerID that the provider did not write: it writes one only
+// after it recorded the machine's place, so one without a record was written by someone else (a
+// copy of another machine's, say). Nothing is made or looked for with it.
+func providerIDOfItsOwn(hm *infrav1.HarvesterMachine) error {
+	if hm.Spec.ProviderID == "" {
+		return nil
+	}
+	return objstatus.Waiting(infrav1.ReasonPlacementRefused, capiWaitingRetry,
+		"spec.providerID of HarvesterMachine %s/%s is %s, but the provider recorded no place for it (annotation %s), so it did not write it: nothing is made or changed on Harvester. "+
+			"Delete the Machine that owns this HarvesterMachine and let Cluster API make one without a providerID",
+		hm.Namespace, hm.Name, hm.Spec.ProviderID, v1alpha1.AnnotationPlacement)
 }
 
 // placeOfItsOwn refuses to make a machine at a recorded place that is not where it belongs (own:

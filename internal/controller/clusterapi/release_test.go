@@ -77,6 +77,23 @@ func TestPlaceOfItsOwn(t *testing.T) {
 	}
 }
 
+func TestProviderIDOfItsOwn(t *testing.T) {
+	hm := &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "md-0"}}
+	if err := providerIDOfItsOwn(hm); err != nil {
+		t.Fatalf("no providerID: %v", err)
+	}
+	hm.Spec.ProviderID = "harvester://0b1c"
+	w, ok := objstatus.AsWaiting(providerIDOfItsOwn(hm))
+	if !ok || w.Reason != infrav1.ReasonPlacementRefused {
+		t.Fatalf("a providerID without a recorded place: %v", w)
+	}
+	for _, want := range []string{"spec.providerID of HarvesterMachine team-a/md-0 is harvester://0b1c", v1alpha1.AnnotationPlacement, "Delete the Machine"} {
+		if !strings.Contains(w.Message, want) {
+			t.Errorf("message %q does not say %q", w.Message, want)
+		}
+	}
+}
+
 func TestOthersAtRecordedPlace(t *testing.T) {
 	hm := &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "md-0"}}
 	own := harvester.Place{Namespace: "vms", Name: "md-0"}
