@@ -51,14 +51,7 @@ const (
 func TestClusterAPIGuestCredentials(t *testing.T) {
 	w := startCAPIWorld(t)
 	ctx, c, hv := w.ctx, w.c, w.hv
-	tenantAPI, err := testbed.StartTenant(ctx, c, ns, tenant.Name)
-	t.Cleanup(func() { _ = tenantAPI.Stop() })
-	w.must(err)
-	kubelets, err := testbed.PlayKubelets(ctx, hv.Config, "vms", tenantAPI)
-	w.must(err)
-	t.Cleanup(kubelets.Stop)
-	cloudProvider := testbed.PlayCloudProvider(ctx, c, ns, tenant.Name, tenantAPI)
-	t.Cleanup(cloudProvider.Stop)
+	tenantAPI, cloudProvider := w.playTenant()
 
 	cluster := w.tenantCluster()
 	cpInfra, cp := tenant.ControlPlaneMachine("tenant-cp-0")
@@ -100,19 +93,7 @@ func TestClusterAPIGuestCredentials(t *testing.T) {
 	// token: the old one is refused from then on, and the new one reaches the tenant.
 	var revoked []byte
 	t.Run("Rotation", func(t *testing.T) {
-		creds := &corev1.Secret{}
-		w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "harvester-kubeconfig"}, creds))
-		creds.Data["kubeconfig"] = append(bytes.Clone(hv.Kubeconfig), []byte("\n# rotated\n")...)
-		w.must(c.Update(ctx, creds))
-		var rotated []byte
-		waitFor(ctx, t, w.capi, "a new token delivered", func() error {
-			w.must(c.Get(ctx, client.ObjectKeyFromObject(hc), hc))
-			rotated = w.deliveredKubeconfig(hc)
-			if bytes.Equal(tokenOf(t, rotated), token) {
-				return fmt.Errorf("the delivered token is the same")
-			}
-			return nil
-		})
+		rotated := w.rotateProviderCredentials(hc, token)
 		waitFor(ctx, t, w.capi, "the old token refused", func() error {
 			if err := whoAmI(ctx, kubeconfig); !apierrors.IsUnauthorized(err) {
 				return fmt.Errorf("the old token: %w", err)
@@ -269,7 +250,7 @@ func TestClusterAPIGuestCredentials(t *testing.T) {
 		}
 		return nil
 	})
-	err = c.Get(ctx, client.ObjectKey{Namespace: ns, Name: tenant.Name + testbed.CloudConfigSecretSuffix}, &corev1.Secret{})
+	err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: tenant.Name + testbed.CloudConfigSecretSuffix}, &corev1.Secret{})
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("the delivered Secret after the Cluster is gone: %v", err)
 	}
@@ -350,25 +331,31 @@ func TestClusterAPIGuestCredentialsNeedTheGuestRole(t *testing.T) {
 	})
 }
 
+// rotateProviderCredentials rewrites the ProviderConfig's credentials (the same access), which
+// re-issues the tenant's token, and returns the kubeconfig delivered with a token other than token.
+func (w *capiWorld) rotateProviderCredentials(hc *infrav1.HarvesterCluster, token []byte) []byte {
+	w.t.Helper()
+	creds := &corev1.Secret{}
+	w.must(w.c.Get(w.ctx, client.ObjectKey{Namespace: ns, Name: "harvester-kubeconfig"}, creds))
+	creds.Data["kubeconfig"] = append(bytes.Clone(w.hv.Kubeconfig), []byte("\n# rotated\n")...)
+	w.must(w.c.Update(w.ctx, creds))
+	var rotated []byte
+	waitFor(w.ctx, w.t, w.capi, "a new token delivered", func() error {
+		w.must(w.c.Get(w.ctx, client.ObjectKeyFromObject(hc), hc))
+		rotated = w.deliveredKubeconfig(hc)
+		if bytes.Equal(tokenOf(w.t, rotated), token) {
+			return fmt.Errorf("the delivered token is the same")
+		}
+		return nil
+	})
+	return rotated
+}
+
 // waitGuestCredentials waits for the HarvesterCluster's GuestCredentialsReady condition to have
 // that reason and to mention each of mentions, and returns it.
 func (w *capiWorld) waitGuestCredentials(hc *infrav1.HarvesterCluster, reason string, mentions ...string) *metav1.Condition {
 	w.t.Helper()
-	var cond *metav1.Condition
-	waitFor(w.ctx, w.t, w.capi, "GuestCredentialsReady "+reason, func() error {
-		w.must(w.c.Get(w.ctx, client.ObjectKeyFromObject(hc), hc))
-		cond = findCondition(hc.Status.Conditions, infrav1.ConditionGuestCredentialsReady)
-		if cond == nil || cond.Reason != reason {
-			return fmt.Errorf("GuestCredentialsReady %+v", cond)
-		}
-		for _, m := range mentions {
-			if !strings.Contains(cond.Message, m) {
-				return fmt.Errorf("GuestCredentialsReady message %q does not say %q", cond.Message, m)
-			}
-		}
-		return nil
-	})
-	return cond
+	return w.waitCondition(hc, func() []metav1.Condition { return hc.Status.Conditions }, infrav1.ConditionGuestCredentialsReady, reason, mentions...)
 }
 
 // waitIsolated waits for the HarvesterCluster's GuestCredentialsIsolated condition to have that

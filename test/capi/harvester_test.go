@@ -151,6 +151,22 @@ func startManagementCluster(ctx context.Context, t *testing.T, hv *sim.Harvester
 	return w
 }
 
+// playTenant starts the tenant cluster's API server and plays its parts that stand between the
+// provider and its Nodes: the kubelets of the VMs in vms, and the ClusterResourceSet with
+// Harvester's cloud provider (from the delivered credentials alone); all stop with the test.
+func (w *capiWorld) playTenant() (*testbed.Tenant, *testbed.CloudProvider) {
+	w.t.Helper()
+	tenantAPI, err := testbed.StartTenant(w.ctx, w.c, ns, tenant.Name)
+	w.t.Cleanup(func() { _ = tenantAPI.Stop() })
+	w.must(err)
+	kubelets, err := testbed.PlayKubelets(w.ctx, w.hv.Config, "vms", tenantAPI)
+	w.must(err)
+	w.t.Cleanup(kubelets.Stop)
+	cloudProvider := testbed.PlayCloudProvider(w.ctx, w.c, ns, tenant.Name, tenantAPI)
+	w.t.Cleanup(cloudProvider.Stop)
+	return tenantAPI, cloudProvider
+}
+
 func (w *capiWorld) must(err error) {
 	w.t.Helper()
 	if err != nil {
@@ -278,21 +294,30 @@ func (w *capiWorld) labelNode(node, key, value string) {
 // says all of mentions, and returns the HarvesterMachine.
 func (w *capiWorld) readyCondition(name, reason string, mentions ...string) *infrav1.HarvesterMachine {
 	w.t.Helper()
-	hm := &infrav1.HarvesterMachine{}
-	waitFor(w.ctx, w.t, w.capi, "HarvesterMachine "+name+" Ready "+reason, func() error {
-		w.must(w.c.Get(w.ctx, client.ObjectKey{Namespace: ns, Name: name}, hm))
-		cond := findCondition(hm.Status.Conditions, infrav1.ConditionReady)
+	hm := &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+	w.waitCondition(hm, func() []metav1.Condition { return hm.Status.Conditions }, infrav1.ConditionReady, reason, mentions...)
+	return hm
+}
+
+// waitCondition waits for obj's condition condType (conditions reads them from obj once it is
+// read) to have that reason and to mention each of mentions, and returns it.
+func (w *capiWorld) waitCondition(obj client.Object, conditions func() []metav1.Condition, condType, reason string, mentions ...string) *metav1.Condition {
+	w.t.Helper()
+	var cond *metav1.Condition
+	waitFor(w.ctx, w.t, w.capi, fmt.Sprintf("%s %s %s", obj.GetName(), condType, reason), func() error {
+		w.must(w.c.Get(w.ctx, client.ObjectKeyFromObject(obj), obj))
+		cond = findCondition(conditions(), condType)
 		if cond == nil || cond.Reason != reason {
-			return fmt.Errorf("Ready condition %+v", cond)
+			return fmt.Errorf("%s %+v", condType, cond)
 		}
 		for _, m := range mentions {
 			if !strings.Contains(cond.Message, m) {
-				return fmt.Errorf("Ready message %q does not say %q", cond.Message, m)
+				return fmt.Errorf("%s message %q does not say %q", condType, cond.Message, m)
 			}
 		}
 		return nil
 	})
-	return hm
+	return cond
 }
 
 // TestClusterAPIMachineOnHarvester runs the real Cluster API core manager, this provider's

@@ -31,18 +31,7 @@ var machineHealthCheckGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", V
 func TestClusterAPIMachineDeployment(t *testing.T) {
 	w := startCAPIWorld(t)
 	ctx, c, hv := w.ctx, w.c, w.hv
-	tenantAPI, err := testbed.StartTenant(ctx, c, ns, tenant.Name)
-	t.Cleanup(func() { _ = tenantAPI.Stop() })
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubelets, err := testbed.PlayKubelets(ctx, hv.Config, "vms", tenantAPI)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(kubelets.Stop)
-	cloudProvider := testbed.PlayCloudProvider(ctx, c, ns, tenant.Name, tenantAPI)
-	t.Cleanup(cloudProvider.Stop)
+	w.playTenant()
 
 	cluster := w.tenantCluster()
 	// One control plane machine: Cluster API counts the control plane initialized once it has a

@@ -1,12 +1,10 @@
 package capi
 
 import (
-	"bytes"
 	"fmt"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -27,15 +25,8 @@ func TestClusterAPIGuestCredentialsRotation(t *testing.T) {
 	guestTokenOverlap = 65 * time.Second
 	t.Cleanup(func() { guestTokenOverlap = 2 * time.Second })
 	w := startCAPIWorld(t)
-	ctx, c, hv := w.ctx, w.c, w.hv
-	tenantAPI, err := testbed.StartTenant(ctx, c, ns, tenant.Name)
-	t.Cleanup(func() { _ = tenantAPI.Stop() })
-	w.must(err)
-	kubelets, err := testbed.PlayKubelets(ctx, hv.Config, "vms", tenantAPI)
-	w.must(err)
-	t.Cleanup(kubelets.Stop)
-	cloudProvider := testbed.PlayCloudProvider(ctx, c, ns, tenant.Name, tenantAPI)
-	t.Cleanup(cloudProvider.Stop)
+	ctx, c := w.ctx, w.c
+	_, cloudProvider := w.playTenant()
 
 	w.tenantCluster()
 	cpInfra, cp := tenant.ControlPlaneMachine("tenant-cp-0")
@@ -45,19 +36,7 @@ func TestClusterAPIGuestCredentialsRotation(t *testing.T) {
 	before := w.deliveredKubeconfig(hc)
 	w.waitRunning(cp, cloudProvider)
 
-	creds := &corev1.Secret{}
-	w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "harvester-kubeconfig"}, creds))
-	creds.Data["kubeconfig"] = append(bytes.Clone(hv.Kubeconfig), []byte("\n# rotated\n")...)
-	w.must(c.Update(ctx, creds))
-	var after []byte
-	waitFor(ctx, t, w.capi, "a new token delivered", func() error {
-		w.must(c.Get(ctx, client.ObjectKeyFromObject(hc), hc))
-		after = w.deliveredKubeconfig(hc)
-		if bytes.Equal(tokenOf(t, after), tokenOf(t, before)) {
-			return fmt.Errorf("the delivered token is the same")
-		}
-		return nil
-	})
+	after := w.rotateProviderCredentials(hc, tokenOf(t, before))
 	delivered := time.Now()
 	if err := whoAmI(ctx, before); err != nil {
 		t.Fatalf("the token before, right after the new one was delivered: %v (it must keep working for the overlap)", err)
