@@ -107,6 +107,11 @@ const (
 	// ReasonNameConflict (permanent): an object with the name the provider needs exists on
 	// Harvester and was not created for this MachineRequest. It is never adopted or changed.
 	ReasonNameConflict = "NameConflict"
+	// ReasonOwnedElsewhere (waiting; HarvesterMachines only): the VM of the machine's name was
+	// made for an earlier copy of it, and this management cluster does not run its tenant
+	// cluster (another holds the cluster's ownership Lease on Harvester, see the
+	// HarvesterCluster's Owned condition): nothing is taken while that one does.
+	ReasonOwnedElsewhere = "OwnedElsewhere"
 	// ReasonVMDeleted (permanent): the VM of a Running machine was deleted outside the provider.
 	ReasonVMDeleted = "VMDeleted"
 	// ReasonPlacementNotRecorded (waiting): the API server did not keep AnnotationPlacement on the
@@ -156,6 +161,13 @@ const (
 	// sharing the namespace trust each other. It lives on the ProviderConfig, which tenants do
 	// not write.
 	AnnotationSharedNamespace = "harvester.butler.butlerlabs.dev/shared-namespace"
+	// AnnotationHandOverFrom on a ProviderConfig names, comma-separated, management clusters
+	// (their kube-system namespace's UID) that are gone for good: the Cluster API tenant clusters
+	// they ran with this ProviderConfig are taken over by this management cluster where a copy of
+	// them was restored, once their ownership Lease on Harvester has gone unrenewed for a whole
+	// lease duration as this manager sees it. It lives on the ProviderConfig, which tenants do
+	// not write: a tenant can never take another management cluster's cluster.
+	AnnotationHandOverFrom = "harvester.butler.butlerlabs.dev/hand-over-from"
 	// AnnotationTenantServer on the credentials Secret is the Harvester API server URL (https)
 	// that Cluster API tenant clusters' credentials name, for where tenants reach Harvester
 	// elsewhere than at its VIP: a DNS name, a load balancer. The Secret's key TenantCAKey, if

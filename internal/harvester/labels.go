@@ -188,6 +188,10 @@ const AnnotationFailureDomain = "butler.butlerlabs.dev/failure-domain"
 type Succession struct {
 	// Created is the owner object's creationTimestamp.
 	Created time.Time
+	// Tenant is the tenant cluster the owner is a machine of (its Cluster's namespace and
+	// name): objects of another owner are taken only while this management cluster holds its
+	// ownership Lease (ownership.go).
+	Tenant types.NamespacedName
 }
 
 // handsOverFrom says whether the owner may take objects that management cluster maker made for an

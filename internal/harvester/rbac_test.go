@@ -6,11 +6,12 @@ import (
 )
 
 // The documented Harvester RBAC (config/harvester/rbac.yaml) grants exactly RequiredPermissions,
-// CDIPermissions and OptionalPermissions: what the provider uses, nothing it does not.
+// CDIPermissions, OptionalPermissions and OwnershipPermissions: what the provider uses, nothing it
+// does not.
 func TestDocumentedHarvesterRBACIsRequiredPermissions(t *testing.T) {
 	granted := grantedBy(t, "../../config/harvester/rbac.yaml")
 	var required []string
-	for _, p := range slices.Concat(RequiredPermissions("default", "default", "default"), CDIPermissions("default"), OptionalPermissions("default")) {
+	for _, p := range slices.Concat(RequiredPermissions("default", "default", "default"), CDIPermissions("default"), OptionalPermissions("default"), OwnershipPermissions("default")) {
 		required = append(required, p.String())
 	}
 	slices.Sort(granted)

@@ -33,6 +33,13 @@ const (
 	// owner of the same namespace and name by another management cluster; the owner may say that
 	// it takes the machine over (MachineRequest: NameConflict).
 	ReasonNameTakenByAnotherManagementCluster = "NameTakenByAnotherManagementCluster"
+	// ReasonOwnedElsewhere: the tenant cluster's ownership on Harvester (its Lease, see
+	// ownership.go) is another management cluster's, or nobody's yet: nothing made for another
+	// owner is taken.
+	ReasonOwnedElsewhere = "OwnedElsewhere"
+	// ReasonOwnerUnknown: this management cluster's identity could not be read, so it holds no
+	// tenant cluster's ownership.
+	ReasonOwnerUnknown = "OwnerUnknown"
 	// ReasonImageNotFound, ReasonImageNotReady, ReasonImageImportFailed,
 	// ReasonImageBackendUnsupported and ReasonDiskTooSmall: the image the root disk is cloned
 	// from cannot be used (yet).

@@ -58,6 +58,9 @@ func (m *machines) succeed(ctx context.Context, spec *MachineSpec, vm *kubevirtv
 			"%s carries on with %s of the same name created %s, later than this one (%s): when a clusterctl move is interrupted and both copies run, the VM stays with the newer; it is left untouched%s",
 			what, o.kind(), recorded.Format(time.RFC3339), o.Succession.Created.UTC().Format(time.RFC3339), whoseObject("VirtualMachine", vm))
 	}
+	if err := m.ownsTenant(ctx, spec, vm); err != nil {
+		return Predecessor{}, err
+	}
 	if err := spec.loadUserData(ctx); err != nil {
 		return Predecessor{}, err
 	}
@@ -82,6 +85,33 @@ func (m *machines) succeed(ctx context.Context, spec *MachineSpec, vm *kubevirtv
 		return Predecessor{}, err
 	}
 	return earlier, nil
+}
+
+// ownsTenant says, unless this management cluster holds the ownership Lease of the machine's
+// tenant cluster (ownership.go), why it takes nothing: a copy restored while the cluster it was
+// taken from still runs proves the same bootstrap data, and is newer.
+func (m *machines) ownsTenant(ctx context.Context, spec *MachineSpec, vm *kubevirtv1.VirtualMachine) error {
+	o := spec.Owner
+	tenant := o.Succession.Tenant
+	what := describe("VirtualMachine", vm.Namespace, vm.Name)
+	if tenant.Name == "" {
+		return Permanent(ReasonNameTaken, "%s was made for another %s of this namespace and name, and this one names no tenant cluster whose ownership would let it carry on with it: it is left untouched%s",
+			what, o.kind(), whoseObject("VirtualMachine", vm))
+	}
+	holder, found, err := m.ownershipHolder(ctx, spec.Namespace, tenant)
+	switch {
+	case err != nil:
+		return err
+	case o.Cluster == "" || !found:
+		return Waiting(ReasonOwnedElsewhere, ownershipRetry,
+			"%s was made for another %s of this namespace and name; it is carried on with only while this management cluster holds Cluster %s's ownership on Harvester (%s), which it does not yet: it is left untouched",
+			what, o.kind(), tenant, describe("Lease", spec.Namespace, OwnershipLeaseName(tenant)))
+	case holder != o.Cluster:
+		return Waiting(ReasonOwnedElsewhere, ownershipRetry,
+			"%s was made for another %s of this namespace and name, and Cluster %s is run by management cluster %s (it holds %s on Harvester): it is left untouched while that one runs it",
+			what, o.kind(), tenant, holder, describe("Lease", spec.Namespace, OwnershipLeaseName(tenant)))
+	}
+	return nil
 }
 
 // findSucceededVM is findVM for an owner that may be a re-creation (Succession), once the VM of

@@ -6,8 +6,11 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -27,9 +30,12 @@ func movedMachine() (spec *MachineSpec, vm *kubevirtv1.VirtualMachine, objs []cl
 	disk := BuildRootDiskClaim(earlier, ImageInfo{Ref: earlier.Image, StorageClassName: "lh-1"})
 	spec = testSpec()
 	spec.Owner = Owner{Kind: "HarvesterMachine", Namespace: "butler-system", Name: "cp-0", UID: "new", Cluster: "mgmt-b",
-		Succession: &Succession{Created: made.Add(time.Hour)}}
+		Succession: &Succession{Created: made.Add(time.Hour), Tenant: types.NamespacedName{Namespace: "butler-system", Name: "cluster"}}}
 	spec.VMUID = "vm-uid"
-	return spec, vm, []client.Object{vm, secret, disk}
+	// The re-creation's management cluster runs the tenant cluster: it holds its ownership Lease.
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: OwnershipLeaseName(spec.Owner.Succession.Tenant)},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("mgmt-b")}}
+	return spec, vm, []client.Object{vm, secret, disk, lease}
 }
 
 // The same machine re-created (clusterctl move, a restore) carries on with its VM, disks and
@@ -38,8 +44,9 @@ func movedMachine() (spec *MachineSpec, vm *kubevirtv1.VirtualMachine, objs []cl
 func TestSuccession(t *testing.T) {
 	for name, tc := range map[string]struct {
 		mutate func(spec *MachineSpec, vm *kubevirtv1.VirtualMachine)
-		// refused, if set, is what the NameTaken message must say; else the machine carries on.
-		refused string
+		// refused, if set, is what the NameTaken message must say; waiting what the OwnedElsewhere
+		// one must; else the machine carries on.
+		refused, waiting string
 	}{
 		"the same machine moved":           {},
 		"the same machine, no VM recorded": {mutate: func(s *MachineSpec, _ *kubevirtv1.VirtualMachine) { s.VMUID = "" }},
@@ -58,6 +65,13 @@ func TestSuccession(t *testing.T) {
 			refused: "was not created for"},
 		"no bootstrap data": {mutate: func(s *MachineSpec, _ *kubevirtv1.VirtualMachine) { s.UserData = "" },
 			refused: "no bootstrap data to prove"},
+		"no tenant cluster named": {mutate: func(s *MachineSpec, _ *kubevirtv1.VirtualMachine) { s.Owner.Succession.Tenant.Name = "" },
+			refused: "names no tenant cluster"},
+		// A copy restored while the cluster it was taken from runs: the same bootstrap data, newer.
+		"another management cluster runs the tenant cluster": {mutate: func(s *MachineSpec, _ *kubevirtv1.VirtualMachine) { s.Owner.Cluster = "mgmt-c" },
+			waiting: "is run by management cluster mgmt-b (it holds Lease vms/butler-owner-butler-system-cluster-"},
+		"nobody holds the tenant cluster yet": {mutate: func(s *MachineSpec, _ *kubevirtv1.VirtualMachine) { s.Owner.Succession.Tenant.Name = "other" },
+			waiting: "which it does not yet"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			spec, vm, objs := movedMachine()
@@ -70,6 +84,15 @@ func TestSuccession(t *testing.T) {
 			got := &kubevirtv1.VirtualMachine{}
 			if err := m.machines.c.Get(ctx, client.ObjectKeyFromObject(vm), got); err != nil {
 				t.Fatal(err)
+			}
+			if tc.waiting != "" {
+				if w, ok := AsWaiting(err); !ok || w.Reason != ReasonOwnedElsewhere || !strings.Contains(w.Message, tc.waiting) {
+					t.Fatalf("err = %v, want OwnedElsewhere saying %q", err, tc.waiting)
+				}
+				if got.Labels[LabelMachineRequestUID] != "old" {
+					t.Fatalf("refused, yet the VM is labelled %v", got.Labels)
+				}
+				return
 			}
 			if tc.refused != "" {
 				if perm, ok := AsPermanent(err); !ok || perm.Reason != ReasonNameTaken || !strings.Contains(perm.Message, tc.refused) ||

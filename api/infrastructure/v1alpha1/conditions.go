@@ -37,6 +37,38 @@ const (
 	// (ReasonGuestBindingClusterWide). Set while credentials are delivered; like
 	// GuestCredentialsReady, it never holds Ready back.
 	ConditionGuestCredentialsIsolated = "GuestCredentialsIsolated"
+	// ConditionOwned (HarvesterCluster) says whether this management cluster runs the tenant
+	// cluster's machines on Harvester: True while it holds the cluster's ownership Lease there
+	// (ReasonOwnershipHeld, or ReasonOwnershipTakenOver just after a move or a hand-over); False
+	// while another management cluster does (ReasonOwnedByAnotherManagementCluster). While it is
+	// False nothing made for the other is taken, changed or deleted, Ready is False, and no
+	// credentials are issued. A paused cluster releases its Lease, for the target of
+	// `clusterctl move` to take.
+	ConditionOwned = "Owned"
+)
+
+// Reasons of the Owned condition.
+const (
+	// ReasonOwnershipHeld (True): this management cluster holds the tenant cluster's ownership
+	// Lease on Harvester and renews it.
+	ReasonOwnershipHeld = "OwnershipHeld"
+	// ReasonOwnershipTakenOver (True): it took the Lease from another management cluster, which
+	// released it (a move) or was handed over (annotation
+	// harvester.butler.butlerlabs.dev/hand-over-from on the ProviderConfig); the message names
+	// VMs that management cluster made for HarvesterMachines this one does not have.
+	ReasonOwnershipTakenOver = "OwnershipTakenOver"
+	// ReasonOwnedByAnotherManagementCluster (False): another management cluster holds the Lease
+	// (this copy was restored from a backup while that one runs, or is the source of a move that
+	// went on). The message names it, how long it has gone unrenewed here, and the hand-over for
+	// when that management cluster is gone for good.
+	ReasonOwnedByAnotherManagementCluster = "OwnedByAnotherManagementCluster"
+	// ReasonOwnershipReleased (False): the Cluster is paused and its Lease released, for the
+	// target of a move to take; resumed here, it is taken back unless another took it.
+	ReasonOwnershipReleased = "OwnershipReleased"
+	// ReasonOwnershipUnknown (Unknown): the Lease cannot be read or written (Harvester cannot be
+	// reached, the credentials lack leases in the namespace, or this management cluster's
+	// identity is unknown); the message says which.
+	ReasonOwnershipUnknown = "OwnershipUnknown"
 )
 
 // Reasons of the GuestCredentialsReady condition.

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
@@ -168,4 +169,15 @@ type capiMachine struct {
 	// FailureDomain is spec.failureDomain: where Cluster API (or the user) places the machine,
 	// one of the HarvesterCluster's failure domains; empty for anywhere.
 	FailureDomain string
+}
+
+// soonest is the result that looks again first (a zero RequeueAfter never).
+func soonest(a, b reconcile.Result) reconcile.Result {
+	switch {
+	case a.RequeueAfter == 0:
+		return b
+	case b.RequeueAfter == 0 || a.RequeueAfter < b.RequeueAfter:
+		return a
+	}
+	return b
 }

@@ -28,5 +28,5 @@ func SetupClusterAPI(ctx context.Context, mgr ctrl.Manager, logger logr.Logger, 
 	if err := machines.SetupWithManager(ctx, mgr); err != nil {
 		return false, err
 	}
-	return true, clusters.SetupWithManager(mgr)
+	return true, clusters.SetupWithManager(ctx, mgr)
 }

@@ -12,6 +12,7 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -54,8 +55,16 @@ type HarvesterClusterReconciler struct {
 	// credentials the provider can delete on Harvester: the platform operator's decision (a
 	// manager flag, SkipCleanupFlag). Off: the annotation releases only a deletion that is blocked.
 	SkipCleanupAnytime bool
+	// OwnershipLease is how long a renewal of a tenant cluster's ownership Lease on Harvester
+	// counts (default a minute; harvestercluster_ownership.go); it is renewed every third of it.
+	OwnershipLease time.Duration
+	// Clock, if set, is the clock ownership Leases are written and judged on.
+	Clock clock.PassiveClock
 
 	statuses objstatus.Memory[infrav1.HarvesterClusterStatus]
+	// managementCluster is this management cluster's identity, the holder of its Leases.
+	managementCluster string
+	sightings         harvester.LeaseSightings
 }
 
 var harvesterClusterStatus = objstatus.Kind[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus]{
@@ -105,7 +114,7 @@ func (r *HarvesterClusterReconciler) reconcile(ctx context.Context, s *objstatus
 	}
 	if capiPaused(cluster, hc) {
 		s.SetCondition(infrav1.ConditionPaused, metav1.ConditionTrue, infrav1.ReasonPaused, "the Cluster or the HarvesterCluster is paused: nothing is changed until it is resumed")
-		return reconcile.Result{}, nil
+		return r.releaseWhilePaused(ctx, s, cluster), nil
 	}
 	s.SetCondition(infrav1.ConditionPaused, metav1.ConditionFalse, infrav1.ReasonNotPaused, "")
 	if s.Deleting() {
@@ -140,8 +149,15 @@ func (r *HarvesterClusterReconciler) reconcile(ctx context.Context, s *objstatus
 	if err := frontdoor.SharedWith(t.ProviderConfig, consumer, "HarvesterClusters", "spec.providerConfigRef"); err != nil {
 		return reconcile.Result{}, err
 	}
+	held, renew, err := r.ownershipPhase(ctx, s, cluster.Name, t)
+	if err != nil {
+		return renew, err
+	}
 	hc.Status.FailureDomains = hc.Spec.ContractFailureDomains()
-	guest := r.guestPhase(ctx, s, cluster.Name, t)
+	guest := renew
+	if held {
+		guest = soonest(r.guestPhase(ctx, s, cluster.Name, t), renew)
+	}
 	if hc.Spec.ControlPlaneEndpoint.Host == "" && cluster.EndpointHost == "" {
 		return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonWaitingForControlPlaneEndpoint, capiWaitingRetry,
 			"neither spec.controlPlaneEndpoint nor Cluster %s/%s's spec.controlPlaneEndpoint is set: set one (for example a kube-vip address on the Harvester network), or use a control plane provider that sets it", cluster.Namespace, cluster.Name)
@@ -211,7 +227,9 @@ func (r *HarvesterClusterReconciler) deleteGuestCredentials(ctx context.Context,
 }
 
 // SetupWithManager registers the reconciler and its watches.
-func (r *HarvesterClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *HarvesterClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+	r.managementCluster = frontdoor.IdentifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
+	r.sightings.Clock = r.Clock
 	cluster, machine := &unstructured.Unstructured{}, &infrav1.HarvesterMachine{}
 	cluster.SetGroupVersionKind(capiClusterGVK)
 	return ctrl.NewControllerManagedBy(mgr).Named("harvestercluster").For(&infrav1.HarvesterCluster{}).

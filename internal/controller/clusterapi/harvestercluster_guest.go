@@ -669,6 +669,23 @@ func (r *HarvesterClusterReconciler) guestDeleteStep(ctx context.Context, hc *in
 		return objstatus.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry,
 			"the tenant cluster's Harvester credentials (recorded in Secret %s) cannot be deleted: %v. %s", delivered.Name, err, releaseAdvice(hc))
 	}
+	switch other, err := r.ownedByAnother(ctx, hc, clusterName, t); {
+	case err != nil && !isPermissionDenied(err):
+		if delivered == nil && !hc.Spec.GuestCredentialsManagedByProvider() {
+			return nil // nothing was made, and no Lease could be held without Harvester
+		}
+		return objstatus.Waiting(infrav1.ReasonDeletionBlocked, guestFailedRetry, "whose the tenant cluster's objects on Harvester are cannot be read: %v. %s", err, releaseAdvice(hc))
+	case other != "":
+		// A copy of a cluster another management cluster runs: what is on Harvester is that
+		// one's, and stays.
+		ctrl.LoggerFrom(ctx).Info("Deleted nothing on Harvester: another management cluster runs the tenant cluster", "managementCluster", other)
+		if delivered != nil {
+			if err := r.Delete(ctx, delivered, client.Preconditions{UID: &delivered.UID}); client.IgnoreNotFound(err) != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	namespaces := []string{t.Credentials.Namespace}
 	if delivered != nil && delivered.Annotations[annotationGuestNamespace] != t.Credentials.Namespace {
 		namespaces = append(namespaces, delivered.Annotations[annotationGuestNamespace])
@@ -681,12 +698,22 @@ func (r *HarvesterClusterReconciler) guestDeleteStep(ctx context.Context, hc *in
 		}
 		return objstatus.Waiting(infrav1.ReasonDeletionBlocked, guestFailedRetry, "%v. %s", err, releaseAdvice(hc))
 	}
+	if err := r.dropOwnership(ctx, hc, clusterName, t); err != nil && !isPermissionDenied(err) {
+		return objstatus.Waiting(infrav1.ReasonDeletionBlocked, guestFailedRetry, "delete the tenant cluster's ownership Lease on Harvester: %v. %s", err, releaseAdvice(hc))
+	}
 	if delivered != nil {
 		if err := r.Delete(ctx, delivered, client.Preconditions{UID: &delivered.UID}); client.IgnoreNotFound(err) != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// isPermissionDenied reports whether Harvester refused the provider's credentials a request:
+// what they may not do, they cannot have done either.
+func isPermissionDenied(err error) bool {
+	w, ok := harvester.AsWaiting(err)
+	return ok && w.Reason == harvester.ReasonPermissionDenied
 }
 
 // releaseAdvice says how a user ends the deletion of a HarvesterCluster whose tenant credentials

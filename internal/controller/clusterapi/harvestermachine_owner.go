@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
@@ -23,7 +24,8 @@ const HandOverFlag = "harvestermachine-hand-over-from"
 // cluster's objects is never on here: only the platform operator turns it on (withHandOver).
 func harvesterMachineOwner(hm *infrav1.HarvesterMachine, managementCluster string) harvester.Owner {
 	return harvester.Owner{Kind: OwnerKindHarvesterMachine, Namespace: hm.Namespace, Name: hm.Name, UID: hm.UID,
-		Cluster: managementCluster, Succession: &harvester.Succession{Created: hm.CreationTimestamp.Time}}
+		Cluster: managementCluster, Succession: &harvester.Succession{Created: hm.CreationTimestamp.Time,
+			Tenant: types.NamespacedName{Namespace: hm.Namespace, Name: hm.Labels[capiClusterNameLabel]}}}
 }
 
 // withHandOver lets the owner take over the objects another management cluster made for a

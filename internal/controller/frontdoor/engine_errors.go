@@ -13,6 +13,8 @@ var apiReasons = map[string]string{
 	harvester.ReasonNameTaken:                           v1alpha1.ReasonNameConflict,
 	harvester.ReasonNameTakenByAnotherManagementCluster: v1alpha1.ReasonNameConflict,
 	harvester.ReasonInvalidEndpoint:                     v1alpha1.ReasonInvalidProviderConfig,
+	harvester.ReasonOwnedElsewhere:                      v1alpha1.ReasonOwnedElsewhere,
+	harvester.ReasonOwnerUnknown:                        v1alpha1.ReasonOwnedElsewhere,
 }
 
 // APIReason is an engine reason as the front doors' APIs spell it.
