@@ -43,7 +43,7 @@ import (
 //     holder's renewTime, written on another clock, is never compared with this one.
 
 // ownershipRetry is how soon a claim that could not be made is looked at again.
-const ownershipRetry = 30 * time.Second
+const ownershipRetry = 10 * time.Second
 
 // OwnershipLeasePrefix starts the name of every ownership Lease.
 const OwnershipLeasePrefix = "butler-owner-"

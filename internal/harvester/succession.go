@@ -31,6 +31,11 @@ import (
 //   - it is younger than the owner recorded on the objects (AnnotationOwnerCreated): a move
 //     creates the new object after the old one, so when both halves of an interrupted move run,
 //     the VM stays with the newer one, and the older one never takes it back.
+//   - its management cluster runs the tenant cluster: it holds the cluster's ownership Lease on
+//     Harvester (ownership.go). A backup restored while the cluster it was taken from still runs
+//     passes every test above (the same bootstrap data, newer objects); this one it fails, and it
+//     takes nothing until that management cluster releases the cluster (a move) or the platform
+//     operator hands it over.
 //
 // The objects are relabelled disks and Secret first, the VM last (ownership is read from the VM,
 // so an interrupted succession is done again), each with a JSON patch that tests the ownership
@@ -58,9 +63,6 @@ func (m *machines) succeed(ctx context.Context, spec *MachineSpec, vm *kubevirtv
 			"%s carries on with %s of the same name created %s, later than this one (%s): when a clusterctl move is interrupted and both copies run, the VM stays with the newer; it is left untouched%s",
 			what, o.kind(), recorded.Format(time.RFC3339), o.Succession.Created.UTC().Format(time.RFC3339), whoseObject("VirtualMachine", vm))
 	}
-	if err := m.ownsTenant(ctx, spec, vm); err != nil {
-		return Predecessor{}, err
-	}
 	if err := spec.loadUserData(ctx); err != nil {
 		return Predecessor{}, err
 	}
@@ -79,6 +81,9 @@ func (m *machines) succeed(ctx context.Context, spec *MachineSpec, vm *kubevirtv
 		return Predecessor{}, Permanent(ReasonNameTaken,
 			"%s was made for another %s of this namespace and name, and this one's bootstrap data is not the data that machine was made with (cloud-init Secret %s): only the same machine, moved or restored together with its bootstrap data Secret, carries on with it; it is left untouched%s",
 			what, o.kind(), secret.Name, whoseObject("VirtualMachine", vm))
+	}
+	if err := m.ownsTenant(ctx, spec, vm); err != nil {
+		return Predecessor{}, err
 	}
 	earlier := Predecessor{UID: old, Cluster: vm.Labels[LabelManagementCluster], Succession: true} // vm becomes the server's answer
 	if err := m.relabelMachine(ctx, spec, vm, old); err != nil {

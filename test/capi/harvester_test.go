@@ -108,7 +108,7 @@ func startSimulatedHarvester(ctx context.Context, t *testing.T) *sim.Harvester {
 // startManagementCluster starts a management cluster on Harvester hv: an API server with the CRDs,
 // the real Cluster API core manager and this provider; namespace ns holds the credentials and a
 // ProviderConfig "harvester" (platform configuration, installed on every management cluster).
-func startManagementCluster(ctx context.Context, t *testing.T, hv *sim.Harvester, moreCRDs []string, providerOpts ...func(*clusterapi.HarvesterMachineReconciler)) *capiWorld {
+func startManagementCluster(ctx context.Context, t *testing.T, hv *sim.Harvester, moreCRDs []string, providerOpts ...providerOption) *capiWorld {
 	t.Helper()
 	assets := requireAssets(t)
 	env := &envtest.Environment{ErrorIfCRDPathMissing: true, CRDDirectoryPaths: append([]string{
@@ -566,7 +566,7 @@ func containsAll(s string, subs []string) bool {
 // makes it long enough for the new one to reach a running cloud provider.
 var guestTokenOverlap = 2 * time.Second
 
-func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *k8sruntime.Scheme, opts ...func(*clusterapi.HarvesterMachineReconciler)) (stop func()) {
+func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *k8sruntime.Scheme, opts ...providerOption) (stop func()) {
 	t.Helper()
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		Client:     client.Options{Cache: &client.CacheOptions{Unstructured: true}}, // as cmd/manager
@@ -584,12 +584,13 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 	}
 	hmr := &clusterapi.HarvesterMachineReconciler{Client: mgr.GetClient(), LiveReader: mgr.GetAPIReader(), Harvester: clusters, HarvesterEvents: events, Recorder: recorder, Preflight: pcr,
 		PollInterval: 2 * time.Second, StartLimits: harvester.StartLimits{IPReport: time.Minute}}
+	hcr := &clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr,
+		Harvester: clusters, LiveReader: mgr.GetAPIReader(), GuestRecheckInterval: 2 * time.Second, GuestTokenOverlap: guestTokenOverlap,
+		OwnershipLease: ownershipLease}
 	for _, o := range opts {
-		o(hmr)
+		o(hmr, hcr)
 	}
-	on, err := clusterapi.SetupClusterAPI(ctx, mgr, mgr.GetLogger(), hmr,
-		&clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr,
-			Harvester: clusters, LiveReader: mgr.GetAPIReader(), GuestRecheckInterval: 2 * time.Second, GuestTokenOverlap: guestTokenOverlap})
+	on, err := clusterapi.SetupClusterAPI(ctx, mgr, mgr.GetLogger(), hmr, hcr)
 	if err != nil || !on {
 		t.Fatalf("Cluster API controllers on: %v, error %v", on, err)
 	}
@@ -605,6 +606,27 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 	t.Cleanup(stop)
 	return stop
 }
+
+// ownershipLease is the tenant clusters' ownership Lease duration in the tests: a hand-over waits
+// for it.
+const ownershipLease = 20 * time.Second
+
+// providerOption changes the provider a test runs on a management cluster.
+type providerOption func(*clusterapi.HarvesterMachineReconciler, *clusterapi.HarvesterClusterReconciler)
+
+// clockOff runs the provider's ownership Leases on a clock d away from the machine's, as another
+// management cluster's clock may be.
+func clockOff(d time.Duration) providerOption {
+	return func(_ *clusterapi.HarvesterMachineReconciler, hcr *clusterapi.HarvesterClusterReconciler) {
+		hcr.Clock = offsetClock(d)
+	}
+}
+
+// offsetClock is the real clock, d away.
+type offsetClock time.Duration
+
+func (c offsetClock) Now() time.Time                  { return time.Now().Add(time.Duration(c)) }
+func (c offsetClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
 func findCondition(conditions []metav1.Condition, t string) *metav1.Condition {
 	for i := range conditions {

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -274,147 +277,158 @@ func randomBootstrapData(t *testing.T) string {
 	return "#cloud-config\n# join token " + hex.EncodeToString(b) + "\n"
 }
 
-// TestClusterAPIMove moves a running tenant cluster (a control plane Machine and a MachineDeployment
-// of 1, their Nodes played on a tenant API server) from one management cluster to another with the
-// real `clusterctl move`, each with the real Cluster API core manager and this provider, on one
-// simulated Harvester. On the target every Machine is Running again with the same providerID, its
-// VM labelled for the new HarvesterMachine and management cluster, and no VM was created or
-// deleted on Harvester during or after the move; the MachineDeployment scales to 2 and back to 1
-// on the target, and deleting the Cluster there leaves Harvester empty.
-func TestClusterAPIMove(t *testing.T) { testMove(t, false) }
+// moveScene is a running tenant cluster (a control plane Machine and a MachineDeployment of 1,
+// their Nodes played on a tenant API server) on a source management cluster, ready to move to a
+// target one, each with the real Cluster API core manager and this provider, on one simulated
+// Harvester, and both told to clusterctl as `clusterctl init` leaves them.
+type moveScene struct {
+	hv                           *sim.Harvester
+	src, dst                     *capiWorld
+	assets, config               string
+	srcKubeconfig, dstKubeconfig string
+	tenantAPI                    *testbed.Tenant
+	cloudProvider                *testbed.CloudProvider
+	tc                           testbed.TenantCluster
+	md                           *unstructured.Unstructured
+	before                       map[string]string
+	vms                          *vmWatch
+	srcOptions, dstOptions       []providerOption
+}
 
-// TestClusterAPIMoveThroughADirectory is TestClusterAPIMove through a backup: `clusterctl move
-// --to-directory` from the first management cluster (which keeps its objects: clusterctl pauses
-// the Cluster while it writes the files and resumes it) and `--from-directory` into the second.
-// Then both copies run: the newer takes the VMs, the source learns at once that it lost them and
-// never takes them back, and deleting one of its HarvesterMachines deletes nothing on Harvester.
-func TestClusterAPIMoveThroughADirectory(t *testing.T) { testMove(t, true) }
+// newMoveScene starts it; the target's provider runs with dstOptions.
+func newMoveScene(ctx context.Context, t *testing.T, dstOptions ...providerOption) *moveScene {
+	t.Helper()
+	m := &moveScene{assets: requireAssets(t), dstOptions: dstOptions}
+	m.hv = startSimulatedHarvester(ctx, t)
+	m.src = startManagementCluster(ctx, t, m.hv, nil)
+	m.dst = startManagementCluster(ctx, t, m.hv, nil, dstOptions...)
+	m.config = emptyClusterctlConfig(t)
+	m.srcKubeconfig, m.dstKubeconfig = m.src.kubeconfigFile(), m.dst.kubeconfigFile()
+	m.src.initLikeClusterctl(m.assets, m.config, m.srcKubeconfig)
+	m.dst.initLikeClusterctl(m.assets, m.config, m.dstKubeconfig)
 
-func testMove(t *testing.T, throughDirectory bool) {
-	assets := requireAssets(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Minute)
-	t.Cleanup(cancel)
-	hv := startSimulatedHarvester(ctx, t)
-	src := startManagementCluster(ctx, t, hv, nil)
-	dst := startManagementCluster(ctx, t, hv, nil)
-	config := emptyClusterctlConfig(t)
-	srcKubeconfig, dstKubeconfig := src.kubeconfigFile(), dst.kubeconfigFile()
-	src.initLikeClusterctl(assets, config, srcKubeconfig)
-	dst.initLikeClusterctl(assets, config, dstKubeconfig)
-
-	tenantAPI, err := testbed.StartTenant(ctx, src.c, ns, tenant.Name)
+	tenantAPI, err := testbed.StartTenant(ctx, m.src.c, ns, tenant.Name)
 	t.Cleanup(func() { _ = tenantAPI.Stop() })
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubelets, err := testbed.PlayKubelets(ctx, hv.Config, "vms", tenantAPI)
+	m.tenantAPI = tenantAPI
+	kubelets, err := testbed.PlayKubelets(ctx, m.hv.Config, "vms", tenantAPI)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(kubelets.Stop)
 	// Harvester's cloud provider runs in the tenant from the credentials the management cluster
 	// that holds the Cluster delivered: the source's before the move, the target's after.
-	cloudProvider := testbed.PlayCloudProvider(ctx, src.c, ns, tenant.Name, tenantAPI)
-	t.Cleanup(func() { cloudProvider.Stop() })
+	m.cloudProvider = testbed.PlayCloudProvider(ctx, m.src.c, ns, tenant.Name, tenantAPI)
+	t.Cleanup(func() { m.cloudProvider.Stop() })
 
-	tc := tenant
-	tc.BootstrapData = randomBootstrapData(t)
-	src.must(testbed.CreateAll(ctx, src.c, tc.ClusterObjects()...))
-	cluster := tc.Cluster()
+	m.tc = tenant
+	m.tc.BootstrapData = randomBootstrapData(t)
+	m.src.must(testbed.CreateAll(ctx, m.src.c, m.tc.ClusterObjects()...))
+	cluster := m.tc.Cluster()
 	// The bootstrap data Secret belongs to the cluster, as a bootstrap provider's Secret belongs
 	// to its config (an ownerReference): clusterctl moves it with the cluster, unchanged.
-	src.must(src.c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster))
+	m.src.must(m.src.c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster))
 	ownedByCluster := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":%q,"kind":"Cluster","name":%q,"uid":%q}]}}`,
 		testbed.ClusterGVK.GroupVersion().String(), cluster.GetName(), cluster.GetUID())
-	src.must(src.c.Patch(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tc.BootstrapSecretName()}}, client.RawPatch(types.MergePatchType, []byte(ownedByCluster))))
-	cpInfra, cp := tc.ControlPlaneMachine("tenant-cp-0")
-	template, md := tc.MachineDeployment("tenant-md-0", 1)
-	src.must(testbed.CreateAll(ctx, src.c, cpInfra, cp, template, md))
-	before := src.machinesRunning(2)
-	src.controlPlaneInitialized(cluster)
-	vms := watchVMs(ctx, t, hv)
+	m.src.must(m.src.c.Patch(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: m.tc.BootstrapSecretName()}}, client.RawPatch(types.MergePatchType, []byte(ownedByCluster))))
+	cpInfra, cp := m.tc.ControlPlaneMachine("tenant-cp-0")
+	template, md := m.tc.MachineDeployment("tenant-md-0", 1)
+	m.md = md
+	m.src.must(testbed.CreateAll(ctx, m.src.c, cpInfra, cp, template, m.md))
+	m.before = m.src.machinesRunning(2)
+	m.src.controlPlaneInitialized(cluster)
+	m.vms = watchVMs(ctx, t, m.hv)
+	return m
+}
 
-	start := time.Now()
-	if throughDirectory {
-		dir := t.TempDir()
-		runClusterctl(ctx, t, assets, config, nil, "move", "--kubeconfig", srcKubeconfig, "--namespace", ns, "--to-directory", dir)
-		runClusterctl(ctx, t, assets, config, nil, "move", "--from-directory", dir, "--to-kubeconfig", dstKubeconfig)
-	} else {
-		out := runClusterctl(ctx, t, assets, config, nil, "move", "--kubeconfig", srcKubeconfig, "--to-kubeconfig", dstKubeconfig, "--namespace", ns, "-v", "3")
-		t.Logf("clusterctl move:\n%s", out)
-	}
-	t.Logf("clusterctl moved the tenant cluster in %s", time.Since(start).Round(time.Millisecond))
-	cloudProvider.Stop()
-	cloudProvider = testbed.PlayCloudProvider(ctx, dst.c, ns, tenant.Name, tenantAPI)
+// names are the tenant cluster's Machines, sorted.
+func (m *moveScene) names() []string {
+	return slices.Sorted(maps.Keys(m.before))
+}
 
-	after := dst.machinesRunning(2)
+// carriedOn checks that the target runs every Machine the source ran, with the same providerID,
+// its VM labelled for the target's HarvesterMachine and management cluster, each taken over with
+// an event that says why, and its status rebuilt from Harvester.
+func (m *moveScene) carriedOn(ctx context.Context, t *testing.T, start time.Time) {
+	t.Helper()
+	m.cloudProvider.Stop()
+	m.cloudProvider = testbed.PlayCloudProvider(ctx, m.dst.c, ns, tenant.Name, m.tenantAPI)
+	after := m.dst.machinesRunning(len(m.before))
 	t.Logf("every Machine Running on the target %s after the move started", time.Since(start).Round(time.Millisecond))
-	for name, id := range before {
+	for name, id := range m.before {
 		if after[name] != id {
 			t.Fatalf("after the move Machine %s has providerID %q, had %q", name, after[name], id)
 		}
 	}
-	names := slices.Sorted(func(yield func(string) bool) {
-		for name := range after {
-			if !yield(name) {
-				return
-			}
-		}
-	})
-	dst.requireVMsOwnedBy(names...)
-	dst.requireTakenOverEvents(src.managementClusterID(), names...)
-	// A status lost with the move is rebuilt from Harvester.
-	for _, name := range names {
+	m.dst.requireVMsOwnedBy(m.names()...)
+	m.dst.requireTakenOverEvents(m.src.managementClusterID(), m.names()...)
+	for _, name := range m.names() {
 		hm := &infrav1.HarvesterMachine{}
-		dst.must(dst.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, hm))
+		m.dst.must(m.dst.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, hm))
 		if len(hm.Status.Addresses) == 0 || hm.Status.Initialization.Provisioned == nil || !*hm.Status.Initialization.Provisioned {
 			t.Fatalf("HarvesterMachine %s status after the move: %+v", name, hm.Status)
 		}
 	}
+	m.dst.requireOwner(m.dst.managementClusterID())
+}
+
+// waitOwned waits for the HarvesterCluster's Owned condition to say reason and mentions.
+func (w *capiWorld) waitOwned(reason string, mentions ...string) *metav1.Condition {
+	w.t.Helper()
+	hc := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tenant.Name}}
+	return w.waitCondition(hc, func() []metav1.Condition { return hc.Status.Conditions }, infrav1.ConditionOwned, reason, mentions...)
+}
+
+// requireOwner checks that the tenant cluster's ownership Lease on Harvester names holder.
+func (w *capiWorld) requireOwner(holder string) {
+	w.t.Helper()
+	lease := &coordinationv1.Lease{}
+	w.must(w.hv.Client.Get(w.ctx, client.ObjectKey{Namespace: "vms", Name: harvester.OwnershipLeaseName(types.NamespacedName{Namespace: ns, Name: tenant.Name})}, lease))
+	if got := ptr.Deref(lease.Spec.HolderIdentity, ""); got != holder {
+		w.t.Fatalf("the tenant cluster's ownership Lease is held by %q, want %q", got, holder)
+	}
+}
+
+// TestClusterAPIMove moves a running tenant cluster from one management cluster to another with the
+// real `clusterctl move`, the target's clock ten minutes ahead of the source's. The source
+// releases the cluster's ownership when clusterctl pauses it, and the target takes it when it
+// resumes its copy: every Machine is Running again with the same providerID, its VM labelled for
+// the new HarvesterMachine and management cluster, and no VM was created or deleted on Harvester
+// during or after the move; the MachineDeployment scales to 2 and back to 1 on the target, and
+// deleting the Cluster there leaves Harvester empty.
+func TestClusterAPIMove(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Minute)
+	t.Cleanup(cancel)
+	m := newMoveScene(ctx, t, clockOff(10*time.Minute))
+	start := time.Now()
+	out := runClusterctl(ctx, t, m.assets, m.config, nil, "move", "--kubeconfig", m.srcKubeconfig, "--to-kubeconfig", m.dstKubeconfig, "--namespace", ns, "-v", "3")
+	t.Logf("clusterctl move:\n%s", out)
+	t.Logf("clusterctl moved the tenant cluster in %s", time.Since(start).Round(time.Millisecond))
+	m.carriedOn(ctx, t, start)
+	m.dst.waitOwned(infrav1.ReasonOwnershipTakenOver, "took Cluster tenant's machines over from management cluster "+m.src.managementClusterID(), "released it")
 	// Some time on the target: nothing is created or deleted by itself.
 	time.Sleep(3 * time.Second)
-	vms.requireNone(t, "during and after the move")
-
-	if throughDirectory {
-		// Both copies run (clusterctl resumed the source after the backup; resuming it again
-		// changes nothing): the source's HarvesterMachines, older than the target's, never take
-		// their VMs back, and say why.
-		srcCluster := tc.Cluster()
-		src.must(src.c.Patch(ctx, srcCluster, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":false}}`))))
-		src.readyCondition("tenant-cp-0", v1alpha1.ReasonNameConflict, "the VM stays with the newer")
-		t.Logf("the resumed source says its VM stays with the newer copy, %s after the move started", time.Since(start).Round(time.Millisecond))
-		dst.requireVMsOwnedBy(names...)
-		// Deleting one of the source's HarvesterMachines deletes nothing on Harvester.
-		src.must(src.c.Delete(ctx, &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-cp-0"}}))
-		waitFor(ctx, t, src.capi, "the source's deleted HarvesterMachine to go", func() error {
-			err := src.c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "tenant-cp-0"}, &infrav1.HarvesterMachine{})
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return fmt.Errorf("still there (%w)", err)
-		})
-		t.Logf("the source's HarvesterMachine deleted, %s after the move started", time.Since(start).Round(time.Millisecond))
-		// Pause the source again: its Cluster API would otherwise replace what it lost.
-		src.must(src.c.Patch(ctx, srcCluster, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":true}}`))))
-		time.Sleep(2 * time.Second)
-		dst.requireVMsOwnedBy(names...)
-		vms.requireNone(t, "with both halves of the move resumed")
-		dst.machinesRunning(2)
-	}
+	m.vms.requireNone(t, "during and after the move")
 
 	// The target scales the MachineDeployment up and down.
-	dstMD := md.DeepCopy()
-	dst.must(dst.c.Patch(ctx, dstMD, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":2}}`))))
-	dst.machinesRunning(3)
+	dstMD := m.md.DeepCopy()
+	m.dst.must(m.dst.c.Patch(ctx, dstMD, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":2}}`))))
+	m.dst.machinesRunning(3)
 	t.Logf("scaled up on the target, %s after the move started", time.Since(start).Round(time.Millisecond))
-	dst.must(dst.c.Patch(ctx, dstMD, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":1}}`))))
-	dst.machinesRunning(2)
+	m.dst.must(m.dst.c.Patch(ctx, dstMD, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"replicas":1}}`))))
+	m.dst.machinesRunning(2)
 	t.Logf("scaled down on the target, %s after the move started", time.Since(start).Round(time.Millisecond))
 
-	// Deleting the Cluster on the target empties Harvester.
-	dst.must(dst.c.Delete(ctx, tc.Cluster()))
-	waitFor(ctx, t, dst.capi, "the Cluster and everything on Harvester to go", func() error {
-		return dst.clusterAndMachinesGone(tc.Cluster())
+	// Deleting the Cluster on the target empties Harvester, its ownership Lease included.
+	m.dst.must(m.dst.c.Delete(ctx, m.tc.Cluster()))
+	waitFor(ctx, t, m.dst.capi, "the Cluster and everything on Harvester to go", func() error {
+		return m.dst.clusterAndMachinesGone(m.tc.Cluster())
+	})
+	waitFor(ctx, t, m.dst.capi, "the ownership Lease to go", func() error {
+		return goneFrom(ctx, m.hv.Client, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "vms",
+			Name: harvester.OwnershipLeaseName(types.NamespacedName{Namespace: ns, Name: tenant.Name})}})
 	})
 }
 

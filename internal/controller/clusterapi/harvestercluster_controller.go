@@ -56,7 +56,8 @@ type HarvesterClusterReconciler struct {
 	// manager flag, SkipCleanupFlag). Off: the annotation releases only a deletion that is blocked.
 	SkipCleanupAnytime bool
 	// OwnershipLease is how long a renewal of a tenant cluster's ownership Lease on Harvester
-	// counts (default a minute; harvestercluster_ownership.go); it is renewed every third of it.
+	// counts (default three minutes; harvestercluster_ownership.go); it is renewed every third
+	// of it.
 	OwnershipLease time.Duration
 	// Clock, if set, is the clock ownership Leases are written and judged on.
 	Clock clock.PassiveClock

@@ -30,9 +30,11 @@ import (
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
 
 // defaultOwnershipLease is how long a renewal of a tenant cluster's ownership Lease counts; it
-// is renewed every third of it. It bounds nothing a move waits for (a paused owner releases
-// its Lease): only how long a hand-over waits once the operator asked for it.
-const defaultOwnershipLease = time.Minute
+// is renewed every third of it, a minute, as often as delivered credentials are checked anyway
+// (defaultGuestRecheck): holding it costs one read and one write of Harvester a minute, and no
+// reconcile of its own. It bounds nothing a move waits for (a paused owner releases its Lease):
+// only how long a hand-over waits once the operator asked for it.
+const defaultOwnershipLease = 3 * time.Minute
 
 // ownershipRetry: the Lease could not be read or written, or another holds it.
 const ownershipRetry = 15 * time.Second
@@ -44,7 +46,9 @@ func tenantOf(hc *infrav1.HarvesterCluster, clusterName string) types.Namespaced
 
 // ownershipPhase holds the tenant cluster's ownership Lease. held is false while another
 // management cluster holds it (then err says so, for Ready) or it cannot be read (Owned Unknown,
-// err nil): either way nothing of the cluster's on Harvester is changed. res says when to renew.
+// err nil): either way nothing of the cluster's on Harvester is changed. Provider credentials that
+// may not keep Leases (granted before they existed) hold nothing and change nothing either: the
+// cluster runs on as before, and Owned says what it lacks. res says when to renew.
 func (r *HarvesterClusterReconciler) ownershipPhase(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], clusterName string, t *frontdoor.Target) (held bool, res reconcile.Result, err error) {
 	if r.Harvester == nil {
 		return true, reconcile.Result{}, nil
@@ -60,6 +64,13 @@ func (r *HarvesterClusterReconciler) ownershipPhase(ctx context.Context, s *objs
 	}
 	claim := r.claim(hc, clusterName, t)
 	o, err := leases.ClaimOwnership(ctx, claim)
+	if isPermissionDenied(err) {
+		// Provider credentials from before Leases: the cluster runs on as it did, unguarded, and
+		// the condition says so.
+		s.SetCondition(infrav1.ConditionOwned, metav1.ConditionUnknown, infrav1.ReasonOwnershipUnknown, fmt.Sprintf(
+			"%v. Without its ownership Lease a copy of this cluster restored on another management cluster could take its machines: grant the rule of the current config/harvester/rbac.yaml on Harvester", err))
+		return true, reconcile.Result{RequeueAfter: r.ownershipLease() / 3}, nil
+	}
 	if err != nil {
 		return unknown("the tenant cluster's ownership on Harvester (Lease %s/%s) cannot be claimed: %v", claim.Namespace, harvester.OwnershipLeaseName(claim.Tenant), err)
 	}
@@ -88,17 +99,12 @@ func (r *HarvesterClusterReconciler) claim(hc *infrav1.HarvesterCluster, cluster
 // this copy takes it over when that one is gone for good.
 func (r *HarvesterClusterReconciler) ownedElsewhere(s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], claim harvester.OwnershipClaim, o harvester.Ownership) error {
 	lease := claim.Namespace + "/" + harvester.OwnershipLeaseName(claim.Tenant)
+	pcNamespace, pcName := s.Obj.ProviderConfigKey()
 	msg := fmt.Sprintf("management cluster %s runs Cluster %s's machines (it holds Lease %s on Harvester; seen unrenewed here for %s): this copy takes, changes and deletes nothing of them while it does. "+
 		"If that management cluster is gone for good, hand its clusters over to this one: kubectl annotate providerconfig -n %s %s %s=%s (taken once the Lease has gone unrenewed for %s as this manager sees it)",
-		o.Holder, claim.Tenant, lease, o.Silent.Round(time.Second), s.Obj.Namespace, providerConfigName(s.Obj), v1alpha1.AnnotationHandOverFrom, o.Holder, claim.Duration)
+		o.Holder, claim.Tenant, lease, o.Silent.Round(time.Second), pcNamespace, pcName, v1alpha1.AnnotationHandOverFrom, o.Holder, claim.Duration)
 	s.SetCondition(infrav1.ConditionOwned, metav1.ConditionFalse, infrav1.ReasonOwnedByAnotherManagementCluster, msg)
 	return objstatus.Waiting(infrav1.ReasonOwnedByAnotherManagementCluster, ownershipRetry, "%s", msg)
-}
-
-// providerConfigName names the HarvesterCluster's ProviderConfig in advice.
-func providerConfigName(hc *infrav1.HarvesterCluster) string {
-	_, name := hc.ProviderConfigKey()
-	return name
 }
 
 // tookOver says that the cluster was just taken from another management cluster, and names the
