@@ -90,6 +90,11 @@ type OwnershipClaim struct {
 	Sightings *LeaseSightings
 }
 
+// seconds is the claim's duration as a Lease's leaseDurationSeconds (a day at most).
+func (c OwnershipClaim) seconds() int32 {
+	return int32(min(c.Duration, 24*time.Hour) / time.Second) //nolint:gosec // G115: bounded to a day just above
+}
+
 // Ownership is what ClaimOwnership found, or did.
 type Ownership struct {
 	// Held: this management cluster holds the Lease now.
@@ -196,7 +201,7 @@ func (c *engine) ClaimOwnership(ctx context.Context, claim OwnershipClaim) (Owne
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
 				Labels:      map[string]string{LabelManagedBy: ManagedByValue},
 				Annotations: map[string]string{annotationTenantCluster: claim.Tenant.String()}},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(claim.Holder), LeaseDurationSeconds: ptr.To(int32(claim.Duration / time.Second)),
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(claim.Holder), LeaseDurationSeconds: ptr.To(claim.seconds()),
 				AcquireTime: &now, RenewTime: &now},
 		}
 		if err := c.remote.c.Create(ctx, lease); err != nil {
@@ -217,10 +222,10 @@ func (c *engine) ClaimOwnership(ctx context.Context, claim OwnershipClaim) (Owne
 		return Ownership{}, c.writeLease(ctx, lease, what)
 	case holder == claim.Holder:
 		if renewed := lease.Spec.RenewTime; renewed != nil && now.Sub(renewed.Time) >= 0 && now.Sub(renewed.Time) < claim.Duration/3 &&
-			ptr.Deref(lease.Spec.LeaseDurationSeconds, 0) == int32(claim.Duration/time.Second) {
+			ptr.Deref(lease.Spec.LeaseDurationSeconds, 0) == claim.seconds() {
 			return Ownership{Held: true}, nil
 		}
-		lease.Spec.RenewTime, lease.Spec.LeaseDurationSeconds = &now, ptr.To(int32(claim.Duration/time.Second))
+		lease.Spec.RenewTime, lease.Spec.LeaseDurationSeconds = &now, ptr.To(claim.seconds())
 		return Ownership{Held: true}, c.writeLease(ctx, lease, what)
 	case claim.Release:
 		return Ownership{Holder: holder}, nil
@@ -249,7 +254,7 @@ func (c *engine) ClaimOwnership(ctx context.Context, claim OwnershipClaim) (Owne
 func (c *engine) takeLease(ctx context.Context, lease *coordinationv1.Lease, claim OwnershipClaim, now metav1.MicroTime, what string) error {
 	lease.Spec.HolderIdentity = ptr.To(claim.Holder)
 	lease.Spec.AcquireTime, lease.Spec.RenewTime = &now, &now
-	lease.Spec.LeaseDurationSeconds = ptr.To(int32(claim.Duration / time.Second))
+	lease.Spec.LeaseDurationSeconds = ptr.To(claim.seconds())
 	lease.Spec.LeaseTransitions = ptr.To(ptr.Deref(lease.Spec.LeaseTransitions, 0) + 1)
 	delete(lease.Annotations, annotationReleasedBy)
 	if err := c.writeLease(ctx, lease, what); err != nil {

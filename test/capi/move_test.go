@@ -1,6 +1,7 @@
 package capi
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -292,13 +293,12 @@ type moveScene struct {
 	md                           *unstructured.Unstructured
 	before                       map[string]string
 	vms                          *vmWatch
-	srcOptions, dstOptions       []providerOption
 }
 
 // newMoveScene starts it; the target's provider runs with dstOptions.
 func newMoveScene(ctx context.Context, t *testing.T, dstOptions ...providerOption) *moveScene {
 	t.Helper()
-	m := &moveScene{assets: requireAssets(t), dstOptions: dstOptions}
+	m := &moveScene{assets: requireAssets(t)}
 	m.hv = startSimulatedHarvester(ctx, t)
 	m.src = startManagementCluster(ctx, t, m.hv, nil)
 	m.dst = startManagementCluster(ctx, t, m.hv, nil, dstOptions...)
@@ -402,11 +402,18 @@ func TestClusterAPIMove(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Minute)
 	t.Cleanup(cancel)
 	m := newMoveScene(ctx, t, clockOff(10*time.Minute))
+	delivered := m.src.tenantCredentials()
 	start := time.Now()
 	out := runClusterctl(ctx, t, m.assets, m.config, nil, "move", "--kubeconfig", m.srcKubeconfig, "--to-kubeconfig", m.dstKubeconfig, "--namespace", ns, "-v", "3")
 	t.Logf("clusterctl move:\n%s", out)
 	t.Logf("clusterctl moved the tenant cluster in %s", time.Since(start).Round(time.Millisecond))
 	m.carriedOn(ctx, t, start)
+	// The tenant's credentials passed with the cluster, proven by the moved Secret's live token:
+	// nothing was re-issued.
+	if now := m.dst.tenantCredentials(); !bytes.Equal(tokenOf(t, now), tokenOf(t, delivered)) {
+		t.Fatal("the move re-issued the tenant's credentials")
+	}
+	m.dst.must(whoAmI(ctx, delivered))
 	m.dst.waitOwned(infrav1.ReasonOwnershipTakenOver, "took Cluster tenant's machines over from management cluster "+m.src.managementClusterID(), "released it")
 	// Some time on the target: nothing is created or deleted by itself.
 	time.Sleep(3 * time.Second)
@@ -474,6 +481,9 @@ func TestClusterAPIMoveForgeryTakesNothing(t *testing.T) {
 	}
 	forger := tc
 	forger.BootstrapData = randomBootstrapData(t) // its own: it cannot read the victim's
+	// A cluster of its own: one of the victim's name on another management cluster is stopped
+	// before its machines are looked at, by the victim's ownership Lease (the restore test).
+	forger.Name = "forger"
 
 	// Another management cluster, the same namespace and name, the hand-over annotation.
 	other.must(testbed.CreateAll(ctx, other.c, forger.ClusterObjects()...))

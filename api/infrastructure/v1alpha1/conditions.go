@@ -67,7 +67,8 @@ const (
 	ReasonOwnershipReleased = "OwnershipReleased"
 	// ReasonOwnershipUnknown (Unknown): the Lease cannot be read or written (Harvester cannot be
 	// reached, the credentials lack leases in the namespace, or this management cluster's
-	// identity is unknown); the message says which.
+	// identity is unknown); the message says which. Where Harvester refused it (credentials
+	// granted before Leases), the cluster runs on as before, unguarded, until the rule is granted.
 	ReasonOwnershipUnknown = "OwnershipUnknown"
 )
 

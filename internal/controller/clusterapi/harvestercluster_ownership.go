@@ -212,7 +212,7 @@ func (r *HarvesterClusterReconciler) dropOwnership(ctx context.Context, hc *infr
 func (r *HarvesterClusterReconciler) ownershipLeases(ctx context.Context, t *frontdoor.Target) (harvester.OwnershipLeases, error) {
 	engine, err := r.Harvester.ClusterFor(ctx, t.Credentials)
 	if err != nil {
-		return nil, fmt.Errorf("Harvester cannot be reached with ProviderConfig %s's credentials: %w", t.Ref, err)
+		return nil, fmt.Errorf("the Harvester cluster of ProviderConfig %s cannot be reached with its credentials: %w", t.Ref, err)
 	}
 	leases, ok := engine.(harvester.OwnershipLeases)
 	if !ok {

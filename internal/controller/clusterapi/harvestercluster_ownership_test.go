@@ -15,7 +15,7 @@ func TestHandOverFrom(t *testing.T) {
 	for value, want := range map[string][]string{
 		"":                   nil,
 		"a":                  {"a"},
-		" a , ,b,":           {"a", "b"},
+		"a, ,b,":             {"a", "b"},
 		"5d857bfe-f169-432a": {"5d857bfe-f169-432a"},
 	} {
 		pc := &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{v1alpha1.AnnotationHandOverFrom: value}}}
