@@ -142,18 +142,18 @@ test-e2e: ## The end-to-end scenarios (E2E_TESTS): two management clusters with 
 .PHONY: demo
 demo: ## Run the provider end to end on a simulated Harvester (no cluster needed). DEMO_FLAGS=--keep to explore.
 	@$(CONTROLPLANE_ASSETS) && \
-		KUBEBUILDER_ASSETS=$$assets $(GO) run ./hack/demo $(DEMO_FLAGS)
+		KUBEBUILDER_ASSETS=$$assets $(GO) run ./test/demo $(DEMO_FLAGS)
 
 .PHONY: demo-capi
 demo-capi: ## The Cluster API door end to end on a simulated Harvester: the real Cluster API core manager and clusterctl (built once by hack/tools/capi.sh), a tenant cluster of the hosted flavour. DEMO_FLAGS=--keep to explore.
 	@$(CONTROLPLANE_ASSETS) && $(CAPI_BUILT) && \
-		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) run ./hack/demo --capi $(DEMO_FLAGS)
+		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) run ./test/demo --capi $(DEMO_FLAGS)
 
 N ?= 100
 .PHONY: bench
 bench: ## Benchmark N machines end to end, as MachineRequests and as a Cluster API MachineDeployment (default 100; N=1000 documented), and add the table to .bench/report.md (git ignores it; BENCH_FLAGS=-report=PATH for another file).
 	@$(CONTROLPLANE_ASSETS) && $(CAPI_BUILT) && \
-		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) run ./hack/bench -n $(N) $(BENCH_FLAGS)
+		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) run ./test/bench -n $(N) $(BENCH_FLAGS)
 	@echo "Go benchmarks of the object builders, IP selection and decoding a VM watch event:"
 	$(GO) test -run '^$$' -bench . -benchmem ./internal/harvester/
 
@@ -165,7 +165,7 @@ PUBLISHED_COMMIT ?= fabb05a3b7f4ddd2bfd1905d524acb40862241d5
 bench-published: ## Optional, not in make bench or CI: the published provider (built from its source at PUBLISHED_COMMIT) side by side with this one, N MachineRequests (the first three runs: it has no Cluster API) on a Harvester v1.7 simulator and Butler's CRDs; adds one table with both to .bench/report.md.
 	@$(CONTROLPLANE_ASSETS) && \
 		published=$$(PUBLISHED_COMMIT=$(PUBLISHED_COMMIT) bash hack/tools/published-provider.sh) && \
-		KUBEBUILDER_ASSETS=$$assets $(GO) run ./hack/bench -n $(N) -runs=3 -schema=butler-api-v0.13.0 -legacy-image-storage-class-names \
+		KUBEBUILDER_ASSETS=$$assets $(GO) run ./test/bench -n $(N) -runs=3 -schema=butler-api-v0.13.0 -legacy-image-storage-class-names \
 			-published-manager=$$published -published-commit=$(PUBLISHED_COMMIT) $(BENCH_FLAGS)
 
 .PHONY: test-chaos

@@ -274,7 +274,7 @@ func bootstrapData(kc *unstructured.Unstructured, endpoint string) ([]byte, erro
 	if err != nil {
 		return nil, err
 	}
-	header := fmt.Sprintf("## template: jinja\n#cloud-config\n# Bootstrap data of KubeadmConfig %s/%s, played by hack/demo (make demo-capi) as Cluster API's kubeadm\n# bootstrap provider would write it, but with no bootstrap token (none is issued: no kubeadm runs in the demo).\n",
+	header := fmt.Sprintf("## template: jinja\n#cloud-config\n# Bootstrap data of KubeadmConfig %s/%s, played by test/demo (make demo-capi) as Cluster API's kubeadm\n# bootstrap provider would write it, but with no bootstrap token (none is issued: no kubeadm runs in the demo).\n",
 		kc.GetNamespace(), kc.GetName())
 	return append([]byte(header), cloudConfig...), nil
 }
