@@ -1,6 +1,8 @@
 // Package options defines the manager's command-line flags: their names, defaults, help and
 // validation. It is a package of its own so that the tests of the Helm chart and the kustomize
-// manifests can parse the container args they render with the very flag set the binary uses.
+// manifests can parse the container args they render with the very flag set the binary uses. It
+// imports no controller: the controllers take the names of the flags their advice names, and the
+// defaults of the settings flags give them, from here.
 package options
 
 import (
@@ -12,17 +14,51 @@ import (
 	"strings"
 	"time"
 
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/clusterapi"
-
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
 )
 
-// Defaults that are not the controller's own.
+// Flags the controllers name in their messages, where the advice is the platform operator's to
+// follow: the manager's flag to set.
+const (
+	// HandOverFlag names the management clusters whose HarvesterMachines' objects may be handed
+	// over (Options.HandOverFrom, clusterapi.HarvesterMachineReconciler.HandOverFrom).
+	HandOverFlag = "harvestermachine-hand-over-from"
+	// SkipCleanupFlag lets annotation skip-cleanup release a HarvesterCluster or HarvesterMachine
+	// whose objects the provider can delete on Harvester (Options.SkipCleanupAnytime, and the
+	// SkipCleanupAnytime of clusterapi.HarvesterMachineReconciler and HarvesterClusterReconciler).
+	SkipCleanupFlag = "cluster-api-skip-cleanup-anytime"
+)
+
+// Defaults of the controllers' intervals and timeouts that flags set. They are the defaults of
+// the reconcilers too: a reconciler given none (the tests') uses the flag's default.
+const (
+	// DefaultCreatingPollInterval is how often a Creating machine whose objects on Harvester are
+	// not watched is looked at again (--creating-poll-interval).
+	DefaultCreatingPollInterval = 10 * time.Second
+	// DefaultWatchedPollInterval is how often a machine whose objects on Harvester are watched is
+	// looked at again anyway (--watched-poll-interval).
+	DefaultWatchedPollInterval = time.Minute
+	// DefaultHealthCheckInterval is how often a Running machine's VM is checked
+	// (--health-check-interval).
+	DefaultHealthCheckInterval = 5 * time.Minute
+	// DefaultProvisioningTimeout is how long a machine may take to become Running before it is
+	// Failed (--provisioning-timeout).
+	DefaultProvisioningTimeout = 15 * time.Minute
+	// DefaultIPReportTimeout is how long a running VM may go without an IPv4 address before the
+	// diagnosis points at the guest agent and DHCP (--ip-report-timeout).
+	DefaultIPReportTimeout = 3 * time.Minute
+	// DefaultConfigGracePeriod is how long a MachineRequest or ImageSync waits on a problem only
+	// the user can fix before it becomes Failed (--config-grace-period).
+	DefaultConfigGracePeriod = time.Minute
+	// DefaultRecheckInterval is how often a ProviderConfig's checks run again
+	// (--providerconfig-recheck-interval).
+	DefaultRecheckInterval = 5 * time.Minute
+)
+
+// Defaults of the manager's own settings.
 const (
 	DefaultMetricsAddr      = ":8443"
 	DefaultProbeAddr        = ":8081"
@@ -55,10 +91,10 @@ type Options struct {
 	Concurrency             int
 	ClusterAPI              bool
 	// HandOverFrom are the management clusters whose HarvesterMachines' objects may be handed over
-	// (clusterapi.HandOverFlag).
+	// (HandOverFlag).
 	HandOverFrom []string
 	// SkipCleanupAnytime lets annotation skip-cleanup release HarvesterClusters and
-	// HarvesterMachines whose deletion is not blocked (clusterapi.SkipCleanupFlag).
+	// HarvesterMachines whose deletion is not blocked (SkipCleanupFlag).
 	SkipCleanupAnytime  bool
 	CreatingPoll        time.Duration
 	WatchedPoll         time.Duration
@@ -111,7 +147,7 @@ func NewFlagSet(output io.Writer) (*flag.FlagSet, *Options) {
 	})
 	fs.DurationVar(&o.SyncPeriod, "sync-period", DefaultSyncPeriod, "How often every watched object is reconciled again even if nothing changed (a safety net; the provider's own rechecks are shorter).")
 	fs.IntVar(&o.Concurrency, "max-concurrent-reconciles", DefaultConcurrency, "How many MachineRequests are reconciled in parallel.")
-	fs.Func(clusterapi.HandOverFlag, "Comma-separated identities (kube-system namespace UIDs) of management clusters that are gone for good and whose HarvesterMachines' VMs, disks and cloud-init Secrets a HarvesterMachine of the same namespace and name here may take over, when annotated harvester.butler.butlerlabs.dev/hand-over=true; empty (the default): none. The platform operator's decision: a tenant's annotation alone never takes another management cluster's VM.", func(v string) error {
+	fs.Func(HandOverFlag, "Comma-separated identities (kube-system namespace UIDs) of management clusters that are gone for good and whose HarvesterMachines' VMs, disks and cloud-init Secrets a HarvesterMachine of the same namespace and name here may take over, when annotated harvester.butler.butlerlabs.dev/hand-over=true; empty (the default): none. The platform operator's decision: a tenant's annotation alone never takes another management cluster's VM.", func(v string) error {
 		for _, id := range strings.Split(v, ",") {
 			if id = strings.TrimSpace(id); id != "" {
 				o.HandOverFrom = append(o.HandOverFrom, id)
@@ -119,15 +155,15 @@ func NewFlagSet(output io.Writer) (*flag.FlagSet, *Options) {
 		}
 		return nil
 	})
-	fs.BoolVar(&o.SkipCleanupAnytime, clusterapi.SkipCleanupFlag, false, "Let annotation harvester.butler.butlerlabs.dev/skip-cleanup=true release a deleted HarvesterCluster or HarvesterMachine without deleting anything on Harvester even when the provider can delete it there. Off (the default): the annotation releases only a deletion that is blocked (its ProviderConfig, credentials or Harvester gone), so that a tenant who writes those objects cannot leave VMs or Harvester credentials that nothing manages. MachineRequests are not concerned: their annotation always counts.")
+	fs.BoolVar(&o.SkipCleanupAnytime, SkipCleanupFlag, false, "Let annotation harvester.butler.butlerlabs.dev/skip-cleanup=true release a deleted HarvesterCluster or HarvesterMachine without deleting anything on Harvester even when the provider can delete it there. Off (the default): the annotation releases only a deletion that is blocked (its ProviderConfig, credentials or Harvester gone), so that a tenant who writes those objects cannot leave VMs or Harvester credentials that nothing manages. MachineRequests are not concerned: their annotation always counts.")
 	fs.BoolVar(&o.ClusterAPI, "cluster-api", true, "Run the Cluster API infrastructure controllers (HarvesterCluster, HarvesterMachine) when the management cluster serves their CRDs and Cluster API's Cluster and Machine; false: never.")
-	fs.DurationVar(&o.CreatingPoll, "creating-poll-interval", frontdoor.DefaultCreatingPollInterval, "How often a Creating machine is looked at again while waiting for its IP address, when its objects on Harvester are not watched (credentials without list and watch).")
-	fs.DurationVar(&o.WatchedPoll, "watched-poll-interval", frontdoor.DefaultWatchedPollInterval, "How often a Creating or Deleting machine whose objects on Harvester are watched is looked at again anyway: their changes wake it at once, so this only catches an event that was missed. Never shorter than --creating-poll-interval.")
-	fs.DurationVar(&o.HealthInterval, "health-check-interval", frontdoor.DefaultHealthCheckInterval, "How often a Running machine's VM is checked on Harvester.")
-	fs.DurationVar(&o.ProvisioningTimeout, "provisioning-timeout", frontdoor.DefaultProvisioningTimeout, "How long a machine may take to become Running (from its creation or last retry) before it is Failed with reason ProvisioningTimeout and the diagnosis as its message, so that a caller waiting for Running or Failed (the Butler bootstrap) can act; 0 waits for ever. Transient Harvester errors never make a machine Failed by themselves.")
-	fs.DurationVar(&o.ConfigGracePeriod, "config-grace-period", frontdoor.DefaultConfigGracePeriod, "How long a MachineRequest that has no VM yet, or an ImageSync, waits on a problem only you can fix (missing or unusable credentials, a missing setting, missing permissions, a ProviderConfig not shared, no ButlerConfig) before it becomes Failed with that reason, which the Butler bootstrap acts on. It is retried by itself once the problem is fixed.")
-	fs.DurationVar(&o.IPReportTimeout, "ip-report-timeout", frontdoor.DefaultIPReportTimeout, "How long a running VM may go without reporting an IPv4 address before the diagnosis points at the guest agent and DHCP.")
-	fs.DurationVar(&o.RecheckInterval, "providerconfig-recheck-interval", providerconfig.DefaultRecheckInterval, "How often a ProviderConfig's checks (credentials, image, network, storage, permissions) run again; a changed credentials Secret is noticed within 30s.")
+	fs.DurationVar(&o.CreatingPoll, "creating-poll-interval", DefaultCreatingPollInterval, "How often a Creating machine is looked at again while waiting for its IP address, when its objects on Harvester are not watched (credentials without list and watch).")
+	fs.DurationVar(&o.WatchedPoll, "watched-poll-interval", DefaultWatchedPollInterval, "How often a Creating or Deleting machine whose objects on Harvester are watched is looked at again anyway: their changes wake it at once, so this only catches an event that was missed. Never shorter than --creating-poll-interval.")
+	fs.DurationVar(&o.HealthInterval, "health-check-interval", DefaultHealthCheckInterval, "How often a Running machine's VM is checked on Harvester.")
+	fs.DurationVar(&o.ProvisioningTimeout, "provisioning-timeout", DefaultProvisioningTimeout, "How long a machine may take to become Running (from its creation or last retry) before it is Failed with reason ProvisioningTimeout and the diagnosis as its message, so that a caller waiting for Running or Failed (the Butler bootstrap) can act; 0 waits for ever. Transient Harvester errors never make a machine Failed by themselves.")
+	fs.DurationVar(&o.ConfigGracePeriod, "config-grace-period", DefaultConfigGracePeriod, "How long a MachineRequest that has no VM yet, or an ImageSync, waits on a problem only you can fix (missing or unusable credentials, a missing setting, missing permissions, a ProviderConfig not shared, no ButlerConfig) before it becomes Failed with that reason, which the Butler bootstrap acts on. It is retried by itself once the problem is fixed.")
+	fs.DurationVar(&o.IPReportTimeout, "ip-report-timeout", DefaultIPReportTimeout, "How long a running VM may go without reporting an IPv4 address before the diagnosis points at the guest agent and DHCP.")
+	fs.DurationVar(&o.RecheckInterval, "providerconfig-recheck-interval", DefaultRecheckInterval, "How often a ProviderConfig's checks (credentials, image, network, storage, permissions) run again; a changed credentials Secret is noticed within 30s.")
 	fs.Float64Var(&o.HarvesterQPS, "harvester-qps", clustercache.DefaultQPS, "Requests per second to each Harvester cluster.")
 	fs.IntVar(&o.HarvesterBurst, "harvester-burst", clustercache.DefaultBurst, "Request burst to each Harvester cluster.")
 	fs.Float64Var(&o.KubeQPS, "kube-api-qps", DefaultKubeQPS, "Requests per second to the management cluster's API server.")

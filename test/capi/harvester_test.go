@@ -36,6 +36,7 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
 	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
@@ -526,7 +527,7 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 	waitFor(ctx, t, capi, "the Cluster and everything on Harvester to go", func() error {
 		return w.clusterAndMachinesGone(cluster)
 	})
-	w.waitEvent("HarvesterMachine", "tenant-md-0", infrav1.ReasonCleanupNotSkipped, "only when its deletion is blocked", "--"+clusterapi.SkipCleanupFlag)
+	w.waitEvent("HarvesterMachine", "tenant-md-0", infrav1.ReasonCleanupNotSkipped, "only when its deletion is blocked", "--"+options.SkipCleanupFlag)
 	w.waitEvent("HarvesterCluster", tenant.Name, infrav1.ReasonCleanupNotSkipped, "the tenant cluster's Harvester credentials")
 }
 

@@ -32,8 +32,8 @@ import (
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/clusterapi"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
 	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
@@ -490,7 +490,7 @@ func TestClusterAPIMoveForgeryTakesNothing(t *testing.T) {
 	hm1, m1 := forger.Machine("tenant-md-0", "")
 	forge(hm1, false, map[string]string{v1alpha1.AnnotationHandOver: "true"})
 	other.must(testbed.CreateAll(ctx, other.c, hm1, m1))
-	other.readyCondition("tenant-md-0", v1alpha1.ReasonNameConflict, "another management cluster", "--"+clusterapi.HandOverFlag, "kube-system")
+	other.readyCondition("tenant-md-0", v1alpha1.ReasonNameConflict, "another management cluster", "--"+options.HandOverFlag, "kube-system")
 
 	// Another namespace of the same management cluster, with the providerID and the victim's own
 	// bootstrap data (the namespace alone stops it).

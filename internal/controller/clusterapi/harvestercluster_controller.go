@@ -53,7 +53,8 @@ type HarvesterClusterReconciler struct {
 	GuestTokenOverlap time.Duration
 	// SkipCleanupAnytime lets annotation skip-cleanup release a HarvesterCluster whose
 	// credentials the provider can delete on Harvester: the platform operator's decision (a
-	// manager flag, SkipCleanupFlag). Off: the annotation releases only a deletion that is blocked.
+	// manager flag, options.SkipCleanupFlag). Off: the annotation releases only a deletion that
+	// is blocked.
 	SkipCleanupAnytime bool
 	// OwnershipLease is how long a renewal of a tenant cluster's ownership Lease on Harvester
 	// counts (default three minutes; harvestercluster_ownership.go); it is renewed every third

@@ -31,6 +31,7 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
 )
 
 // HarvesterMachineReconciler is the Cluster API front door's machine reconciler: it gives each
@@ -72,7 +73,7 @@ type HarvesterMachineReconciler struct {
 	HandOverFrom []string
 	// SkipCleanupAnytime lets annotation skip-cleanup release a HarvesterMachine whose machine
 	// the provider can delete on Harvester: the platform operator's decision (a manager flag,
-	// SkipCleanupFlag). Off: the annotation releases only a deletion that is blocked.
+	// options.SkipCleanupFlag). Off: the annotation releases only a deletion that is blocked.
 	SkipCleanupAnytime bool
 
 	// DeletionReportDelay is how long a deletion may wait for the same thing on Harvester, on
@@ -630,13 +631,13 @@ func (r *HarvesterMachineReconciler) harvesterMachines(ctx context.Context, name
 // SetupWithManager registers the reconciler and its watches.
 func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
 	if r.PollInterval <= 0 {
-		r.PollInterval = frontdoor.DefaultCreatingPollInterval
+		r.PollInterval = options.DefaultCreatingPollInterval
 	}
 	if r.WatchedPollInterval <= 0 {
-		r.WatchedPollInterval = frontdoor.DefaultWatchedPollInterval
+		r.WatchedPollInterval = options.DefaultWatchedPollInterval
 	}
 	if r.HealthCheckInterval <= 0 {
-		r.HealthCheckInterval = frontdoor.DefaultHealthCheckInterval
+		r.HealthCheckInterval = options.DefaultHealthCheckInterval
 	}
 	if r.DeletionReportDelay <= 0 {
 		r.DeletionReportDelay = frontdoor.DefaultDeletionReportDelay
@@ -645,7 +646,7 @@ func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 		r.StartLimits.StartGrace = frontdoor.DefaultStartGracePeriod
 	}
 	if r.StartLimits.IPReport <= 0 {
-		r.StartLimits.IPReport = frontdoor.DefaultIPReportTimeout
+		r.StartLimits.IPReport = options.DefaultIPReportTimeout
 	}
 	r.managementCluster = frontdoor.IdentifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &infrav1.HarvesterMachine{}, harvesterMachinesByMachine, machineOwnerOf); err != nil {

@@ -13,10 +13,6 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
-// HandOverFlag is the manager flag that names the management clusters whose HarvesterMachines'
-// objects may be handed over (HarvesterMachineReconciler.HandOverFrom).
-const HandOverFlag = "harvestermachine-hand-over-from"
-
 // harvesterMachineOwner is the owner of a HarvesterMachine's objects on Harvester. A
 // HarvesterMachine may be a re-creation of an earlier one (clusterctl move, a restore from
 // `clusterctl move --to-directory`): it carries on with the machine it proves to be (see
@@ -31,7 +27,7 @@ func harvesterMachineOwner(hm *infrav1.HarvesterMachine, managementCluster strin
 // withHandOver lets the owner take over the objects another management cluster made for a
 // HarvesterMachine of the same namespace and name when the HarvesterMachine asks for it (the
 // hand-over annotation) and the platform operator allowed that management cluster's (the
-// manager's HandOverFlag, in from). A tenant who can annotate a
+// manager's options.HandOverFlag, in from). A tenant who can annotate a
 // HarvesterMachine cannot do it alone: the annotation on its own is refused, with a message
 // that says who must allow it.
 func withHandOver(o harvester.Owner, hm *infrav1.HarvesterMachine, from []string) harvester.Owner {

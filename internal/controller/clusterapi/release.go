@@ -8,12 +8,8 @@ import (
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
 )
-
-// SkipCleanupFlag is the manager flag that lets annotation skip-cleanup release a HarvesterCluster
-// or HarvesterMachine whose objects the provider can delete on Harvester
-// (HarvesterMachineReconciler.SkipCleanupAnytime, HarvesterClusterReconciler.SkipCleanupAnytime).
-const SkipCleanupFlag = "cluster-api-skip-cleanup-anytime"
 
 // A tenant writes its HarvesterClusters and HarvesterMachines, annotations included. Were
 // skip-cleanup enough to release them, a tenant could leave VMs running, and Harvester
@@ -22,8 +18,8 @@ const SkipCleanupFlag = "cluster-api-skip-cleanup-anytime"
 // Harvester is gone: its ProviderConfig, the credentials, the Harvester namespace or cluster),
 // which is what the annotation is for, and the record of where the machine lives is intact; else
 // the provider deletes what the object made, and says that the annotation was not needed. The
-// platform operator may let the annotation count at any time (SkipCleanupFlag). MachineRequests
-// are the platform's: their annotation always counts.
+// platform operator may let the annotation count at any time (options.SkipCleanupFlag).
+// MachineRequests are the platform's: their annotation always counts.
 
 // releaseAsked reports whether the object carries annotation skip-cleanup=true.
 func releaseAsked(o metav1.Object) bool {
@@ -56,5 +52,5 @@ func placementReadable(hm *infrav1.HarvesterMachine) bool {
 func releaseNotNeeded(what string) string {
 	return fmt.Sprintf("Deleted %s on Harvester although annotation %s=true asks to keep them: the annotation releases an object only when its deletion is blocked "+
 		"(its ProviderConfig, credentials or Harvester gone); the platform operator may let it count at any time (manager flag --%s)",
-		what, v1alpha1.AnnotationSkipHarvesterCleanup, SkipCleanupFlag)
+		what, v1alpha1.AnnotationSkipHarvesterCleanup, options.SkipCleanupFlag)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
 )
 
 // Annotation skip-cleanup releases a HarvesterMachine only when its deletion is blocked and its
@@ -38,7 +39,7 @@ func TestSkipCleanupCountsOnlyForABlockedDeletion(t *testing.T) {
 			}
 		})
 	}
-	if msg := releaseNotNeeded("the VM"); !strings.Contains(msg, "--"+SkipCleanupFlag) || !strings.Contains(msg, v1alpha1.AnnotationSkipHarvesterCleanup) {
+	if msg := releaseNotNeeded("the VM"); !strings.Contains(msg, "--"+options.SkipCleanupFlag) || !strings.Contains(msg, v1alpha1.AnnotationSkipHarvesterCleanup) {
 		t.Fatalf("the message of a release not needed names neither the annotation nor the flag: %q", msg)
 	}
 }

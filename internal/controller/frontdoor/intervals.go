@@ -2,20 +2,12 @@ package frontdoor
 
 import "time"
 
-// DefaultConfigGracePeriod is how long a MachineRequest or ImageSync waits on a problem only the
-// user can fix before it becomes Failed.
-const DefaultConfigGracePeriod = time.Minute
-
-// Defaults of the reconciler's intervals.
+// Defaults of the reconcilers' intervals that no flag sets; those a flag sets are in
+// internal/options, with the flag.
 const (
-	DefaultCreatingPollInterval = 10 * time.Second
-	DefaultHealthCheckInterval  = 5 * time.Minute
 	DefaultDeletionPollInterval = 5 * time.Second
-	DefaultProvisioningTimeout  = 15 * time.Minute
-	DefaultIPReportTimeout      = 3 * time.Minute
 	DefaultStartGracePeriod     = 5 * time.Minute
 	DefaultDeletionReportDelay  = 30 * time.Second
-	DefaultWatchedPollInterval  = time.Minute
 )
 
 // PollInterval is how soon to look again at a machine that waits on Harvester: every

@@ -32,6 +32,7 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/imagefactory"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
 )
 
 // imageSafetyPoll looks again at an image being downloaded when no informer reports its changes
@@ -339,7 +340,7 @@ var imageSyncStatus = objstatus.Kind[*v1alpha1.ImageSync, v1alpha1.ImageSyncStat
 func (r *Reconciler) newScope(is *v1alpha1.ImageSync) *imageSyncScope {
 	grace := r.ConfigGracePeriod
 	if grace <= 0 {
-		grace = frontdoor.DefaultConfigGracePeriod
+		grace = options.DefaultConfigGracePeriod
 	}
 	return &imageSyncScope{is: is, Scope: objstatus.New(is, imageSyncStatus, objstatus.Policy{
 		Action:           "Sync",

@@ -25,6 +25,7 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
 )
 
 // Reconciler provisions a VM on Harvester for each MachineRequest whose
@@ -75,7 +76,7 @@ type Reconciler struct {
 	// at once.
 	StartGracePeriod time.Duration
 	// ConfigGracePeriod is how long a machine without a VM waits on a problem only the user can
-	// fix before it becomes Failed with that reason (default DefaultConfigGracePeriod).
+	// fix before it becomes Failed with that reason (default options.DefaultConfigGracePeriod).
 	ConfigGracePeriod time.Duration
 	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
 	MaxConcurrentReconciles int
@@ -196,22 +197,22 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 
 func (r *Reconciler) applyDefaults() {
 	if r.CreatingPollInterval <= 0 {
-		r.CreatingPollInterval = frontdoor.DefaultCreatingPollInterval
+		r.CreatingPollInterval = options.DefaultCreatingPollInterval
 	}
 	if r.HealthCheckInterval <= 0 {
-		r.HealthCheckInterval = frontdoor.DefaultHealthCheckInterval
+		r.HealthCheckInterval = options.DefaultHealthCheckInterval
 	}
 	if r.DeletionPollInterval <= 0 {
 		r.DeletionPollInterval = frontdoor.DefaultDeletionPollInterval
 	}
 	if r.WatchedPollInterval <= 0 {
-		r.WatchedPollInterval = frontdoor.DefaultWatchedPollInterval
+		r.WatchedPollInterval = options.DefaultWatchedPollInterval
 	}
 	if r.ConfigGracePeriod <= 0 {
-		r.ConfigGracePeriod = frontdoor.DefaultConfigGracePeriod
+		r.ConfigGracePeriod = options.DefaultConfigGracePeriod
 	}
 	if r.IPReportTimeout <= 0 {
-		r.IPReportTimeout = frontdoor.DefaultIPReportTimeout
+		r.IPReportTimeout = options.DefaultIPReportTimeout
 	}
 	if r.StartGracePeriod <= 0 {
 		r.StartGracePeriod = frontdoor.DefaultStartGracePeriod

@@ -21,6 +21,7 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
 )
 
 // Where the manager may not write ProviderConfig status (the Butler CLI's RBAC), a failed check
@@ -43,7 +44,7 @@ func TestChecksGateMachinesWithoutStatusWrites(t *testing.T) {
 		}}).Build()
 	f.client, f.r.Client = c, c
 	pcr := &providerconfig.Reconciler{Client: c, SecretReader: c, Harvester: f.factory, Recorder: f.recorder,
-		RecheckInterval: providerconfig.DefaultRecheckInterval, CredentialsPoll: providerconfig.DefaultCredentialsPoll, NotReadyRetry: time.Nanosecond} // validates every time
+		RecheckInterval: options.DefaultRecheckInterval, CredentialsPoll: providerconfig.DefaultCredentialsPoll, NotReadyRetry: time.Nanosecond} // validates every time
 	f.r.Preflight = pcr
 	wake := pcr.UnwrittenChanges() // as the MachineRequest controller's watch does
 	var logged []string

@@ -27,11 +27,12 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
 )
 
-// Defaults of the ProviderConfig checks.
+// Defaults of the ProviderConfig checks; the recheck interval's is the flag's,
+// options.DefaultRecheckInterval.
 const (
-	DefaultRecheckInterval     = 5 * time.Minute
 	DefaultCredentialsPoll     = 30 * time.Second
 	DefaultNotReadyRetryPeriod = 30 * time.Second
 )
@@ -293,7 +294,7 @@ func PreflightGate(pc *v1alpha1.ProviderConfig, usesDefaultImage bool) error {
 // SetupWithManager registers the reconciler.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.RecheckInterval <= 0 {
-		r.RecheckInterval = DefaultRecheckInterval
+		r.RecheckInterval = options.DefaultRecheckInterval
 	}
 	if r.CredentialsPoll <= 0 {
 		r.CredentialsPoll = DefaultCredentialsPoll
