@@ -29,11 +29,9 @@ import (
 	platformv1alpha1 "github.com/butlerdotdev/butler-provider-harvester/api/platform/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/clusterapi"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/imagesync"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/machinerequest"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/setup"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
@@ -113,54 +111,8 @@ func run(ctx context.Context, args []string) error {
 	clusters := harvester.NewClusters(&clustercache.Cache{
 		SecretReader: mgr.GetAPIReader(), QPS: float32(o.HarvesterQPS), Burst: o.HarvesterBurst, Context: ctx,
 	}, harvesterEvents)
-	pcr := &providerconfig.Reconciler{
-		Client:          mgr.GetClient(),
-		SecretReader:    mgr.GetAPIReader(),
-		Harvester:       clusters,
-		Recorder:        recorder,
-		RecheckInterval: o.RecheckInterval,
-	}
-	r := &machinerequest.Reconciler{
-		Client:                  mgr.GetClient(),
-		Harvester:               clusters,
-		HarvesterEvents:         harvesterEvents,
-		Recorder:                recorder,
-		Preflight:               pcr,
-		CreatingPollInterval:    o.CreatingPoll,
-		WatchedPollInterval:     o.WatchedPoll,
-		HealthCheckInterval:     o.HealthInterval,
-		ProvisioningTimeout:     o.ProvisioningTimeout,
-		IPReportTimeout:         o.IPReportTimeout,
-		ConfigGracePeriod:       o.ConfigGracePeriod,
-		MaxConcurrentReconciles: o.Concurrency,
-	}
-	if err := r.SetupWithManager(ctx, mgr); err != nil {
-		return fmt.Errorf("set up controller: %w", err)
-	}
-	if err := pcr.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("set up ProviderConfig controller: %w", err)
-	}
-	isr := &imagesync.Reconciler{
-		Client: mgr.GetClient(), Harvester: clusters, HarvesterEvents: harvesterEvents,
-		Recorder: recorder, ConfigGracePeriod: o.ConfigGracePeriod,
-	}
-	if _, err := isr.SetupWithManager(ctx, mgr, logger); err != nil {
-		return fmt.Errorf("set up ImageSync controller: %w", err)
-	}
-	hmr := &clusterapi.HarvesterMachineReconciler{
-		Client: mgr.GetClient(), LiveReader: mgr.GetAPIReader(), Harvester: clusters, HarvesterEvents: harvesterEvents, Recorder: recorder, Preflight: pcr,
-		PollInterval: o.CreatingPoll, WatchedPollInterval: o.WatchedPoll, HealthCheckInterval: o.HealthInterval,
-		StartLimits:             harvester.StartLimits{IPReport: o.IPReportTimeout},
-		MaxConcurrentReconciles: o.Concurrency,
-		HandOverFrom:            o.HandOverFrom,
-		SkipCleanupAnytime:      o.SkipCleanupAnytime,
-	}
-	hcr := &clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: recorder, Preflight: pcr, Harvester: clusters, LiveReader: mgr.GetAPIReader(),
-		SkipCleanupAnytime: o.SkipCleanupAnytime}
-	if !o.ClusterAPI {
-		logger.Info("Cluster API controllers are off (--cluster-api=false)")
-	} else if _, err := clusterapi.SetupClusterAPI(ctx, mgr, logger, hmr, hcr); err != nil {
-		return fmt.Errorf("set up Cluster API controllers: %w", err)
+	if err := setup.Controllers(ctx, mgr, o, setup.Shared{Harvester: clusters, HarvesterEvents: harvesterEvents, Recorder: recorder}); err != nil {
+		return err
 	}
 	if err := metrics.RegisterPhaseCollector(ctrlmetrics.Registry, mgr.GetCache(), mgr.Elected()); err != nil {
 		return err

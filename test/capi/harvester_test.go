@@ -26,6 +26,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -559,9 +560,9 @@ func containsAll(s string, subs []string) bool {
 	return true
 }
 
-// startProvider starts this provider's controllers in the test's process, as cmd/manager wires
-// them (ProviderConfig checks, HarvesterCluster and HarvesterMachine), each start with nothing in
-// memory. It returns a function that stops them and waits until they have stopped.
+// startProvider starts this provider's controllers in the test's process, as
+// internal/controller/setup wires them (ProviderConfig checks, HarvesterCluster and
+// HarvesterMachine), each start with nothing in memory. It returns a function that stops them and waits until they have stopped.
 // guestTokenOverlap is how long the token a re-issue replaced keeps working in the tests'
 // providers: short, so that tests that re-issue see the old one refused soon; the rotation test
 // makes it long enough for the new one to reach a running cloud provider.
@@ -580,7 +581,7 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 	recorder := mgr.GetEventRecorder("butler-provider-harvester")
 	pcr := &providerconfig.Reconciler{Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, Recorder: recorder,
 		CredentialsPoll: 500 * time.Millisecond, NotReadyRetry: 500 * time.Millisecond}
-	if err := pcr.SetupWithManager(mgr); err != nil {
+	if err := pcr.SetupWithManager(ctx, mgr, controller.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	hmr := &clusterapi.HarvesterMachineReconciler{Client: mgr.GetClient(), LiveReader: mgr.GetAPIReader(), Harvester: clusters, HarvesterEvents: events, Recorder: recorder, Preflight: pcr,
@@ -591,9 +592,14 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 	for _, o := range opts {
 		o(hmr, hcr)
 	}
-	on, err := clusterapi.SetupClusterAPI(ctx, mgr, mgr.GetLogger(), hmr, hcr)
-	if err != nil || !on {
-		t.Fatalf("Cluster API controllers on: %v, error %v", on, err)
+	if why := clusterapi.Unavailable(ctx, mgr); why != "" {
+		t.Fatalf("Cluster API controllers off: %s", why)
+	}
+	if err := hmr.SetupWithManager(ctx, mgr, controller.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := hcr.SetupWithManager(ctx, mgr, controller.Options{}); err != nil {
+		t.Fatal(err)
 	}
 	mgrCtx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})

@@ -24,6 +24,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -137,9 +138,9 @@ func restartManager(t *testing.T) {
 	stopManager = startManager(context.Background(), mgmtCfg)
 }
 
-// startManager starts a manager in this process for the management cluster cfg reaches, as
-// cmd/manager wires it (with the tests' intervals), and returns what stops it and waits until it
-// has stopped.
+// startManager starts a manager in this process for the management cluster cfg reaches, with
+// the controllers internal/controller/setup registers (with the tests' intervals), and returns
+// what stops it and waits until it has stopped.
 func startManager(parent context.Context, cfg *rest.Config) (stop func()) {
 	ctx, cancel := context.WithCancel(parent)
 	scheme := k8sruntime.NewScheme()
@@ -158,18 +159,17 @@ func startManager(parent context.Context, cfg *rest.Config) (stop func()) {
 		HarvesterEvents: harvesterEvents,
 		Recorder:        mgr.GetEventRecorder("butler-provider-harvester"),
 		// Long safety-net polls: the tests pass only if Harvester's events drive the reconciles.
-		CreatingPollInterval:    time.Minute,
-		WatchedPollInterval:     time.Minute,
-		HealthCheckInterval:     time.Minute,
-		DeletionPollInterval:    time.Minute,
-		ProvisioningTimeout:     provisioningTimeout,
-		ConfigGracePeriod:       configGrace,
-		IPReportTimeout:         time.Second,
-		DeletionReportDelay:     10 * time.Second, // a held-up deletion is reported within the tests' timeout
-		StartGracePeriod:        startGrace,
-		MaxConcurrentReconciles: 4,
+		CreatingPollInterval: time.Minute,
+		WatchedPollInterval:  time.Minute,
+		HealthCheckInterval:  time.Minute,
+		DeletionPollInterval: time.Minute,
+		ProvisioningTimeout:  provisioningTimeout,
+		ConfigGracePeriod:    configGrace,
+		IPReportTimeout:      time.Second,
+		DeletionReportDelay:  10 * time.Second, // a held-up deletion is reported within the tests' timeout
+		StartGracePeriod:     startGrace,
 	}
-	if err := r.SetupWithManager(ctx, mgr); err != nil {
+	if err := r.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 4}); err != nil {
 		panic(err)
 	}
 	pcr := &providerconfig.Reconciler{
@@ -177,7 +177,7 @@ func startManager(parent context.Context, cfg *rest.Config) (stop func()) {
 		Recorder:        mgr.GetEventRecorder("butler-provider-harvester"),
 		CredentialsPoll: 500 * time.Millisecond, NotReadyRetry: 500 * time.Millisecond,
 	}
-	if err := pcr.SetupWithManager(mgr); err != nil {
+	if err := pcr.SetupWithManager(ctx, mgr, controller.Options{}); err != nil {
 		panic(err)
 	}
 	isr := &imagesync.Reconciler{
@@ -185,8 +185,12 @@ func startManager(parent context.Context, cfg *rest.Config) (stop func()) {
 		Recorder: mgr.GetEventRecorder("butler-provider-harvester"), ConfigGracePeriod: configGrace,
 	}
 	// Off only where the schema has no ImageSync CRD (the Butler CLI's).
-	if on, err := isr.SetupWithManager(ctx, mgr, ctrl.Log); err != nil || !on && os.Getenv(schemaEnv) != "butler-cli" {
-		panic(fmt.Sprintf("ImageSync controller on: %v, error %v", on, err))
+	if why := imagesync.Unavailable(ctx, mgr); why != "" {
+		if os.Getenv(schemaEnv) != "butler-cli" {
+			panic("ImageSync controller off: " + why)
+		}
+	} else if err := isr.SetupWithManager(ctx, mgr, controller.Options{}); err != nil {
+		panic(err)
 	}
 	done := make(chan struct{})
 	go func() {

@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -228,8 +229,10 @@ func (r *HarvesterClusterReconciler) deleteGuestCredentials(ctx context.Context,
 	return nil
 }
 
-// SetupWithManager registers the reconciler and its watches.
-func (r *HarvesterClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+// SetupWithManager registers the reconciler and its watches, its controller built with options as
+// given: no reconciliation timeout unless they set one. It needs the kinds Unavailable checks:
+// register it only where Unavailable says nothing.
+func (r *HarvesterClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	r.managementCluster = frontdoor.IdentifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
 	r.sightings.Clock = r.Clock
 	cluster, machine := &unstructured.Unstructured{}, &infrav1.HarvesterMachine{}
@@ -244,6 +247,7 @@ func (r *HarvesterClusterReconciler) SetupWithManager(ctx context.Context, mgr c
 		Watches(cluster, handler.EnqueueRequestsFromMapFunc(infrastructureClusterOf),
 			builder.WithPredicates(capiChangesThatMatter(capiClusterOf, infrastructureClusterOf))).
 		Watches(machine, handler.EnqueueRequestsFromMapFunc(r.clusterOfMachine), builder.WithPredicates(onlyDeletions)).
+		WithOptions(options).
 		WithLogConstructor(func(req *ctrl.Request) logr.Logger {
 			l := mgr.GetLogger().WithValues("controller", "harvestercluster")
 			if req != nil {

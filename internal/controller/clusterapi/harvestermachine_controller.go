@@ -64,8 +64,6 @@ type HarvesterMachineReconciler struct {
 	HealthCheckInterval time.Duration
 	// StartLimits say when a slow start is reported (see harvester.Assess).
 	StartLimits harvester.StartLimits
-	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
-	MaxConcurrentReconciles int
 	// HandOverFrom are the management clusters (kube-system UIDs) whose HarvesterMachines'
 	// objects a HarvesterMachine of the same namespace and name may take over when annotated
 	// with the hand-over annotation: the platform operator's decision (a manager flag). Empty:
@@ -628,26 +626,11 @@ func (r *HarvesterMachineReconciler) harvesterMachines(ctx context.Context, name
 	return reqs
 }
 
-// SetupWithManager registers the reconciler and its watches.
-func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
-	if r.PollInterval <= 0 {
-		r.PollInterval = options.DefaultCreatingPollInterval
-	}
-	if r.WatchedPollInterval <= 0 {
-		r.WatchedPollInterval = options.DefaultWatchedPollInterval
-	}
-	if r.HealthCheckInterval <= 0 {
-		r.HealthCheckInterval = options.DefaultHealthCheckInterval
-	}
-	if r.DeletionReportDelay <= 0 {
-		r.DeletionReportDelay = frontdoor.DefaultDeletionReportDelay
-	}
-	if r.StartLimits.StartGrace <= 0 {
-		r.StartLimits.StartGrace = frontdoor.DefaultStartGracePeriod
-	}
-	if r.StartLimits.IPReport <= 0 {
-		r.StartLimits.IPReport = options.DefaultIPReportTimeout
-	}
+// SetupWithManager registers the reconciler and its watches, its controller built with options
+// (frontdoor.ReconcileTimeout where they set no reconciliation timeout). It needs the kinds
+// Unavailable checks: register it only where Unavailable says nothing.
+func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
+	r.applyDefaults()
 	r.managementCluster = frontdoor.IdentifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &infrav1.HarvesterMachine{}, harvesterMachinesByMachine, machineOwnerOf); err != nil {
 		return err
@@ -668,7 +651,7 @@ func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 	if r.HarvesterEvents != nil {
 		b = b.WatchesRawSource(r.HarvesterEvents.MachineSource(OwnerKindHarvesterMachine))
 	}
-	return b.WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles, ReconciliationTimeout: frontdoor.ReconcileTimeout}).
+	return b.WithOptions(frontdoor.WithReconcileTimeout(options)).
 		WithLogConstructor(func(req *ctrl.Request) logr.Logger {
 			l := mgr.GetLogger().WithValues("controller", "harvestermachine")
 			if req != nil {
@@ -677,4 +660,25 @@ func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 			return l
 		}).
 		Complete(r)
+}
+
+func (r *HarvesterMachineReconciler) applyDefaults() {
+	if r.PollInterval <= 0 {
+		r.PollInterval = options.DefaultCreatingPollInterval
+	}
+	if r.WatchedPollInterval <= 0 {
+		r.WatchedPollInterval = options.DefaultWatchedPollInterval
+	}
+	if r.HealthCheckInterval <= 0 {
+		r.HealthCheckInterval = options.DefaultHealthCheckInterval
+	}
+	if r.DeletionReportDelay <= 0 {
+		r.DeletionReportDelay = frontdoor.DefaultDeletionReportDelay
+	}
+	if r.StartLimits.StartGrace <= 0 {
+		r.StartLimits.StartGrace = frontdoor.DefaultStartGracePeriod
+	}
+	if r.StartLimits.IPReport <= 0 {
+		r.StartLimits.IPReport = options.DefaultIPReportTimeout
+	}
 }

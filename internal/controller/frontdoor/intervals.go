@@ -1,6 +1,10 @@
 package frontdoor
 
-import "time"
+import (
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+)
 
 // Defaults of the reconcilers' intervals that no flag sets; those a flag sets are in
 // internal/options, with the flag.
@@ -25,6 +29,15 @@ func PollInterval(watched bool, unwatched, safetyNet time.Duration) time.Duratio
 // ReconcileTimeout bounds a reconcile, and with it every request to Harvester it makes: the
 // Harvester clients have no timeout of their own (it would cut their informers' watches).
 const ReconcileTimeout = time.Minute
+
+// WithReconcileTimeout returns a controller's options with ReconcileTimeout as its reconciliation
+// timeout where they set none: the options a reconciler that reaches Harvester is built with.
+func WithReconcileTimeout(options controller.Options) controller.Options {
+	if options.ReconciliationTimeout == 0 {
+		options.ReconciliationTimeout = ReconcileTimeout
+	}
+	return options
+}
 
 // ProviderConfigRetry is how soon to look again at a missing or unusable ProviderConfig (its
 // watch usually wakes us earlier).

@@ -376,30 +376,26 @@ const (
 	imageSyncImageNameIndex      = "imagesync.imageName"
 )
 
-// SetupWithManager registers the controller if the cluster has the ImageSync and ButlerConfig
-// kinds and the manager may read them; otherwise the controller stays off, which one log line
-// says, and MachineRequests are served as usual. It reports whether the controller is on.
-func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, logger logr.Logger) (bool, error) {
-	if why := imageSyncUnavailable(ctx, mgr); why != "" {
-		logger.Info("ImageSync controller is off: "+why+"; MachineRequests are served as usual. Restart the manager once this is fixed", "controller", "imagesync")
-		return false, nil
-	}
+// SetupWithManager registers the controller, built with options (frontdoor.ReconcileTimeout
+// where they set no reconciliation timeout). It needs the ImageSync and ButlerConfig kinds, read
+// by the manager: register it only where Unavailable says nothing.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	r.live = mgr.GetAPIReader()
 	indexer := mgr.GetFieldIndexer()
 	if err := indexer.IndexField(ctx, &v1alpha1.ImageSync{}, imageSyncProviderConfigIndex, func(o client.Object) []string {
 		ns, name := o.(*v1alpha1.ImageSync).ProviderConfigKey()
 		return []string{ns + "/" + name}
 	}); err != nil {
-		return false, err
+		return err
 	}
 	if err := indexer.IndexField(ctx, &v1alpha1.ImageSync{}, imageSyncImageNameIndex, func(o client.Object) []string {
 		return []string{imagefactory.ImageName(o.(*v1alpha1.ImageSync).Spec)}
 	}); err != nil {
-		return false, err
+		return err
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("imagesync").
-		WithOptions(controller.Options{ReconciliationTimeout: frontdoor.ReconcileTimeout}).
+		WithOptions(frontdoor.WithReconcileTimeout(options)).
 		For(&v1alpha1.ImageSync{}, builder.WithPredicates(frontdoor.UpdatesThatMatter(v1alpha1.ImageSyncFinalizer))).
 		Watches(&v1alpha1.ProviderConfig{}, handler.EnqueueRequestsFromMapFunc(r.byIndex(imageSyncProviderConfigIndex, func(o client.Object) string {
 			return o.GetNamespace() + "/" + o.GetName()
@@ -418,7 +414,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, log
 			return byImageName(ctx, &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: image.Namespace, Name: image.Name}})
 		}))
 	}
-	return true, b.Complete(r)
+	return b.Complete(r)
 }
 
 // byIndex maps an object to the ImageSyncs whose index value is key(object).
@@ -451,9 +447,10 @@ func requestsOf(list *v1alpha1.ImageSyncList) []ctrl.Request {
 	return reqs
 }
 
-// imageSyncUnavailable says why the ImageSync controller cannot run ("" if it can): a kind the
-// cluster does not know, or a permission the manager lacks (checked with SelfSubjectAccessReviews,
-// before any informer would retry refused lists forever).
-func imageSyncUnavailable(ctx context.Context, mgr ctrl.Manager) string {
+// Unavailable says why the ImageSync controller cannot run ("" if it can): a kind the cluster does
+// not know, or a permission the manager lacks (checked with SelfSubjectAccessReviews, before any
+// informer would retry refused lists forever). Where it cannot, the controller stays off and
+// MachineRequests are served as usual.
+func Unavailable(ctx context.Context, mgr ctrl.Manager) string {
 	return frontdoor.KindsUnavailable(ctx, mgr, v1alpha1.GroupVersion, []frontdoor.ServedKind{{Kind: "ImageSync", Resource: "imagesyncs"}, {Kind: "ButlerConfig", Resource: "butlerconfigs"}})
 }

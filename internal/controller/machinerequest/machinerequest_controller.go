@@ -78,8 +78,6 @@ type Reconciler struct {
 	// ConfigGracePeriod is how long a machine without a VM waits on a problem only the user can
 	// fix before it becomes Failed with that reason (default options.DefaultConfigGracePeriod).
 	ConfigGracePeriod time.Duration
-	// MaxConcurrentReconciles bounds parallel reconciles (default 1).
-	MaxConcurrentReconciles int
 
 	// managementCluster identifies the management cluster (the UID of its kube-system namespace,
 	// read once at set-up): the objects on Harvester are labelled with it, so that a left-over
@@ -162,8 +160,9 @@ func (r *Reconciler) providerConfigFor(ctx context.Context, mr *v1alpha1.Machine
 // providerRefIndex indexes MachineRequests by "<namespace>/<name>" of their ProviderConfig.
 const providerRefIndex = "spec.providerRef"
 
-// SetupWithManager registers the reconciler and its watches.
-func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) error {
+// SetupWithManager registers the reconciler and its watches, its controller built with options
+// (frontdoor.ReconcileTimeout where they set no reconciliation timeout).
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	r.applyDefaults()
 	r.managementCluster = frontdoor.IdentifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
 	r.live = mgr.GetAPIReader()
@@ -184,7 +183,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager) err
 	return b.
 		For(&v1alpha1.MachineRequest{}, builder.WithPredicates(frontdoor.UpdatesThatMatter(v1alpha1.MachineRequestFinalizer))).
 		Watches(&v1alpha1.ProviderConfig{}, handler.EnqueueRequestsFromMapFunc(r.requestsForProviderConfig), builder.WithPredicates(providerconfig.ConditionsChanged())).
-		WithOptions(controller.Options{MaxConcurrentReconciles: r.MaxConcurrentReconciles, ReconciliationTimeout: frontdoor.ReconcileTimeout}).
+		WithOptions(frontdoor.WithReconcileTimeout(options)).
 		WithLogConstructor(func(req *ctrl.Request) logr.Logger {
 			l := mgr.GetLogger().WithValues("controller", "machinerequest")
 			if req != nil {

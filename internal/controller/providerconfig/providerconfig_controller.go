@@ -291,8 +291,18 @@ func PreflightGate(pc *v1alpha1.ProviderConfig, usesDefaultImage bool) error {
 	return nil
 }
 
-// SetupWithManager registers the reconciler.
-func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+// SetupWithManager registers the reconciler, its controller built with options
+// (frontdoor.ReconcileTimeout where they set no reconciliation timeout).
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
+	r.applyDefaults()
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("providerconfig").
+		For(&v1alpha1.ProviderConfig{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WithOptions(frontdoor.WithReconcileTimeout(options)).
+		Complete(r)
+}
+
+func (r *Reconciler) applyDefaults() {
 	if r.RecheckInterval <= 0 {
 		r.RecheckInterval = options.DefaultRecheckInterval
 	}
@@ -302,11 +312,6 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.NotReadyRetry <= 0 {
 		r.NotReadyRetry = DefaultNotReadyRetryPeriod
 	}
-	return ctrl.NewControllerManagedBy(mgr).
-		Named("providerconfig").
-		For(&v1alpha1.ProviderConfig{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WithOptions(controller.Options{ReconciliationTimeout: frontdoor.ReconcileTimeout}).
-		Complete(r)
 }
 
 // ConditionsChanged passes ProviderConfig updates that change the spec or a condition, so that
