@@ -59,16 +59,17 @@ manifests: ## Generate CRDs and RBAC from the markers in the code, and copy them
 	cp config/rbac/metrics_reader_role.yaml $(CHART)/files/metrics-reader-role.yaml
 
 .PHONY: api-docs
-api-docs: ## Generate the API reference in docs/reference: the types (crd-ref-docs, pinned in hack/tools), and the conditions and reasons from their constants (hack/reasons-docs).
+api-docs: ## Generate the API reference in docs/reference: the types (crd-ref-docs, pinned in hack/tools), and the conditions and reasons from their constants (hack/reasons-docs); and the package diagram of docs/architecture.md from internal/layering's table (hack/layering-docs).
 	$(CRD_REF_DOCS) --config hack/api-docs.yaml --source-path ./api/v1alpha1 --renderer markdown --output-path docs/reference/api.md --log-level WARN
 	$(CRD_REF_DOCS) --config hack/api-docs.yaml --source-path ./api/infrastructure --renderer markdown --output-path docs/reference/infrastructure-api.md --log-level WARN
 	$(GO) run ./hack/reasons-docs
+	$(GO) run ./hack/layering-docs
 
 .PHONY: verify-generated
-verify-generated: generate manifests api-docs ## Fail if generated files (CRDs, RBAC, deepcopy, their copies in the chart, the API reference) are stale.
-	@if [ -n "$$(git status --porcelain -- api config $(CHART) docs/reference)" ]; then \
+verify-generated: generate manifests api-docs ## Fail if generated files (CRDs, RBAC, deepcopy, their copies in the chart, the API reference, the package diagram) are stale.
+	@if [ -n "$$(git status --porcelain -- api config $(CHART) docs/reference docs/architecture.md)" ]; then \
 		echo "Generated files are stale; run 'make generate manifests api-docs' and commit:"; \
-		git status --porcelain -- api config $(CHART) docs/reference; git --no-pager diff -- api config $(CHART) docs/reference | head -50; exit 1; fi
+		git status --porcelain -- api config $(CHART) docs/reference docs/architecture.md; git --no-pager diff -- api config $(CHART) docs/reference docs/architecture.md | head -50; exit 1; fi
 	@echo "Generated files are up to date."
 
 .PHONY: fmt

@@ -1,0 +1,112 @@
+// Package layering is the table of which of the provider's packages (api/..., internal/...,
+// cmd/...) may import which of them: the one statement of its layers. Its test holds the code to
+// it (go list, every import the table does not allow named), and hack/layering-docs draws it into
+// docs/architecture.md (make api-docs), where the test also fails if the drawing is stale. The
+// test harness under test/ and the tools under hack/ may import what they need.
+package layering
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Module is the module path the table's package paths are relative to.
+const Module = "github.com/butlerdotdev/butler-provider-harvester"
+
+// Package is a package of the module (its path in the module), what it is in a few words, and
+// the packages of the module it may import.
+type Package struct {
+	Path, What string
+	MayImport  []string
+}
+
+// Table is the module's packages with what each may import.
+type Table []Package
+
+// Packages is the provider's layering. Calls only go down: the manager's command, the one place
+// that builds the controllers, the front doors and controllers, the kit they share, the engine,
+// and the API packages, which import nothing of the module. A new import between the module's
+// packages is a row changed here, which the diagram in docs/architecture.md then shows.
+var Packages = Table{
+	{"cmd/manager", "the manager: flags, probes, metrics", []string{
+		"api/infrastructure/v1alpha1", "api/platform/v1alpha1", "api/v1alpha1", "internal/clustercache",
+		"internal/controller/frontdoor", "internal/controller/machinerequest", "internal/controller/setup",
+		"internal/harvester", "internal/metrics", "internal/options",
+	}},
+	{"internal/controller/setup", "builds and registers every controller", []string{
+		"internal/controller/clusterapi", "internal/controller/frontdoor", "internal/controller/imagesync",
+		"internal/controller/machinerequest", "internal/controller/providerconfig", "internal/harvester", "internal/options",
+	}},
+	{"internal/controller/machinerequest", "the MachineRequest door", []string{
+		"api/v1alpha1", "internal/controller/frontdoor", "internal/controller/providerconfig", "internal/harvester",
+		"internal/metrics", "internal/objstatus", "internal/options",
+	}},
+	{"internal/controller/clusterapi", "the Cluster API door", []string{
+		"api/infrastructure/v1alpha1", "api/v1alpha1", "internal/controller/frontdoor", "internal/controller/providerconfig",
+		"internal/harvester", "internal/objstatus", "internal/options",
+	}},
+	{"internal/controller/imagesync", "ImageSync → VirtualMachineImage", []string{
+		"api/platform/v1alpha1", "api/v1alpha1", "internal/controller/frontdoor", "internal/controller/providerconfig",
+		"internal/harvester", "internal/imagefactory", "internal/objstatus", "internal/options",
+	}},
+	{"internal/controller/providerconfig", "ProviderConfig checks (preflight)", []string{
+		"api/v1alpha1", "internal/controller/frontdoor", "internal/harvester", "internal/objstatus", "internal/options",
+	}},
+	{"internal/controller/frontdoor", "the kit every door shares", []string{
+		"api/infrastructure/v1alpha1", "api/v1alpha1", "internal/harvester", "internal/objstatus",
+	}},
+	{"internal/options", "the manager's flags, names and defaults", []string{"internal/clustercache"}},
+	{"internal/imagefactory", "the Butler Image Factory's URLs and names", []string{"api/v1alpha1"}},
+	{"internal/harvester", "the engine", []string{"internal/clustercache"}},
+	{"internal/clustercache", "a client, cache and identity per Harvester cluster", []string{"internal/metrics"}},
+	{"internal/metrics", "the provider's metrics", []string{"api/v1alpha1"}},
+	{"internal/objstatus", "status, conditions, events, a reconcile's outcome", nil},
+	{"internal/apiconsts", "an API file's documented constants, for tests and reasons-docs", []string{"internal/objstatus"}},
+	{"internal/layering", "this table, for its test and layering-docs", nil},
+	{"api/v1alpha1", "MachineRequest, ProviderConfig, ImageSync", nil},
+	{"api/infrastructure/v1alpha1", "HarvesterCluster, HarvesterMachine", nil},
+	{"api/platform/v1alpha1", "ButlerConfig, read only", nil},
+}
+
+// Check compares the module's imports (each package of the module by its path in the module,
+// with the packages of the module it imports) with the table, and says what does not fit: an
+// import the table does not allow, a package without a row, a row for a package that is gone.
+func (t Table) Check(imports map[string][]string) []string {
+	var problems []string
+	for _, pkg := range sortedKeys(imports) {
+		row, ok := t.row(pkg)
+		if !ok {
+			problems = append(problems, fmt.Sprintf("%s has no row in the table (internal/layering): add one with what it may import", pkg))
+			continue
+		}
+		for _, imp := range imports[pkg] {
+			if !slices.Contains(row.MayImport, imp) {
+				problems = append(problems, fmt.Sprintf("%s imports %s, which the table (internal/layering) does not allow", pkg, imp))
+			}
+		}
+	}
+	for _, p := range t {
+		if _, ok := imports[p.Path]; !ok {
+			problems = append(problems, fmt.Sprintf("the table (internal/layering) has a row for %s, which no longer exists", p.Path))
+		}
+	}
+	return problems
+}
+
+// row is the table's row of the package at path.
+func (t Table) row(path string) (Package, bool) {
+	i := slices.IndexFunc(t, func(p Package) bool { return p.Path == path })
+	if i < 0 {
+		return Package{}, false
+	}
+	return t[i], true
+}
+
+func sortedKeys(m map[string][]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
