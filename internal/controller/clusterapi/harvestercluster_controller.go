@@ -229,9 +229,10 @@ func (r *HarvesterClusterReconciler) deleteGuestCredentials(ctx context.Context,
 	return nil
 }
 
-// SetupWithManager registers the reconciler and its watches, its controller built with options as
-// given: no reconciliation timeout unless they set one. It needs the kinds Unavailable checks:
-// register it only where Unavailable says nothing.
+// SetupWithManager registers the reconciler and its watches, its controller built with options
+// (the reconciliation timeout frontdoor.ReconcileTimeout unless they set one: a reconcile waits on
+// Harvester). It needs the kinds Unavailable checks: register it only where Unavailable says
+// nothing.
 func (r *HarvesterClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	r.managementCluster = frontdoor.IdentifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
 	r.sightings.Clock = r.Clock
@@ -247,7 +248,7 @@ func (r *HarvesterClusterReconciler) SetupWithManager(ctx context.Context, mgr c
 		Watches(cluster, handler.EnqueueRequestsFromMapFunc(infrastructureClusterOf),
 			builder.WithPredicates(capiChangesThatMatter(capiClusterOf, infrastructureClusterOf))).
 		Watches(machine, handler.EnqueueRequestsFromMapFunc(r.clusterOfMachine), builder.WithPredicates(onlyDeletions)).
-		WithOptions(options).
+		WithOptions(frontdoor.WithReconcileTimeout(options)).
 		WithLogConstructor(func(req *ctrl.Request) logr.Logger {
 			l := mgr.GetLogger().WithValues("controller", "harvestercluster")
 			if req != nil {
