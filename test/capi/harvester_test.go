@@ -439,7 +439,7 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 		t.Fatalf("the placement record of tenant-md-0: %v (%v)", own, err)
 	}
 	forged, forgedMachine := tenant.Machine("tenant-forged", "")
-	forged.Annotations = map[string]string{v1alpha1.AnnotationPlacement: v1alpha1.EncodePlacement(v1alpha1.Placement{
+	forged.Annotations = map[string]string{infrav1.AnnotationPlacement: v1alpha1.EncodePlacement(v1alpha1.Placement{
 		ClusterID: own.ClusterID, Server: own.Server, Namespace: "vms-other", Name: "tenant-forged"})}
 	must(testbed.CreateAll(ctx, c, forged, forgedMachine))
 	w.readyCondition("tenant-forged", infrav1.ReasonPlacementRefused, "records VM vms-other/tenant-forged", "made only in vms/tenant-forged", "kubectl annotate harvestermachine -n tenants tenant-forged")
@@ -518,7 +518,7 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 	// Annotation skip-cleanup, which a tenant can write, does not leave a VM or credentials that
 	// the provider can delete: it counts only for a blocked deletion (the platform operator's
 	// flag aside).
-	skipCleanup := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, v1alpha1.AnnotationSkipHarvesterCleanup)))
+	skipCleanup := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, infrav1.AnnotationSkipHarvesterCleanup)))
 	must(c.Patch(ctx, hm, skipCleanup))
 	must(c.Patch(ctx, &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tenant.Name}}, skipCleanup))
 	must(c.Patch(ctx, cluster, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"paused":false}}`))))

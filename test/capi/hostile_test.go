@@ -118,8 +118,8 @@ func TestClusterAPITenantHostileTakesNothing(t *testing.T) {
 		}
 		forged, forgedMachine := hostile.Machine("hostile-forged", "")
 		forged.Annotations = map[string]string{
-			v1alpha1.AnnotationPlacement: v1alpha1.EncodePlacement(v1alpha1.Placement{ClusterID: own.ClusterID, Server: own.Server, Namespace: "vms", Name: victimVM.Name}),
-			v1alpha1.AnnotationHandOver:  "true",
+			infrav1.AnnotationPlacement: v1alpha1.EncodePlacement(v1alpha1.Placement{ClusterID: own.ClusterID, Server: own.Server, Namespace: "vms", Name: victimVM.Name}),
+			infrav1.AnnotationHandOver:  "true",
 		}
 		w.must(testbed.CreateAll(ctx, hc, forged, forgedMachine))
 		w.readyConditionIn(hostileNamespace, forged.Name, infrav1.ReasonPlacementRefused, "records VM vms/"+victimVM.Name+", which is not this machine's")
@@ -138,7 +138,7 @@ func TestClusterAPITenantHostileTakesNothing(t *testing.T) {
 		}
 		tmpl, md := hostile.MachineDeployment("hostile-md", 1)
 		tmpl.Spec.Template.ObjectMeta.Annotations = map[string]string{
-			v1alpha1.AnnotationPlacement: v1alpha1.EncodePlacement(v1alpha1.Placement{ClusterID: own.ClusterID, Server: own.Server, Namespace: "vms", Name: victimVM.Name}),
+			infrav1.AnnotationPlacement: v1alpha1.EncodePlacement(v1alpha1.Placement{ClusterID: own.ClusterID, Server: own.Server, Namespace: "vms", Name: victimVM.Name}),
 		}
 		w.must(testbed.CreateAll(ctx, hc, tmpl, md))
 		var made string
@@ -174,7 +174,7 @@ func TestClusterAPITenantHostileTakesNothing(t *testing.T) {
 
 	t.Run("SkipCleanupOnItsOwnMachine", func(t *testing.T) {
 		w.must(c.Get(ctx, client.ObjectKeyFromObject(ownHM), ownHM))
-		ownHM.Annotations[v1alpha1.AnnotationSkipHarvesterCleanup] = "true"
+		ownHM.Annotations[infrav1.AnnotationSkipHarvesterCleanup] = "true"
 		w.must(hc.Update(ctx, ownHM))
 		w.must(hc.Delete(ctx, ownMachine))
 		w.gone(hostileNamespace, ownHM.Name)

@@ -488,7 +488,7 @@ func TestClusterAPIMoveForgeryTakesNothing(t *testing.T) {
 	// Another management cluster, the same namespace and name, the hand-over annotation.
 	other.must(testbed.CreateAll(ctx, other.c, forger.ClusterObjects()...))
 	hm1, m1 := forger.Machine("tenant-md-0", "")
-	forge(hm1, false, map[string]string{v1alpha1.AnnotationHandOver: "true"})
+	forge(hm1, false, map[string]string{infrav1.AnnotationHandOver: "true"})
 	other.must(testbed.CreateAll(ctx, other.c, hm1, m1))
 	other.readyCondition("tenant-md-0", v1alpha1.ReasonNameConflict, "another management cluster", "--"+options.HandOverFlag, "kube-system")
 
@@ -582,26 +582,26 @@ func TestClusterAPIMoveLeftBehindDeletionEnds(t *testing.T) {
 		return nil
 	})
 	w.must(c.Delete(ctx, cluster))
-	w.readyCondition("tenant-md-0", infrav1.ReasonDeletionBlocked, "ProviderConfig tenants/harvester", "kubectl annotate harvestermachine -n tenants tenant-md-0 "+v1alpha1.AnnotationSkipHarvesterCleanup+"=true")
+	w.readyCondition("tenant-md-0", infrav1.ReasonDeletionBlocked, "ProviderConfig tenants/harvester", "kubectl annotate harvestermachine -n tenants tenant-md-0 "+infrav1.AnnotationSkipHarvesterCleanup+"=true")
 	// Cluster API deletes the HarvesterCluster once the machines are gone: until the user says so,
 	// the Cluster stays.
 	time.Sleep(2 * time.Second)
 	w.must(c.Get(ctx, client.ObjectKeyFromObject(cluster), cluster))
 	w.must(c.Patch(ctx, &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tenant-md-0"}},
-		client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, v1alpha1.AnnotationSkipHarvesterCleanup)))))
+		client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, infrav1.AnnotationSkipHarvesterCleanup)))))
 	// The HarvesterCluster cannot delete the tenant's credentials on Harvester without its
 	// ProviderConfig either: it says so and how to release it, and is released the same way.
 	waitFor(ctx, t, w.capi, "the HarvesterCluster to say its deletion is blocked and how to release it", func() error {
 		hc := &infrav1.HarvesterCluster{}
 		w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: tenant.Name}, hc))
 		if cond := findCondition(hc.Status.Conditions, infrav1.ConditionReady); cond == nil || cond.Reason != infrav1.ReasonDeletionBlocked ||
-			!strings.Contains(cond.Message, "kubectl annotate harvestercluster -n tenants "+tenant.Name+" "+v1alpha1.AnnotationSkipHarvesterCleanup+"=true") {
+			!strings.Contains(cond.Message, "kubectl annotate harvestercluster -n tenants "+tenant.Name+" "+infrav1.AnnotationSkipHarvesterCleanup+"=true") {
 			return fmt.Errorf("Ready %+v", cond)
 		}
 		return nil
 	})
 	w.must(c.Patch(ctx, &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tenant.Name}},
-		client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, v1alpha1.AnnotationSkipHarvesterCleanup)))))
+		client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"true"}}}`, infrav1.AnnotationSkipHarvesterCleanup)))))
 	waitFor(ctx, t, w.capi, "the Cluster to go", func() error { return clusterGone(ctx, c, cluster) })
 	// Released without cleaning up: the VM is still there.
 	w.must(w.hv.Client.Get(ctx, client.ObjectKeyFromObject(&vm), &vm))

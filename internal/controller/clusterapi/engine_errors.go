@@ -1,7 +1,7 @@
 package clusterapi
 
 import (
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
@@ -18,7 +18,7 @@ var harvesterMachineAdvice = map[string]string{
 	harvester.ReasonVolumeMissing:     ": delete the Machine that owns this HarvesterMachine and Cluster API replaces it",
 	harvester.ReasonImageImportFailed: ", then delete the Machine that owns this HarvesterMachine and Cluster API replaces it",
 	harvester.ReasonNameTakenByAnotherManagementCluster: ". It may be that cluster's live node. If that management cluster is gone for good, the platform operator may allow its machines to be handed over " +
-		"(the manager's flag --" + options.HandOverFlag + "=<its kube-system UID>); then set annotation " + v1alpha1.AnnotationHandOver +
+		"(the manager's flag --" + options.HandOverFlag + "=<its kube-system UID>); then set annotation " + infrav1.AnnotationHandOver +
 		"=true on this HarvesterMachine to take the VM, disks and cloud-init Secret over",
 }
 

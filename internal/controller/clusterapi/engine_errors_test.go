@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/apiconsts"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
@@ -26,4 +27,18 @@ func TestHarvesterMachineAdviceNamesNoMachineRequest(t *testing.T) {
 // declared and documented in their API package: objstatus writes them by these names.
 func TestConditionsAreDeclaredInTheAPI(t *testing.T) {
 	apiconsts.RequireConditions(t, "../../../api/infrastructure/v1alpha1/conditions.go", infrastructureConditions)
+}
+
+// The Cluster API kinds' annotations mean what the MachineRequest's of the same key mean: their
+// keys are the same, so that one vocabulary serves both kinds of machine.
+func TestAnnotationsShareTheMachineRequestsKeys(t *testing.T) {
+	for _, pair := range [][2]string{
+		{infrav1.AnnotationSkipHarvesterCleanup, v1alpha1.AnnotationSkipHarvesterCleanup},
+		{infrav1.AnnotationPlacement, v1alpha1.AnnotationPlacement},
+		{infrav1.AnnotationHandOver, v1alpha1.AnnotationHandOver},
+	} {
+		if pair[0] != pair[1] {
+			t.Errorf("annotation %q of the Cluster API kinds is %q on MachineRequests", pair[0], pair[1])
+		}
+	}
 }

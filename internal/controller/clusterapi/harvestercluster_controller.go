@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
@@ -187,7 +186,7 @@ func (r *HarvesterClusterReconciler) reconcileDelete(ctx context.Context, s *obj
 		if n := len(machines.Items); n > 0 {
 			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, capiWaitingRetry,
 				"waiting for the %d HarvesterMachines of Cluster %s to be deleted (their deletion needs this HarvesterCluster's ProviderConfig); one that cannot reach Harvester says why in its Ready condition (DeletionBlocked), "+
-					"and is released without deleting anything on Harvester by: kubectl annotate harvestermachines -n %s -l %s=%s %s=true", n, clusterName, hc.Namespace, capiClusterNameLabel, clusterName, v1alpha1.AnnotationSkipHarvesterCleanup)
+					"and is released without deleting anything on Harvester by: kubectl annotate harvestermachines -n %s -l %s=%s %s=true", n, clusterName, hc.Namespace, capiClusterNameLabel, clusterName, infrav1.AnnotationSkipHarvesterCleanup)
 		}
 	}
 	// No credential outlives its cluster, unless its deletion is blocked and the user releases it
@@ -210,7 +209,7 @@ func (r *HarvesterClusterReconciler) deleteGuestCredentials(ctx context.Context,
 	hc := s.Obj
 	skipped := func() {
 		s.Event(corev1.EventTypeWarning, infrav1.ReasonCleanupSkipped, "Delete", fmt.Sprintf(
-			"released by annotation %s: the tenant cluster's Harvester credentials, if any, stay on Harvester", v1alpha1.AnnotationSkipHarvesterCleanup))
+			"released by annotation %s: the tenant cluster's Harvester credentials, if any, stay on Harvester", infrav1.AnnotationSkipHarvesterCleanup))
 	}
 	if releaseAsked(hc) && r.SkipCleanupAnytime {
 		skipped()

@@ -721,5 +721,5 @@ func isPermissionDenied(err error) bool {
 func releaseAdvice(hc *infrav1.HarvesterCluster) string {
 	return fmt.Sprintf("If they cannot be deleted any more, release the HarvesterCluster without deleting them: kubectl annotate harvestercluster -n %s %s %s=true "+
 		"(the ServiceAccount, its bindings and token then stay on Harvester, labelled with this HarvesterCluster: delete them there)",
-		hc.Namespace, hc.Name, v1alpha1.AnnotationSkipHarvesterCleanup)
+		hc.Namespace, hc.Name, infrav1.AnnotationSkipHarvesterCleanup)
 }

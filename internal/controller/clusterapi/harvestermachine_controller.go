@@ -352,7 +352,7 @@ func othersAtRecordedPlace(hm *infrav1.HarvesterMachine, recorded, own harvester
 	return objstatus.Waiting(infrav1.ReasonPlacementRefused, capiWaitingRetry,
 		"annotation %s of HarvesterMachine %s/%s records VM %s/%s, which is not this machine's: it is left untouched, and a new machine is made only in %s/%s (its ProviderConfig's Harvester namespace, its own name). "+
 			"Remove the annotation (kubectl annotate harvestermachine -n %s %s %s-) and the provider records the machine's own place",
-		v1alpha1.AnnotationPlacement, hm.Namespace, hm.Name, recorded.Namespace, recorded.Name, own.Namespace, own.Name, hm.Namespace, hm.Name, v1alpha1.AnnotationPlacement)
+		infrav1.AnnotationPlacement, hm.Namespace, hm.Name, recorded.Namespace, recorded.Name, own.Namespace, own.Name, hm.Namespace, hm.Name, infrav1.AnnotationPlacement)
 }
 
 // providerIDOfItsOwn refuses a spec.providerID that the provider did not write: it writes one only
@@ -365,7 +365,7 @@ func providerIDOfItsOwn(hm *infrav1.HarvesterMachine) error {
 	return objstatus.Waiting(infrav1.ReasonPlacementRefused, capiWaitingRetry,
 		"spec.providerID of HarvesterMachine %s/%s is %s, but the provider recorded no place for it (annotation %s), so it did not write it: nothing is made or changed on Harvester. "+
 			"Delete the Machine that owns this HarvesterMachine and let Cluster API make one without a providerID",
-		hm.Namespace, hm.Name, hm.Spec.ProviderID, v1alpha1.AnnotationPlacement)
+		hm.Namespace, hm.Name, hm.Spec.ProviderID, infrav1.AnnotationPlacement)
 }
 
 // placeOfItsOwn refuses to make a machine at a recorded place that is not where it belongs (own:
@@ -381,7 +381,7 @@ func placeOfItsOwn(hm *infrav1.HarvesterMachine, recorded, own harvester.Place) 
 	return objstatus.Waiting(infrav1.ReasonPlacementRefused, capiWaitingRetry,
 		"annotation %s of HarvesterMachine %s/%s records VM %s/%s, which does not exist, and a new machine is made only in %s/%s (its ProviderConfig's Harvester namespace, its own name): "+
 			"nothing is made or changed on Harvester. Remove the annotation (kubectl annotate harvestermachine -n %s %s %s-) and the provider records the machine's own place",
-		v1alpha1.AnnotationPlacement, hm.Namespace, hm.Name, recorded.Namespace, recorded.Name, own.Namespace, own.Name, hm.Namespace, hm.Name, v1alpha1.AnnotationPlacement)
+		infrav1.AnnotationPlacement, hm.Namespace, hm.Name, recorded.Namespace, recorded.Name, own.Namespace, own.Name, hm.Namespace, hm.Name, infrav1.AnnotationPlacement)
 }
 
 // mayMakeMachines checks what a HarvesterMachine's namespace and its ProviderConfig must allow
@@ -419,7 +419,7 @@ func (r *HarvesterMachineReconciler) recordPlace(ctx context.Context, s *harvest
 // being recorded here is reported then, by the reconcile that records it.
 func (r *HarvesterMachineReconciler) recordPlaceAhead(ctx context.Context, s *harvesterMachineScope) {
 	hm := s.hm
-	if _, recorded := hm.Annotations[v1alpha1.AnnotationPlacement]; recorded || hm.Labels[capiClusterNameLabel] == "" {
+	if _, recorded := hm.Annotations[infrav1.AnnotationPlacement]; recorded || hm.Labels[capiClusterNameLabel] == "" {
 		return
 	}
 	if err := r.placeAhead(ctx, s); err != nil {
@@ -515,7 +515,7 @@ func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *har
 	if !controllerutil.ContainsFinalizer(hm, infrav1.HarvesterMachineFinalizer) {
 		return reconcile.Result{}, nil
 	}
-	switch _, recorded := hm.Annotations[v1alpha1.AnnotationPlacement]; {
+	switch _, recorded := hm.Annotations[infrav1.AnnotationPlacement]; {
 	case releaseAsked(hm) && r.SkipCleanupAnytime:
 		reportCleanupSkipped(ctx, s)
 	case recorded || hm.Spec.ProviderID != "":

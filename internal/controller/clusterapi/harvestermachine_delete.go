@@ -29,7 +29,7 @@ func reportCleanupSkipped(ctx context.Context, s *harvesterMachineScope) {
 	}
 	log.FromContext(ctx).Info("Released without deleting anything on Harvester (skip-cleanup annotation)")
 	s.Event(corev1.EventTypeWarning, infrav1.ReasonCleanupSkipped, "Delete",
-		"Released without deleting anything on Harvester because of annotation "+v1alpha1.AnnotationSkipHarvesterCleanup+"=true: "+left)
+		"Released without deleting anything on Harvester because of annotation "+infrav1.AnnotationSkipHarvesterCleanup+"=true: "+left)
 }
 
 // reportReleaseNotNeeded says, when the HarvesterMachine asked to be released without cleaning
@@ -58,7 +58,7 @@ func harvesterMachineDeletionBlocked(s *harvesterMachineScope, err error) error 
 	}
 	msg = fmt.Sprintf("Cannot delete the machine on Harvester: %s. Restore what is missing (a ProviderConfig and its credentials Secret are installed on each management cluster, see docs/cluster-api.md), "+
 		"or release the HarvesterMachine without deleting anything on Harvester: kubectl annotate harvestermachine -n %s %s %s=true",
-		msg, s.hm.Namespace, s.hm.Name, v1alpha1.AnnotationSkipHarvesterCleanup)
+		msg, s.hm.Namespace, s.hm.Name, infrav1.AnnotationSkipHarvesterCleanup)
 	return objstatus.Waiting(infrav1.ReasonDeletionBlocked, frontdoor.BlockedDeletionRetry, "%s", msg)
 }
 

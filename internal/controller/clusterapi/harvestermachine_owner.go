@@ -9,7 +9,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
@@ -31,7 +30,7 @@ func harvesterMachineOwner(hm *infrav1.HarvesterMachine, managementCluster strin
 // HarvesterMachine cannot do it alone: the annotation on its own is refused, with a message
 // that says who must allow it.
 func withHandOver(o harvester.Owner, hm *infrav1.HarvesterMachine, from []string) harvester.Owner {
-	if hm.Annotations[v1alpha1.AnnotationHandOver] == "true" && len(from) > 0 {
+	if hm.Annotations[infrav1.AnnotationHandOver] == "true" && len(from) > 0 {
 		o.HandOver, o.HandOverFrom = true, from
 	}
 	return o
@@ -47,8 +46,8 @@ func reportTakeOver(ctx context.Context, s *harvesterMachineScope, vm string, p 
 	switch {
 	case p.Succession:
 		why = "this machine before it was re-created (clusterctl move or a restore): its bootstrap data is the data the machine was made with"
-	case s.hm.Annotations[v1alpha1.AnnotationHandOver] == "true":
-		why = "a HarvesterMachine of this namespace and name of another management cluster, handed over (annotation " + v1alpha1.AnnotationHandOver + ", allowed by the platform operator)"
+	case s.hm.Annotations[infrav1.AnnotationHandOver] == "true":
+		why = "a HarvesterMachine of this namespace and name of another management cluster, handed over (annotation " + infrav1.AnnotationHandOver + ", allowed by the platform operator)"
 	}
 	from := "UID " + string(p.UID)
 	if p.Cluster != "" {

@@ -6,7 +6,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 )
 
 // The hand-over of another management cluster's objects is the platform operator's decision: a
@@ -14,7 +13,7 @@ import (
 // only the management clusters listed.
 func TestHarvesterMachineHandOverNeedsTheOperator(t *testing.T) {
 	annotated := &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "tenants", Name: "cp-0", UID: "uid-1",
-		Annotations: map[string]string{v1alpha1.AnnotationHandOver: "true"}}}
+		Annotations: map[string]string{infrav1.AnnotationHandOver: "true"}}}
 	plain := annotated.DeepCopy()
 	plain.Annotations = nil
 	for name, tc := range map[string]struct {

@@ -23,7 +23,7 @@ import (
 
 // releaseAsked reports whether the object carries annotation skip-cleanup=true.
 func releaseAsked(o metav1.Object) bool {
-	return o.GetAnnotations()[v1alpha1.AnnotationSkipHarvesterCleanup] == "true"
+	return o.GetAnnotations()[infrav1.AnnotationSkipHarvesterCleanup] == "true"
 }
 
 // deletionBlocked reports whether err is a DeletionBlocked wait: what the deletion needs to reach
@@ -52,5 +52,5 @@ func placementReadable(hm *infrav1.HarvesterMachine) bool {
 func releaseNotNeeded(what string) string {
 	return fmt.Sprintf("Deleted %s on Harvester although annotation %s=true asks to keep them: the annotation releases an object only when its deletion is blocked "+
 		"(its ProviderConfig, credentials or Harvester gone); the platform operator may let it count at any time (manager flag --%s)",
-		what, v1alpha1.AnnotationSkipHarvesterCleanup, options.SkipCleanupFlag)
+		what, infrav1.AnnotationSkipHarvesterCleanup, options.SkipCleanupFlag)
 }

@@ -8,7 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
@@ -24,13 +23,13 @@ func TestSkipCleanupCountsOnlyForABlockedDeletion(t *testing.T) {
 		err         error
 		want        bool
 	}{
-		{"blocked, asked", map[string]string{v1alpha1.AnnotationSkipHarvesterCleanup: "true"}, blocked, true},
+		{"blocked, asked", map[string]string{infrav1.AnnotationSkipHarvesterCleanup: "true"}, blocked, true},
 		{"blocked, not asked", nil, blocked, false},
-		{"deleting, asked", map[string]string{v1alpha1.AnnotationSkipHarvesterCleanup: "true"}, objstatus.Waiting(infrav1.ReasonDeleting, capiWaitingRetry, "VM"), false},
-		{"disk in use, asked", map[string]string{v1alpha1.AnnotationSkipHarvesterCleanup: "true"}, objstatus.Waiting(infrav1.ReasonDiskInUse, capiWaitingRetry, "disk"), false},
-		{"transient, asked", map[string]string{v1alpha1.AnnotationSkipHarvesterCleanup: "true"}, errors.New("connection refused"), false},
-		{"done, asked", map[string]string{v1alpha1.AnnotationSkipHarvesterCleanup: "true"}, nil, false},
-		{"blocked, asked, record broken", map[string]string{v1alpha1.AnnotationSkipHarvesterCleanup: "true", v1alpha1.AnnotationPlacement: "{"}, blocked, false},
+		{"deleting, asked", map[string]string{infrav1.AnnotationSkipHarvesterCleanup: "true"}, objstatus.Waiting(infrav1.ReasonDeleting, capiWaitingRetry, "VM"), false},
+		{"disk in use, asked", map[string]string{infrav1.AnnotationSkipHarvesterCleanup: "true"}, objstatus.Waiting(infrav1.ReasonDiskInUse, capiWaitingRetry, "disk"), false},
+		{"transient, asked", map[string]string{infrav1.AnnotationSkipHarvesterCleanup: "true"}, errors.New("connection refused"), false},
+		{"done, asked", map[string]string{infrav1.AnnotationSkipHarvesterCleanup: "true"}, nil, false},
+		{"blocked, asked, record broken", map[string]string{infrav1.AnnotationSkipHarvesterCleanup: "true", infrav1.AnnotationPlacement: "{"}, blocked, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			hm := &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Annotations: tc.annotations}}
@@ -39,7 +38,7 @@ func TestSkipCleanupCountsOnlyForABlockedDeletion(t *testing.T) {
 			}
 		})
 	}
-	if msg := releaseNotNeeded("the VM"); !strings.Contains(msg, "--"+options.SkipCleanupFlag) || !strings.Contains(msg, v1alpha1.AnnotationSkipHarvesterCleanup) {
+	if msg := releaseNotNeeded("the VM"); !strings.Contains(msg, "--"+options.SkipCleanupFlag) || !strings.Contains(msg, infrav1.AnnotationSkipHarvesterCleanup) {
 		t.Fatalf("the message of a release not needed names neither the annotation nor the flag: %q", msg)
 	}
 }
@@ -69,7 +68,7 @@ func TestPlaceOfItsOwn(t *testing.T) {
 			if !ok || w.Reason != infrav1.ReasonPlacementRefused {
 				t.Fatalf("error %v, want a %s wait", err, infrav1.ReasonPlacementRefused)
 			}
-			for _, want := range []string{tc.recorded.Namespace + "/" + tc.recorded.Name, "vms/md-0", "HarvesterMachine team-a/md-0", v1alpha1.AnnotationPlacement + "-"} {
+			for _, want := range []string{tc.recorded.Namespace + "/" + tc.recorded.Name, "vms/md-0", "HarvesterMachine team-a/md-0", infrav1.AnnotationPlacement + "-"} {
 				if !strings.Contains(w.Message, want) {
 					t.Errorf("message %q does not say %q", w.Message, want)
 				}
@@ -88,7 +87,7 @@ func TestProviderIDOfItsOwn(t *testing.T) {
 	if !ok || w.Reason != infrav1.ReasonPlacementRefused {
 		t.Fatalf("a providerID without a recorded place: %v", w)
 	}
-	for _, want := range []string{"spec.providerID of HarvesterMachine team-a/md-0 is harvester://0b1c", v1alpha1.AnnotationPlacement, "Delete the Machine"} {
+	for _, want := range []string{"spec.providerID of HarvesterMachine team-a/md-0 is harvester://0b1c", infrav1.AnnotationPlacement, "Delete the Machine"} {
 		if !strings.Contains(w.Message, want) {
 			t.Errorf("message %q does not say %q", w.Message, want)
 		}
@@ -122,7 +121,7 @@ func TestOthersAtRecordedPlace(t *testing.T) {
 			if !ok || w.Reason != infrav1.ReasonPlacementRefused {
 				t.Fatalf("error %v, want a %s wait", err, infrav1.ReasonPlacementRefused)
 			}
-			for _, want := range []string{"vms-b/their-md-0, which is not this machine's", "vms/md-0", v1alpha1.AnnotationPlacement + "-"} {
+			for _, want := range []string{"vms-b/their-md-0, which is not this machine's", "vms/md-0", infrav1.AnnotationPlacement + "-"} {
 				if !strings.Contains(w.Message, want) {
 					t.Errorf("message %q does not say %q", w.Message, want)
 				}
