@@ -29,7 +29,7 @@ import (
 	platformv1alpha1 "github.com/butlerdotdev/butler-provider-harvester/api/platform/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/harvesterevents"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/machinerequest"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/setup"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
@@ -106,7 +106,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	// Credentials Secrets are read directly, not through a cache: no cluster-wide Secret watch.
 	// Harvester's informers report changes of our objects there through this channel.
-	harvesterEvents := &frontdoor.HarvesterEvents{}
+	harvesterEvents := &harvesterevents.HarvesterEvents{}
 	recorder := newEventRecorder(mgr, "butler-provider-harvester", logger)
 	clusters := harvester.NewClusters(&clustercache.Cache{
 		SecretReader: mgr.GetAPIReader(), QPS: float32(o.HarvesterQPS), Burst: o.HarvesterBurst, Context: ctx,

@@ -24,36 +24,51 @@ type Package struct {
 type Table []Package
 
 // Packages is the provider's layering. Calls only go down: the manager's command, the one place
-// that builds the controllers, the front doors and controllers, the kit they share, the engine,
-// and the API packages, which import nothing of the module. A new import between the module's
+// that builds the controllers, the front doors and controllers, the small packages they share
+// (each with one job), the engine, and the API packages, which import nothing of the module. A new import between the module's
 // packages is a row changed here, which the diagram in docs/architecture.md then shows.
 var Packages = Table{
 	{"cmd/manager", "the manager: flags, probes, metrics", []string{
 		"api/infrastructure/v1alpha1", "api/platform/v1alpha1", "api/v1alpha1", "internal/clustercache",
-		"internal/controller/frontdoor", "internal/controller/machinerequest", "internal/controller/setup",
+		"internal/controller/harvesterevents", "internal/controller/machinerequest", "internal/controller/setup",
 		"internal/harvester", "internal/metrics", "internal/options",
 	}},
 	{"internal/controller/setup", "builds and registers every controller", []string{
-		"internal/controller/clusterapi", "internal/controller/frontdoor", "internal/controller/imagesync",
+		"internal/controller/clusterapi", "internal/controller/harvesterevents", "internal/controller/imagesync",
 		"internal/controller/machinerequest", "internal/controller/providerconfig", "internal/harvester", "internal/options",
 	}},
 	{"internal/controller/machinerequest", "the MachineRequest door", []string{
-		"api/v1alpha1", "internal/controller/frontdoor", "internal/controller/providerconfig", "internal/harvester",
-		"internal/metrics", "internal/objstatus", "internal/options",
+		"api/v1alpha1", "internal/controller/harvesterevents", "internal/controller/management", "internal/controller/objmeta",
+		"internal/controller/outcome", "internal/controller/providerconfig", "internal/controller/requeue", "internal/controller/target",
+		"internal/harvester", "internal/metrics", "internal/objstatus", "internal/options",
 	}},
 	{"internal/controller/clusterapi", "the Cluster API door", []string{
-		"api/infrastructure/v1alpha1", "api/v1alpha1", "internal/controller/frontdoor", "internal/controller/providerconfig",
-		"internal/harvester", "internal/objstatus", "internal/options",
+		"api/infrastructure/v1alpha1", "api/v1alpha1", "internal/controller/harvesterevents", "internal/controller/management",
+		"internal/controller/objmeta", "internal/controller/outcome", "internal/controller/providerconfig", "internal/controller/requeue",
+		"internal/controller/target", "internal/harvester", "internal/objstatus", "internal/options",
 	}},
 	{"internal/controller/imagesync", "ImageSync → VirtualMachineImage", []string{
-		"api/platform/v1alpha1", "api/v1alpha1", "internal/controller/frontdoor", "internal/controller/providerconfig",
-		"internal/harvester", "internal/imagefactory", "internal/objstatus", "internal/options",
+		"api/platform/v1alpha1", "api/v1alpha1", "internal/controller/harvesterevents", "internal/controller/management",
+		"internal/controller/objmeta", "internal/controller/outcome", "internal/controller/providerconfig", "internal/controller/requeue",
+		"internal/controller/target", "internal/harvester", "internal/imagefactory", "internal/objstatus", "internal/options",
 	}},
 	{"internal/controller/providerconfig", "ProviderConfig checks (preflight)", []string{
-		"api/v1alpha1", "internal/controller/frontdoor", "internal/harvester", "internal/objstatus", "internal/options",
+		"api/v1alpha1", "internal/controller/outcome", "internal/controller/requeue", "internal/controller/target",
+		"internal/harvester", "internal/objstatus", "internal/options",
 	}},
-	{"internal/controller/frontdoor", "the kit every door shares", []string{
+	{"internal/controller/target", "a ProviderConfig reference → its Harvester target; who may use it", []string{
+		"api/v1alpha1", "internal/controller/requeue", "internal/harvester", "internal/objstatus",
+	}},
+	{"internal/controller/objmeta", "finalizers, annotations, the placement record; which updates wake", []string{
+		"api/v1alpha1", "internal/controller/requeue", "internal/harvester", "internal/objstatus",
+	}},
+	{"internal/controller/outcome", "the engine's outcomes as the APIs' reasons and conditions", []string{
 		"api/infrastructure/v1alpha1", "api/v1alpha1", "internal/harvester", "internal/objstatus",
+	}},
+	{"internal/controller/harvesterevents", "Harvester's changes → the owners' work queues", []string{"internal/harvester"}},
+	{"internal/controller/management", "the management cluster: its identity, the kinds it serves", nil},
+	{"internal/controller/requeue", "poll intervals, retries, reconcile timeout, deletion stalls", []string{
+		"internal/harvester", "internal/objstatus",
 	}},
 	{"internal/options", "the manager's flags, names and defaults", []string{"internal/clustercache"}},
 	{"internal/imagefactory", "the Butler Image Factory's URLs and names", []string{"api/v1alpha1"}},

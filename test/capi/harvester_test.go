@@ -34,8 +34,9 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/clusterapi"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/harvesterevents"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
 	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
@@ -480,7 +481,7 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 	waitFor(ctx, t, capi, "the VM of tenant-md-3 once its bootstrap data is named", func() error {
 		return hv.Client.Get(ctx, types.NamespacedName{Namespace: "vms", Name: "tenant-md-3"}, &kubevirtv1.VirtualMachine{})
 	})
-	if took := time.Since(named); took > frontdoor.ProviderConfigRetry/2 {
+	if took := time.Since(named); took > requeue.ProviderConfigRetry/2 {
 		t.Fatalf("the VM came %s after the Machine named its bootstrap data: the Machine's watch did not wake its HarvesterMachine", took)
 	}
 
@@ -576,7 +577,7 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 	if err != nil {
 		t.Fatal(err)
 	}
-	events := &frontdoor.HarvesterEvents{}
+	events := &harvesterevents.HarvesterEvents{}
 	clusters := harvester.NewClusters(&clustercache.Cache{SecretReader: mgr.GetAPIReader(), Context: ctx}, events)
 	recorder := mgr.GetEventRecorder("butler-provider-harvester")
 	pcr := &providerconfig.Reconciler{Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, Recorder: recorder,

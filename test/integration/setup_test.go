@@ -15,7 +15,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/harvesterevents"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/setup"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
@@ -55,7 +55,7 @@ func TestSetupRegistersWhatTheClusterServes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			events := &frontdoor.HarvesterEvents{}
+			events := &harvesterevents.HarvesterEvents{}
 			shared := setup.Shared{
 				Harvester:       harvester.NewClusters(&clustercache.Cache{SecretReader: mgr.GetAPIReader(), Context: t.Context()}, events),
 				HarvesterEvents: events,

@@ -31,7 +31,7 @@ import (
 	platformv1alpha1 "github.com/butlerdotdev/butler-provider-harvester/api/platform/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/harvesterevents"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/imagesync"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/machinerequest"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
@@ -152,7 +152,7 @@ func startManager(parent context.Context, cfg *rest.Config) (stop func()) {
 	if err != nil {
 		panic(err)
 	}
-	harvesterEvents := &frontdoor.HarvesterEvents{}
+	harvesterEvents := &harvesterevents.HarvesterEvents{}
 	r := &machinerequest.Reconciler{
 		Client:          mgr.GetClient(),
 		Harvester:       harvester.NewClusters(&clustercache.Cache{SecretReader: mgr.GetAPIReader(), Context: ctx}, harvesterEvents),

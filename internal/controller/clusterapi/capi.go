@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
@@ -34,7 +34,7 @@ const (
 	capiClusterNameLabel    = "cluster.x-k8s.io/cluster-name"
 	capiControlPlaneLabel   = "cluster.x-k8s.io/control-plane"
 	capiPausedAnnotation    = "cluster.x-k8s.io/paused"
-	capiWaitingRetry        = frontdoor.ProviderConfigRetry
+	capiWaitingRetry        = requeue.ProviderConfigRetry
 	capiOwnerRetryReasonMsg = "no %s of Cluster API owns it yet: Cluster API sets the owner reference when it takes the object on"
 )
 

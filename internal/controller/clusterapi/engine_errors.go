@@ -2,7 +2,7 @@ package clusterapi
 
 import (
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/outcome"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
 )
@@ -24,5 +24,5 @@ var harvesterMachineAdvice = map[string]string{
 
 // harvesterMachineTerms is an engine reason in the HarvesterMachine's words, and the advice for it.
 func harvesterMachineTerms(engineReason string) (reason, advice string) {
-	return frontdoor.APIReason(engineReason), harvesterMachineAdvice[engineReason]
+	return outcome.APIReason(engineReason), harvesterMachineAdvice[engineReason]
 }

@@ -23,8 +23,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/management"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/objmeta"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/outcome"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
@@ -43,7 +47,7 @@ type HarvesterClusterReconciler struct {
 	Preflight *providerconfig.Reconciler
 	// Harvester, if set, makes the tenant clusters' Harvester credentials (spec.guestCredentials;
 	// harvestercluster_guest.go), which LiveReader (live, get only) reads back, with the
-	// credentials Secret's tenant server and the namespace's team (frontdoor.ConsumerOf).
+	// credentials Secret's tenant server and the namespace's team (target.ConsumerOf).
 	Harvester  harvester.Connector
 	LiveReader client.Reader
 	// GuestRecheckInterval is how often delivered credentials are checked (default a minute).
@@ -92,7 +96,7 @@ func (r *HarvesterClusterReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s := objstatus.New(hc, harvesterClusterStatus, objstatus.Policy{
-		Action: "Provision", FailAction: "Fail", Degrading: frontdoor.DegradingReasons.Has,
+		Action: "Provision", FailAction: "Fail", Degrading: outcome.DegradingReasons.Has,
 		NewWaitCondition: infrav1.ConditionProgressing, TransientReason: infrav1.ReasonHarvesterUnavailable,
 	}, r.Recorder, &r.statuses)
 	defer func() {
@@ -133,22 +137,22 @@ func (r *HarvesterClusterReconciler) reconcile(ctx context.Context, s *objstatus
 		}
 	}
 	namespace, name := hc.ProviderConfigKey()
-	pc, err := frontdoor.LoadProviderConfig(ctx, r.Client, client.ObjectKey{Namespace: namespace, Name: name}, r.Preflight)
+	pc, err := target.LoadProviderConfig(ctx, r.Client, client.ObjectKey{Namespace: namespace, Name: name}, r.Preflight)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
 	if pc == nil {
 		return reconcile.Result{}, providerConfigNotInstalled(namespace, name)
 	}
-	t, err := frontdoor.ResolveProviderConfig(pc, namespace+"/"+name, "spec.providerConfigRef")
+	t, err := target.ResolveProviderConfig(pc, namespace+"/"+name, "spec.providerConfigRef")
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	consumer, err := frontdoor.ConsumerOf(ctx, r.LiveReader, t.ProviderConfig, hc.Namespace)
+	consumer, err := target.ConsumerOf(ctx, r.LiveReader, t.ProviderConfig, hc.Namespace)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := frontdoor.SharedWith(t.ProviderConfig, consumer, "HarvesterClusters", "spec.providerConfigRef"); err != nil {
+	if err := target.SharedWith(t.ProviderConfig, consumer, "HarvesterClusters", "spec.providerConfigRef"); err != nil {
 		return reconcile.Result{}, err
 	}
 	held, renew, err := r.ownershipPhase(ctx, s, cluster.Name, t)
@@ -195,7 +199,7 @@ func (r *HarvesterClusterReconciler) reconcileDelete(ctx context.Context, s *obj
 	if err := r.deleteGuestCredentials(ctx, s); err != nil {
 		return reconcile.Result{}, err
 	}
-	if err := frontdoor.RemoveFinalizer(ctx, r.Client, s, hc, infrav1.HarvesterClusterFinalizer); err != nil {
+	if err := objmeta.RemoveFinalizer(ctx, r.Client, s, hc, infrav1.HarvesterClusterFinalizer); err != nil {
 		return reconcile.Result{}, err
 	}
 	s.Release()
@@ -229,11 +233,11 @@ func (r *HarvesterClusterReconciler) deleteGuestCredentials(ctx context.Context,
 }
 
 // SetupWithManager registers the reconciler and its watches, its controller built with options
-// (the reconciliation timeout frontdoor.ReconcileTimeout unless they set one: a reconcile waits on
+// (the reconciliation timeout requeue.ReconcileTimeout unless they set one: a reconcile waits on
 // Harvester). It needs the kinds Unavailable checks: register it only where Unavailable says
 // nothing.
 func (r *HarvesterClusterReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
-	r.managementCluster = frontdoor.IdentifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
+	r.managementCluster = management.IdentifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
 	r.sightings.Clock = r.Clock
 	cluster, machine := &unstructured.Unstructured{}, &infrav1.HarvesterMachine{}
 	cluster.SetGroupVersionKind(capiClusterGVK)
@@ -247,7 +251,7 @@ func (r *HarvesterClusterReconciler) SetupWithManager(ctx context.Context, mgr c
 		Watches(cluster, handler.EnqueueRequestsFromMapFunc(infrastructureClusterOf),
 			builder.WithPredicates(capiChangesThatMatter(capiClusterOf, infrastructureClusterOf))).
 		Watches(machine, handler.EnqueueRequestsFromMapFunc(r.clusterOfMachine), builder.WithPredicates(onlyDeletions)).
-		WithOptions(frontdoor.WithReconcileTimeout(options)).
+		WithOptions(requeue.WithReconcileTimeout(options)).
 		WithLogConstructor(func(req *ctrl.Request) logr.Logger {
 			l := mgr.GetLogger().WithValues("controller", "harvestercluster")
 			if req != nil {

@@ -22,7 +22,7 @@ import (
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
@@ -176,7 +176,7 @@ func deliveredToken(kubeconfig []byte) []byte {
 // guestPhase makes, checks and delivers the tenant cluster's Harvester credentials. It never
 // holds the HarvesterCluster back: whatever goes wrong is said in GuestCredentialsReady, and the
 // result says when to look again.
-func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], clusterName string, t *frontdoor.Target) reconcile.Result {
+func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], clusterName string, t *target.Target) reconcile.Result {
 	hc := s.Obj
 	set := func(status metav1.ConditionStatus, reason, format string, args ...any) {
 		s.SetCondition(infrav1.ConditionGuestCredentialsReady, status, reason, fmt.Sprintf(format, args...))
@@ -308,7 +308,7 @@ type guestPlan struct {
 // says when to look again) that the delivered credentials are as they should be, or that
 // something is under way.
 func (r *HarvesterClusterReconciler) planGuest(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], guests harvester.GuestCluster,
-	delivered *corev1.Secret, clusterName string, endpoint harvester.GuestEndpoint, t *frontdoor.Target) (guestPlan, reconcile.Result, bool) {
+	delivered *corev1.Secret, clusterName string, endpoint harvester.GuestEndpoint, t *target.Target) (guestPlan, reconcile.Result, bool) {
 	set := func(reason, format string, args ...any) {
 		s.SetCondition(infrav1.ConditionGuestCredentialsReady, metav1.ConditionFalse, reason, fmt.Sprintf(format, args...))
 	}
@@ -417,7 +417,7 @@ func retiringNote(retiring string) string {
 // tenantEndpoint reads where the operator says tenants reach Harvester, beside the ProviderConfig's
 // credentials: annotation v1alpha1.AnnotationTenantServer on their Secret, and its key
 // v1alpha1.TenantCAKey (none: Harvester's VIP). Only whoever writes the credentials says it.
-func (r *HarvesterClusterReconciler) tenantEndpoint(ctx context.Context, t *frontdoor.Target) (endpoint harvester.GuestEndpoint, invalid string, err error) {
+func (r *HarvesterClusterReconciler) tenantEndpoint(ctx context.Context, t *target.Target) (endpoint harvester.GuestEndpoint, invalid string, err error) {
 	secret := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: t.Credentials.SecretNamespace, Name: t.Credentials.SecretName}
 	if err := r.LiveReader.Get(ctx, key, secret); err != nil {
@@ -527,7 +527,7 @@ func (r *HarvesterClusterReconciler) guestRecheck() time.Duration {
 	return defaultGuestRecheck
 }
 
-func (r *HarvesterClusterReconciler) issued(s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], clusterName, namespace string, owner harvester.Owner, t *frontdoor.Target) {
+func (r *HarvesterClusterReconciler) issued(s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], clusterName, namespace string, owner harvester.Owner, t *target.Target) {
 	s.SetCondition(infrav1.ConditionGuestCredentialsReady, metav1.ConditionTrue, infrav1.ReasonGuestCredentialsIssued, fmt.Sprintf(
 		"Secret %s (a ClusterResourceSet's, for Secret %s/%s of the tenant cluster) holds the kubeconfig of ServiceAccount %s/%s on Harvester, issued with ProviderConfig %s's credentials",
 		guestCloudConfigName(clusterName), tenantCloudConfigNamespace, tenantCloudConfigName, namespace, harvester.GuestNamesFor(owner, namespace).ServiceAccount, t.Ref))
@@ -595,7 +595,7 @@ func ownedBy(obj metav1.Object, ref metav1.OwnerReference) bool {
 
 // revokeGuest deletes the identity a delivered Secret records on Harvester, then the Secret.
 // done is false while that is under way (res says when to look again).
-func (r *HarvesterClusterReconciler) revokeGuest(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], delivered *corev1.Secret, t *frontdoor.Target) (reconcile.Result, bool) {
+func (r *HarvesterClusterReconciler) revokeGuest(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], delivered *corev1.Secret, t *target.Target) (reconcile.Result, bool) {
 	if err := r.deleteGuestIdentity(ctx, s.Obj, []string{delivered.Annotations[annotationGuestNamespace]}, t); err != nil {
 		s.SetCondition(infrav1.ConditionGuestCredentialsReady, metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, err.Error())
 		return reconcile.Result{RequeueAfter: guestFailedRetry}, false
@@ -610,7 +610,7 @@ func (r *HarvesterClusterReconciler) revokeGuest(ctx context.Context, s *objstat
 
 // deleteGuestIdentity deletes the HarvesterCluster's guest identity in each namespace on the
 // Harvester cluster t reaches, and says what is in the way if it cannot.
-func (r *HarvesterClusterReconciler) deleteGuestIdentity(ctx context.Context, hc *infrav1.HarvesterCluster, namespaces []string, t *frontdoor.Target) error {
+func (r *HarvesterClusterReconciler) deleteGuestIdentity(ctx context.Context, hc *infrav1.HarvesterCluster, namespaces []string, t *target.Target) error {
 	engine, err := r.Harvester.ClusterFor(ctx, t.Credentials)
 	if err != nil {
 		return fmt.Errorf("the tenant cluster's Harvester credentials cannot be deleted: Harvester cannot be reached with ProviderConfig %s's credentials: %w", t.Ref, err)
@@ -661,7 +661,7 @@ func (r *HarvesterClusterReconciler) guestDeleteStep(ctx context.Context, hc *in
 		}
 		pc = nil
 	}
-	t, err := frontdoor.ResolveProviderConfig(pc, namespace+"/"+name, "spec.providerConfigRef")
+	t, err := target.ResolveProviderConfig(pc, namespace+"/"+name, "spec.providerConfigRef")
 	if err != nil {
 		if delivered == nil {
 			return nil

@@ -15,7 +15,7 @@ import (
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
@@ -49,7 +49,7 @@ func tenantOf(hc *infrav1.HarvesterCluster, clusterName string) types.Namespaced
 // err nil): either way nothing of the cluster's on Harvester is changed. Provider credentials that
 // may not keep Leases (granted before they existed) hold nothing and change nothing either: the
 // cluster runs on as before, and Owned says what it lacks. res says when to renew.
-func (r *HarvesterClusterReconciler) ownershipPhase(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], clusterName string, t *frontdoor.Target) (held bool, res reconcile.Result, err error) {
+func (r *HarvesterClusterReconciler) ownershipPhase(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], clusterName string, t *target.Target) (held bool, res reconcile.Result, err error) {
 	if r.Harvester == nil {
 		return true, reconcile.Result{}, nil
 	}
@@ -90,7 +90,7 @@ func (r *HarvesterClusterReconciler) ownershipPhase(ctx context.Context, s *objs
 }
 
 // claim is what the HarvesterCluster asks of its tenant cluster's ownership Lease.
-func (r *HarvesterClusterReconciler) claim(hc *infrav1.HarvesterCluster, clusterName string, t *frontdoor.Target) harvester.OwnershipClaim {
+func (r *HarvesterClusterReconciler) claim(hc *infrav1.HarvesterCluster, clusterName string, t *target.Target) harvester.OwnershipClaim {
 	return harvester.OwnershipClaim{Namespace: t.Credentials.Namespace, Tenant: tenantOf(hc, clusterName), Holder: r.managementCluster,
 		Duration: r.ownershipLease(), HandOverFrom: handOverFrom(t.ProviderConfig), Sightings: &r.sightings}
 }
@@ -156,7 +156,7 @@ func (r *HarvesterClusterReconciler) releaseWhilePaused(ctx context.Context, s *
 	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, pc); err != nil {
 		return reconcile.Result{} // nothing could have been held with it
 	}
-	t, err := frontdoor.ResolveProviderConfig(pc, namespace+"/"+name, "spec.providerConfigRef")
+	t, err := target.ResolveProviderConfig(pc, namespace+"/"+name, "spec.providerConfigRef")
 	if err != nil {
 		return reconcile.Result{}
 	}
@@ -180,7 +180,7 @@ func (r *HarvesterClusterReconciler) releaseWhilePaused(ctx context.Context, s *
 
 // ownedByAnother reads, before the HarvesterCluster's deletion deletes anything on Harvester,
 // whether another management cluster runs its tenant cluster ("" if this one does, or nobody).
-func (r *HarvesterClusterReconciler) ownedByAnother(ctx context.Context, hc *infrav1.HarvesterCluster, clusterName string, t *frontdoor.Target) (string, error) {
+func (r *HarvesterClusterReconciler) ownedByAnother(ctx context.Context, hc *infrav1.HarvesterCluster, clusterName string, t *target.Target) (string, error) {
 	if r.Harvester == nil || clusterName == "" {
 		return "", nil
 	}
@@ -196,7 +196,7 @@ func (r *HarvesterClusterReconciler) ownedByAnother(ctx context.Context, hc *inf
 }
 
 // dropOwnership deletes the tenant cluster's ownership Lease once nothing of it is left.
-func (r *HarvesterClusterReconciler) dropOwnership(ctx context.Context, hc *infrav1.HarvesterCluster, clusterName string, t *frontdoor.Target) error {
+func (r *HarvesterClusterReconciler) dropOwnership(ctx context.Context, hc *infrav1.HarvesterCluster, clusterName string, t *target.Target) error {
 	if r.Harvester == nil || clusterName == "" {
 		return nil
 	}
@@ -209,7 +209,7 @@ func (r *HarvesterClusterReconciler) dropOwnership(ctx context.Context, hc *infr
 }
 
 // ownershipLeases is the Harvester cluster t reaches, as the keeper of ownership Leases.
-func (r *HarvesterClusterReconciler) ownershipLeases(ctx context.Context, t *frontdoor.Target) (harvester.OwnershipLeases, error) {
+func (r *HarvesterClusterReconciler) ownershipLeases(ctx context.Context, t *target.Target) (harvester.OwnershipLeases, error) {
 	engine, err := r.Harvester.ClusterFor(ctx, t.Credentials)
 	if err != nil {
 		return nil, fmt.Errorf("the Harvester cluster of ProviderConfig %s cannot be reached with its credentials: %w", t.Ref, err)

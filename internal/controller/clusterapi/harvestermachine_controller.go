@@ -27,8 +27,13 @@ import (
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/harvesterevents"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/management"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/objmeta"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/outcome"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
@@ -49,7 +54,7 @@ type HarvesterMachineReconciler struct {
 	// Harvester hands out the engine of a ProviderConfig's Harvester cluster.
 	Harvester harvester.Connector
 	// HarvesterEvents, if set, brings the HarvesterMachines whose objects on Harvester changed.
-	HarvesterEvents *frontdoor.HarvesterEvents
+	HarvesterEvents *harvesterevents.HarvesterEvents
 	Recorder        events.EventRecorder
 	// Preflight, if set, lends the ProviderConfigs' checks it may not write to their status.
 	Preflight *providerconfig.Reconciler
@@ -76,13 +81,13 @@ type HarvesterMachineReconciler struct {
 
 	// DeletionReportDelay is how long a deletion may wait for the same thing on Harvester, on
 	// top of the time that may take by itself, before its Ready condition says so (default
-	// frontdoor.DefaultDeletionReportDelay; see frontdoor.DeletionStalls).
+	// requeue.DefaultDeletionReportDelay; see requeue.DeletionStalls).
 	DeletionReportDelay time.Duration
 
 	managementCluster string
 	statuses          objstatus.Memory[infrav1.HarvesterMachineStatus]
 	// stalls remembers what each deletion in progress waits for, and since when.
-	stalls frontdoor.DeletionStalls
+	stalls requeue.DeletionStalls
 	// written remembers when the provider last wrote each HarvesterMachine's metadata or spec.
 	written recentWrites
 }
@@ -99,7 +104,7 @@ func (r *HarvesterMachineReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s := &harvesterMachineScope{hm: hm, Scope: objstatus.New(hm, harvesterMachineStatus, objstatus.Policy{
-		Action: "Provision", FailAction: "Fail", Degrading: frontdoor.DegradingReasons.Has,
+		Action: "Provision", FailAction: "Fail", Degrading: outcome.DegradingReasons.Has,
 		NewWaitCondition: infrav1.ConditionProgressing, TransientReason: infrav1.ReasonHarvesterUnavailable,
 	}, r.Recorder, &r.statuses)}
 	if wait, quiet := notTakenOnYet(hm, time.Now()); quiet {
@@ -112,7 +117,7 @@ func (r *HarvesterMachineReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		}
 	}()
 	res, err := r.reconcile(ctx, s)
-	return frontdoor.AsPoll(s.Outcome(ctx, res, frontdoor.FromEngineIn(err, harvesterMachineTerms)))
+	return requeue.AsPoll(s.Outcome(ctx, res, outcome.FromEngineIn(err, harvesterMachineTerms)))
 }
 
 // ownerReportDelay is how long a new HarvesterMachine may go without its Machine (owner) and
@@ -166,7 +171,7 @@ func (r *HarvesterMachineReconciler) reconcile(ctx context.Context, s *harvester
 // clusterTarget is where the machines of a Cluster are made: its HarvesterCluster, and the target
 // of the ProviderConfig that names.
 type clusterTarget struct {
-	*frontdoor.Target
+	*target.Target
 	hc *infrav1.HarvesterCluster
 }
 
@@ -185,11 +190,11 @@ func (r *HarvesterMachineReconciler) targetOf(ctx context.Context, hm *infrav1.H
 		return nil, err
 	}
 	namespace, name := hc.ProviderConfigKey()
-	pc, err := frontdoor.LoadProviderConfig(ctx, r.Client, client.ObjectKey{Namespace: namespace, Name: name}, r.Preflight)
+	pc, err := target.LoadProviderConfig(ctx, r.Client, client.ObjectKey{Namespace: namespace, Name: name}, r.Preflight)
 	if err != nil {
 		return nil, err
 	}
-	t, err := frontdoor.ResolveProviderConfig(pc, namespace+"/"+name,
+	t, err := target.ResolveProviderConfig(pc, namespace+"/"+name,
 		fmt.Sprintf("spec.providerConfigRef of HarvesterCluster %s/%s", hc.Namespace, hc.Name))
 	if err != nil {
 		return nil, err
@@ -294,7 +299,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 		}
 		spec.Namespace, spec.Name = home.Place.Namespace, home.Place.Name
 	}
-	spec.VMUID = types.UID(frontdoor.UIDOfProviderID(hm.Spec.ProviderID))
+	spec.VMUID = types.UID(objmeta.UIDOfProviderID(hm.Spec.ProviderID))
 	obs, err := engine.Ensure(ctx, spec)
 	if err != nil {
 		if home != nil {
@@ -330,7 +335,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 		message = p.Message + advice
 	}
 	s.Progressing(reason, message)
-	next := frontdoor.PollInterval(obs.Watched, r.PollInterval, r.WatchedPollInterval)
+	next := requeue.PollInterval(obs.Watched, r.PollInterval, r.WatchedPollInterval)
 	if d := time.Until(assessment.LookAgainAt); !assessment.LookAgainAt.IsZero() && d < next {
 		next = max(d, objstatus.TimerSlack)
 	}
@@ -387,20 +392,20 @@ func placeOfItsOwn(hm *infrav1.HarvesterMachine, recorded, own harvester.Place) 
 // mayMakeMachines checks what a HarvesterMachine's namespace and its ProviderConfig must allow
 // before anything is recorded or made for it: the ProviderConfig is shared with the namespace,
 // and its preflight checks pass.
-func mayMakeMachines(ctx context.Context, live client.Reader, hm *infrav1.HarvesterMachine, t *frontdoor.Target) error {
-	consumer, err := frontdoor.ConsumerOf(ctx, live, t.ProviderConfig, hm.Namespace)
+func mayMakeMachines(ctx context.Context, live client.Reader, hm *infrav1.HarvesterMachine, t *target.Target) error {
+	consumer, err := target.ConsumerOf(ctx, live, t.ProviderConfig, hm.Namespace)
 	if err != nil {
 		return err
 	}
-	if err := frontdoor.SharedWith(t.ProviderConfig, consumer, "HarvesterMachines", "spec.providerConfigRef of their HarvesterCluster"); err != nil {
+	if err := target.SharedWith(t.ProviderConfig, consumer, "HarvesterMachines", "spec.providerConfigRef of their HarvesterCluster"); err != nil {
 		return err
 	}
 	return providerconfig.PreflightGate(t.ProviderConfig, hm.Spec.Image == "")
 }
 
-// recordPlace records where the machine lives (frontdoor.RecordPlace).
+// recordPlace records where the machine lives (objmeta.RecordPlace).
 func (r *HarvesterMachineReconciler) recordPlace(ctx context.Context, s *harvesterMachineScope, place harvester.Place) error {
-	if err := frontdoor.RecordPlace(ctx, r.Client, s.Scope, s.hm, "HarvesterMachine", infrav1.HarvesterMachineFinalizer, place); err != nil {
+	if err := objmeta.RecordPlace(ctx, r.Client, s.Scope, s.hm, "HarvesterMachine", infrav1.HarvesterMachineFinalizer, place); err != nil {
 		return err
 	}
 	r.written.wrote(s.hm, time.Now())
@@ -486,7 +491,7 @@ func (r *HarvesterMachineReconciler) reach(ctx context.Context, hm *infrav1.Harv
 
 // homeOf reaches the recorded place of the machine; nil when nothing is recorded (nothing was
 // created for it; a recorded place does not say the VM exists, see recordPlaceAhead).
-func (r *HarvesterMachineReconciler) homeOf(ctx context.Context, hm *infrav1.HarvesterMachine, t *frontdoor.Target) (*harvester.Home, error) {
+func (r *HarvesterMachineReconciler) homeOf(ctx context.Context, hm *infrav1.HarvesterMachine, t *target.Target) (*harvester.Home, error) {
 	p, err := v1alpha1.DecodePlacement(hm.Annotations)
 	if err != nil {
 		return nil, objstatus.Waiting(infrav1.ReasonPlacementNotRecorded, capiWaitingRetry,
@@ -529,7 +534,7 @@ func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *har
 		}
 		reportReleaseNotNeeded(s)
 	}
-	if err := frontdoor.RemoveFinalizer(ctx, r.Client, s.Scope, hm, infrav1.HarvesterMachineFinalizer); err != nil {
+	if err := objmeta.RemoveFinalizer(ctx, r.Client, s.Scope, hm, infrav1.HarvesterMachineFinalizer); err != nil {
 		return reconcile.Result{}, err
 	}
 	s.Release()
@@ -556,7 +561,7 @@ func (r *HarvesterMachineReconciler) deleteOnHarvester(ctx context.Context, s *h
 			"the credentials of ProviderConfig %s now reach another Harvester cluster than the one the VM lives on (%s): restore them to delete it", t.Ref, home.Place.Server))
 	}
 	ref := harvester.MachineRef{Owner: harvester.Owner{Kind: OwnerKindHarvesterMachine, Namespace: hm.Namespace, Name: hm.Name, UID: hm.UID, Cluster: r.managementCluster},
-		Namespace: home.Place.Namespace, Name: home.Place.Name, VMUID: types.UID(frontdoor.UIDOfProviderID(hm.Spec.ProviderID))}
+		Namespace: home.Place.Namespace, Name: home.Place.Name, VMUID: types.UID(objmeta.UIDOfProviderID(hm.Spec.ProviderID))}
 	deletion, err := home.Cluster.Delete(ctx, ref)
 	if err != nil {
 		return reconcile.Result{}, harvesterMachineDeletionBlocked(s, err)
@@ -565,8 +570,8 @@ func (r *HarvesterMachineReconciler) deleteOnHarvester(ctx context.Context, s *h
 		return reconcile.Result{}, nil
 	}
 	// Said in the status only once the same thing has held the deletion up past the time it may
-	// take (frontdoor.DeletionStalls), as for MachineRequests.
-	poll := frontdoor.PollInterval(deletion.Watched, r.PollInterval, r.WatchedPollInterval)
+	// take (requeue.DeletionStalls), as for MachineRequests.
+	poll := requeue.PollInterval(deletion.Watched, r.PollInterval, r.WatchedPollInterval)
 	if next, quiet := r.stalls.Unreported(hm, deletion, r.DeletionReportDelay, poll, time.Now()); quiet {
 		return reconcile.Result{RequeueAfter: next}, nil
 	}
@@ -627,11 +632,11 @@ func (r *HarvesterMachineReconciler) harvesterMachines(ctx context.Context, name
 }
 
 // SetupWithManager registers the reconciler and its watches, its controller built with options
-// (frontdoor.ReconcileTimeout where they set no reconciliation timeout). It needs the kinds
+// (requeue.ReconcileTimeout where they set no reconciliation timeout). It needs the kinds
 // Unavailable checks: register it only where Unavailable says nothing.
 func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	r.applyDefaults()
-	r.managementCluster = frontdoor.IdentifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
+	r.managementCluster = management.IdentifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &infrav1.HarvesterMachine{}, harvesterMachinesByMachine, machineOwnerOf); err != nil {
 		return err
 	}
@@ -651,7 +656,7 @@ func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 	if r.HarvesterEvents != nil {
 		b = b.WatchesRawSource(r.HarvesterEvents.MachineSource(OwnerKindHarvesterMachine))
 	}
-	return b.WithOptions(frontdoor.WithReconcileTimeout(options)).
+	return b.WithOptions(requeue.WithReconcileTimeout(options)).
 		WithLogConstructor(func(req *ctrl.Request) logr.Logger {
 			l := mgr.GetLogger().WithValues("controller", "harvestermachine")
 			if req != nil {
@@ -673,10 +678,10 @@ func (r *HarvesterMachineReconciler) applyDefaults() {
 		r.HealthCheckInterval = options.DefaultHealthCheckInterval
 	}
 	if r.DeletionReportDelay <= 0 {
-		r.DeletionReportDelay = frontdoor.DefaultDeletionReportDelay
+		r.DeletionReportDelay = requeue.DefaultDeletionReportDelay
 	}
 	if r.StartLimits.StartGrace <= 0 {
-		r.StartLimits.StartGrace = frontdoor.DefaultStartGracePeriod
+		r.StartLimits.StartGrace = requeue.DefaultStartGracePeriod
 	}
 	if r.StartLimits.IPReport <= 0 {
 		r.StartLimits.IPReport = options.DefaultIPReportTimeout

@@ -9,7 +9,8 @@ import (
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/outcome"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
@@ -44,7 +45,7 @@ func reportReleaseNotNeeded(s *harvesterMachineScope) {
 // machine on Harvester into a DeletionBlocked wait that says how to get out of it. Transient
 // errors stay transient, and a disk a VM uses is Harvester's own rule, said as is.
 func harvesterMachineDeletionBlocked(s *harvesterMachineScope, err error) error {
-	err = frontdoor.FromEngineIn(err, harvesterMachineTerms)
+	err = outcome.FromEngineIn(err, harvesterMachineTerms)
 	var msg string
 	if w, ok := objstatus.AsWaiting(err); ok {
 		if w.Reason == infrav1.ReasonDiskInUse {
@@ -59,7 +60,7 @@ func harvesterMachineDeletionBlocked(s *harvesterMachineScope, err error) error 
 	msg = fmt.Sprintf("Cannot delete the machine on Harvester: %s. Restore what is missing (a ProviderConfig and its credentials Secret are installed on each management cluster, see docs/cluster-api.md), "+
 		"or release the HarvesterMachine without deleting anything on Harvester: kubectl annotate harvestermachine -n %s %s %s=true",
 		msg, s.hm.Namespace, s.hm.Name, infrav1.AnnotationSkipHarvesterCleanup)
-	return objstatus.Waiting(infrav1.ReasonDeletionBlocked, frontdoor.BlockedDeletionRetry, "%s", msg)
+	return objstatus.Waiting(infrav1.ReasonDeletionBlocked, requeue.BlockedDeletionRetry, "%s", msg)
 }
 
 // providerConfigNotInstalled is the wait of a HarvesterCluster whose ProviderConfig does not exist
@@ -67,7 +68,7 @@ func harvesterMachineDeletionBlocked(s *harvesterMachineScope, err error) error 
 // configuration: `clusterctl move` does not move them (they may serve MachineRequests and other
 // clusters, which stay), so a cluster moved here finds them only if they were installed here.
 func providerConfigNotInstalled(namespace, name string) error {
-	return objstatus.Waiting(infrav1.ReasonProviderConfigNotFound, frontdoor.ProviderConfigRetry,
+	return objstatus.Waiting(infrav1.ReasonProviderConfigNotFound, requeue.ProviderConfigRetry,
 		"ProviderConfig %s/%s (spec.providerConfigRef) does not exist on this management cluster. ProviderConfigs and their credentials Secrets are platform configuration that clusterctl move does not move: "+
 			"install it here as on the management cluster the cluster came from (for example `kubectl get providerconfig -n %s %s -o yaml` there, and its spec.credentialsRef Secret, then kubectl apply them here), or correct spec.providerConfigRef",
 		namespace, name, namespace, name)

@@ -8,7 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
@@ -28,7 +29,7 @@ func bootstrapUserData(secret *corev1.Secret) (string, error) {
 	where := fmt.Sprintf("bootstrap data Secret %s/%s", secret.Namespace, secret.Name)
 	value, ok := secret.Data[bootstrapValueKey]
 	if !ok || len(value) == 0 {
-		return "", objstatus.Waiting(infrav1.ReasonWaitingForBootstrapData, frontdoor.ProviderConfigRetry,
+		return "", objstatus.Waiting(infrav1.ReasonWaitingForBootstrapData, requeue.ProviderConfigRetry,
 			"%s has no key %q yet: the bootstrap provider writes it", where, bootstrapValueKey)
 	}
 	if format := string(secret.Data[bootstrapFormatKey]); format != "" && format != bootstrapFormatCloudConfig {
@@ -47,7 +48,7 @@ func bootstrapUserData(secret *corev1.Secret) (string, error) {
 // names now (the caller puts it where the machine lives, if that is recorded). The VM is named
 // after the HarvesterMachine: it is the guest's hostname and the tenant cluster's Node name, which
 // is how Harvester's cloud provider and CSI driver find the VM of a Node.
-func harvesterMachineSpec(hm *infrav1.HarvesterMachine, m capiMachine, t *frontdoor.Target, managementCluster string) (*harvester.MachineSpec, error) {
+func harvesterMachineSpec(hm *infrav1.HarvesterMachine, m capiMachine, t *target.Target, managementCluster string) (*harvester.MachineSpec, error) {
 	network, err := machineNetwork(hm, t)
 	if err != nil {
 		return nil, err
@@ -110,7 +111,7 @@ func ceilUnits(q resource.Quantity, unit int64) int64 {
 }
 
 // machineNetwork is the machine's network: its spec.networks' first, else the ProviderConfig's.
-func machineNetwork(hm *infrav1.HarvesterMachine, t *frontdoor.Target) (harvester.ObjectRef, error) {
+func machineNetwork(hm *infrav1.HarvesterMachine, t *target.Target) (harvester.ObjectRef, error) {
 	if len(hm.Spec.Networks) == 0 {
 		return t.Network()
 	}
@@ -122,9 +123,9 @@ func machineNetwork(hm *infrav1.HarvesterMachine, t *frontdoor.Target) (harveste
 }
 
 // machineImage is the machine's image: its spec.image, else the ProviderConfig's default.
-func machineImage(hm *infrav1.HarvesterMachine, t *frontdoor.Target) (harvester.ObjectRef, error) {
+func machineImage(hm *infrav1.HarvesterMachine, t *target.Target) (harvester.ObjectRef, error) {
 	if hm.Spec.Image != "" {
-		ref, err := frontdoor.ParseImage(hm.Spec.Image, t.Credentials.Namespace)
+		ref, err := target.ParseImage(hm.Spec.Image, t.Credentials.Namespace)
 		if err != nil {
 			return ref, objstatus.Permanent(infrav1.ReasonInvalidSpec, "spec.image: %v", err)
 		}
@@ -135,7 +136,7 @@ func machineImage(hm *infrav1.HarvesterMachine, t *frontdoor.Target) (harvester.
 		return harvester.ObjectRef{}, err
 	}
 	if ref == nil {
-		return harvester.ObjectRef{}, frontdoor.InvalidProviderConfig(t.Ref,
+		return harvester.ObjectRef{}, target.InvalidProviderConfig(t.Ref,
 			"has no spec.harvester.imageName and the HarvesterMachine has no spec.image: set one of them to \"<namespace>/<name>\" of a VirtualMachineImage")
 	}
 	return *ref, nil

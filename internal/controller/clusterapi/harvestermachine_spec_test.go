@@ -11,7 +11,7 @@ import (
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
@@ -98,11 +98,11 @@ func TestHarvesterMachineSpec(t *testing.T) {
 			if tc.change != nil {
 				tc.change(hm, &m, pc)
 			}
-			target, err := frontdoor.ResolveProviderConfig(pc, "butler-system/pc", "spec.providerConfigRef")
+			tgt, err := target.ResolveProviderConfig(pc, "butler-system/pc", "spec.providerConfigRef")
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := harvesterMachineSpec(hm, m, target, "mgmt-uid")
+			s, err := harvesterMachineSpec(hm, m, tgt, "mgmt-uid")
 			if tc.wantErr != "" {
 				if reason := reasonOf(err); reason != tc.wantErr {
 					t.Fatalf("err = %v, want reason %s", err, tc.wantErr)

@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/objmeta"
 )
 
 // capiChangesThatMatter passes the updates of a Cluster API Cluster that change what the front
@@ -35,13 +35,13 @@ func capiChangesThatMatter[T comparable](read func(*unstructured.Unstructured) T
 }
 
 // harvesterMachineUpdatesThatMatter passes the updates of a HarvesterMachine that can change what
-// the provider does with it: those frontdoor.UpdatesThatMatter passes, and Cluster API naming its
+// the provider does with it: those objmeta.UpdatesThatMatter passes, and Cluster API naming its
 // Machine (owner references) and its Cluster (the cluster-name label), which it does after
 // creating it. It drops the provider's own writes: status patches, finalizer changes, the place
 // recorded, and spec.providerID written once the VM exists (setProviderID, in the reconcile that
 // goes on with the machine).
 func harvesterMachineUpdatesThatMatter(ownFinalizer string) predicate.Predicate {
-	updates := frontdoor.UpdatesThatMatter(ownFinalizer)
+	updates := objmeta.UpdatesThatMatter(ownFinalizer)
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		o, n := e.ObjectOld, e.ObjectNew
 		if old, ok := o.(*infrav1.HarvesterMachine); ok {

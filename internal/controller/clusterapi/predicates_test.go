@@ -70,7 +70,7 @@ func TestCAPIChangesThatMatter(t *testing.T) {
 }
 
 // A HarvesterMachine's own status and finalizer writes do not wake it; Cluster API naming its
-// Machine and Cluster does, and so does everything frontdoor.UpdatesThatMatter passes.
+// Machine and Cluster does, and so does everything objmeta.UpdatesThatMatter passes.
 func TestHarvesterMachineUpdatesThatMatter(t *testing.T) {
 	hm := func(f func(*infrav1.HarvesterMachine)) *infrav1.HarvesterMachine {
 		o := &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hm-0", ResourceVersion: "1", Generation: 1}}

@@ -7,7 +7,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/management"
 )
 
 // Unavailable says why the Cluster API front door (the HarvesterCluster and HarvesterMachine
@@ -15,10 +15,10 @@ import (
 // infrastructure CRDs or Cluster API's Cluster and Machine not served, or list and watch of them
 // not granted. Where it cannot, its reconcilers stay off and MachineRequests are served as usual.
 func Unavailable(ctx context.Context, mgr ctrl.Manager) string {
-	why := frontdoor.KindsUnavailable(ctx, mgr, infrav1.GroupVersion, []frontdoor.ServedKind{{Kind: "HarvesterCluster", Resource: "harvesterclusters"}, {Kind: "HarvesterMachine", Resource: "harvestermachines"}})
+	why := management.KindsUnavailable(ctx, mgr, infrav1.GroupVersion, []management.ServedKind{{Kind: "HarvesterCluster", Resource: "harvesterclusters"}, {Kind: "HarvesterMachine", Resource: "harvestermachines"}})
 	if why == "" {
-		why = frontdoor.KindsUnavailable(ctx, mgr, schema.GroupVersion{Group: capiClusterGVK.Group, Version: capiClusterGVK.Version},
-			[]frontdoor.ServedKind{{Kind: "Cluster", Resource: "clusters"}, {Kind: "Machine", Resource: "machines"}})
+		why = management.KindsUnavailable(ctx, mgr, schema.GroupVersion{Group: capiClusterGVK.Group, Version: capiClusterGVK.Version},
+			[]management.ServedKind{{Kind: "Cluster", Resource: "clusters"}, {Kind: "Machine", Resource: "machines"}})
 	}
 	return why
 }

@@ -27,8 +27,13 @@ import (
 
 	platformv1alpha1 "github.com/butlerdotdev/butler-provider-harvester/api/platform/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/harvesterevents"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/management"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/objmeta"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/outcome"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/imagefactory"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
@@ -50,7 +55,7 @@ type Reconciler struct {
 	Harvester harvester.Connector
 	// HarvesterEvents, if set, brings the ImageSyncs whose image changed on Harvester (it is the
 	// Notifier of the Harvester caches' watches).
-	HarvesterEvents *frontdoor.HarvesterEvents
+	HarvesterEvents *harvesterevents.HarvesterEvents
 	Recorder        events.EventRecorder
 	// ConfigGracePeriod is how long a problem only the user can fix (ButlerConfig, credentials,
 	// permissions) is waited on before the ImageSync becomes Failed with its reason.
@@ -77,7 +82,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	namespace, name := is.ProviderConfigKey()
 	// ImageSyncs judge no preflight checks (they create no machine), so none are lent.
-	pc, err := frontdoor.LoadProviderConfig(ctx, r.Client, client.ObjectKey{Namespace: namespace, Name: name}, nil)
+	pc, err := target.LoadProviderConfig(ctx, r.Client, client.ObjectKey{Namespace: namespace, Name: name}, nil)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -109,7 +114,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 	}()
 	res, err := r.reconcilePhase(ctx, s, pc)
-	return frontdoor.AsPoll(s.Outcome(ctx, res, frontdoor.FromEngine(err)))
+	return requeue.AsPoll(s.Outcome(ctx, res, outcome.FromEngine(err)))
 }
 
 // patchFinalizer adds or removes our finalizer, locked so that finalizers other controllers
@@ -147,15 +152,15 @@ func (r *Reconciler) reconcilePhase(ctx context.Context, s *imageSyncScope, pc *
 func (r *Reconciler) target(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (harvester.Cluster, harvester.ObjectRef, error) {
 	// pc is nil when it was deleted after we took the ImageSync on (we hold its finalizer).
 	namespace, name := s.is.ProviderConfigKey()
-	t, err := frontdoor.ResolveProviderConfig(pc, namespace+"/"+name, "spec.providerConfigRef")
+	t, err := target.ResolveProviderConfig(pc, namespace+"/"+name, "spec.providerConfigRef")
 	if err != nil {
 		return nil, harvester.ObjectRef{}, err
 	}
-	consumer, err := frontdoor.ConsumerOf(ctx, r.live, t.ProviderConfig, s.is.Namespace)
+	consumer, err := target.ConsumerOf(ctx, r.live, t.ProviderConfig, s.is.Namespace)
 	if err != nil {
 		return nil, harvester.ObjectRef{}, err
 	}
-	if err := frontdoor.SharedWith(t.ProviderConfig, consumer, "ImageSyncs", "spec.providerConfigRef"); err != nil {
+	if err := target.SharedWith(t.ProviderConfig, consumer, "ImageSyncs", "spec.providerConfigRef"); err != nil {
 		return nil, harvester.ObjectRef{}, err
 	}
 	image := imagefactory.ImageName(s.is.Spec)
@@ -216,12 +221,12 @@ func (r *Reconciler) factoryURL(ctx context.Context) (string, error) {
 	err := r.Get(ctx, client.ObjectKey{Name: platformv1alpha1.ButlerConfigName}, bc)
 	switch {
 	case apierrors.IsNotFound(err):
-		return "", objstatus.Waiting(v1alpha1.ReasonButlerConfigNotFound, frontdoor.ProviderConfigRetry,
+		return "", objstatus.Waiting(v1alpha1.ReasonButlerConfigNotFound, requeue.ProviderConfigRetry,
 			"ButlerConfig %q does not exist: create it with spec.imageFactory.url, the Butler Image Factory images are downloaded from", platformv1alpha1.ButlerConfigName)
 	case err != nil:
 		return "", err
 	case bc.FactoryURL() == "":
-		return "", objstatus.Waiting(v1alpha1.ReasonImageFactoryNotConfigured, frontdoor.ProviderConfigRetry,
+		return "", objstatus.Waiting(v1alpha1.ReasonImageFactoryNotConfigured, requeue.ProviderConfigRetry,
 			"ButlerConfig %q has no spec.imageFactory.url: set it to the Butler Image Factory images are downloaded from", platformv1alpha1.ButlerConfigName)
 	}
 	return bc.FactoryURL(), nil
@@ -232,7 +237,7 @@ func (r *Reconciler) factoryURL(ctx context.Context) (string, error) {
 // refuses about the image is CreateImageFailed. Waits stay waits (failed only after the grace
 // period), transient errors stay transient.
 func asImageSyncError(err error) error {
-	err = frontdoor.FromEngine(err)
+	err = outcome.FromEngine(err)
 	if w, ok := objstatus.AsWaiting(err); ok {
 		reason := w.Reason
 		switch w.Reason {
@@ -330,7 +335,7 @@ var imageSyncStatus = objstatus.Kind[*v1alpha1.ImageSync, v1alpha1.ImageSyncStat
 			FailureReason: &st.FailureReason, FailureMessage: &st.FailureMessage, ObservedGeneration: &st.ObservedGeneration}
 	},
 	FailedPhase: string(v1alpha1.ImageSyncPhaseFailed),
-	Conditions:  frontdoor.ButlerConditions,
+	Conditions:  outcome.ButlerConditions,
 }
 
 // newScope starts a reconcile of is. Its policy: every wait is on something only the user can
@@ -376,7 +381,7 @@ const (
 	imageSyncImageNameIndex      = "imagesync.imageName"
 )
 
-// SetupWithManager registers the controller, built with options (frontdoor.ReconcileTimeout
+// SetupWithManager registers the controller, built with options (requeue.ReconcileTimeout
 // where they set no reconciliation timeout). It needs the ImageSync and ButlerConfig kinds, read
 // by the manager: register it only where Unavailable says nothing.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
@@ -395,8 +400,8 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("imagesync").
-		WithOptions(frontdoor.WithReconcileTimeout(options)).
-		For(&v1alpha1.ImageSync{}, builder.WithPredicates(frontdoor.UpdatesThatMatter(v1alpha1.ImageSyncFinalizer))).
+		WithOptions(requeue.WithReconcileTimeout(options)).
+		For(&v1alpha1.ImageSync{}, builder.WithPredicates(objmeta.UpdatesThatMatter(v1alpha1.ImageSyncFinalizer))).
 		Watches(&v1alpha1.ProviderConfig{}, handler.EnqueueRequestsFromMapFunc(r.byIndex(imageSyncProviderConfigIndex, func(o client.Object) string {
 			return o.GetNamespace() + "/" + o.GetName()
 		})), builder.WithPredicates(providerconfig.ConditionsChanged())).
@@ -452,5 +457,5 @@ func requestsOf(list *v1alpha1.ImageSyncList) []ctrl.Request {
 // informer would retry refused lists forever). Where it cannot, the controller stays off and
 // MachineRequests are served as usual.
 func Unavailable(ctx context.Context, mgr ctrl.Manager) string {
-	return frontdoor.KindsUnavailable(ctx, mgr, v1alpha1.GroupVersion, []frontdoor.ServedKind{{Kind: "ImageSync", Resource: "imagesyncs"}, {Kind: "ButlerConfig", Resource: "butlerconfigs"}})
+	return management.KindsUnavailable(ctx, mgr, v1alpha1.GroupVersion, []management.ServedKind{{Kind: "ImageSync", Resource: "imagesyncs"}, {Kind: "ButlerConfig", Resource: "butlerconfigs"}})
 }

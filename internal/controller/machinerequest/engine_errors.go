@@ -2,7 +2,7 @@ package machinerequest
 
 import (
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/outcome"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
@@ -10,7 +10,7 @@ import (
 // boundary they become the front door's (objstatus.WaitingError, objstatus.PermanentError), in
 // the reasons of the front door's API and with the advice only its users can follow (which field
 // to change, which annotation to set). The MachineRequest's reasons are spelled as the engine's
-// except where frontdoor.APIReason says otherwise.
+// except where outcome.APIReason says otherwise.
 
 // machineRequestAdvice is what a MachineRequest's user can do about an engine reason, added to the
 // engine's message.
@@ -28,9 +28,9 @@ var machineRequestAdvice = map[string]string{
 
 // machineRequestTerms is an engine reason in the MachineRequest's words, and the advice for it.
 func machineRequestTerms(engineReason string) (reason, advice string) {
-	return frontdoor.APIReason(engineReason), machineRequestAdvice[engineReason]
+	return outcome.APIReason(engineReason), machineRequestAdvice[engineReason]
 }
 
 // asMachineRequestError is an error as a MachineRequest reports it: the engine's in the
 // MachineRequest's reasons, with its advice.
-func asMachineRequestError(err error) error { return frontdoor.FromEngineIn(err, machineRequestTerms) }
+func asMachineRequestError(err error) error { return outcome.FromEngineIn(err, machineRequestTerms) }

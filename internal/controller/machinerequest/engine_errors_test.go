@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/apiconsts"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/outcome"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
@@ -32,7 +32,7 @@ func TestEveryEngineReasonIsAMachineRequestReason(t *testing.T) {
 		reason := c.Value
 		got, _ := machineRequestTerms(reason)
 		if !documented[got] {
-			t.Errorf("harvester.%s (%q) becomes %q, which api/v1alpha1/conditions.go does not declare: map it in frontdoor.apiReasons", name, reason, got)
+			t.Errorf("harvester.%s (%q) becomes %q, which api/v1alpha1/conditions.go does not declare: map it in outcome.apiReasons", name, reason, got)
 		}
 	}
 }
@@ -60,5 +60,5 @@ func TestEngineErrorsGetTheMachineRequestsWordsAndAdvice(t *testing.T) {
 // The conditions every MachineRequest and ImageSync reports are declared and documented in their
 // API package.
 func TestConditionsAreDeclaredInTheAPI(t *testing.T) {
-	apiconsts.RequireConditions(t, "../../../api/v1alpha1/conditions.go", frontdoor.ButlerConditions)
+	apiconsts.RequireConditions(t, "../../../api/v1alpha1/conditions.go", outcome.ButlerConditions)
 }

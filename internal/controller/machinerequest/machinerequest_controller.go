@@ -21,8 +21,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/harvesterevents"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/management"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/objmeta"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
@@ -37,7 +41,7 @@ type Reconciler struct {
 	// HarvesterEvents, if set, brings the MachineRequests whose objects on Harvester changed (it
 	// is the Notifier of the Harvester caches' watches, harvester.NewWatches): the IP reaches the status as soon as the VMI
 	// reports it, ahead of other work.
-	HarvesterEvents *frontdoor.HarvesterEvents
+	HarvesterEvents *harvesterevents.HarvesterEvents
 	Recorder        events.EventRecorder
 	// Preflight, if set, is the reconciler of the ProviderConfigs' checks: where it may not write
 	// them to the ProviderConfig's status (the Butler CLI's RBAC), they are read from it, and
@@ -62,7 +66,7 @@ type Reconciler struct {
 	// shutdown grace period, harvester.Deletion.ShutdownGrace). A deletion that goes as it
 	// should makes progress faster than that, and is over before long: reporting each of its
 	// steps would cost a status write per step and machine and tell nobody anything (see
-	// frontdoor.DeletionStalls).
+	// requeue.DeletionStalls).
 	DeletionReportDelay time.Duration
 	// ProvisioningTimeout is how long a machine may take to become Running before it is Failed
 	// with reason ProvisioningTimeout and the diagnosis; 0 waits for ever.
@@ -83,13 +87,13 @@ type Reconciler struct {
 	// read once at set-up): the objects on Harvester are labelled with it, so that a left-over
 	// VM is taken over automatically only by the cluster that made it. "" if it cannot be read.
 	managementCluster string
-	// live reads namespaces, uncached (frontdoor.ConsumerOf).
+	// live reads namespaces, uncached (target.ConsumerOf).
 	live client.Reader
 
 	// statuses remembers the last status written for each MachineRequest.
 	statuses objstatus.Memory[v1alpha1.MachineRequestStatus]
 	// stalls remembers what each deletion in progress waits for, and since when.
-	stalls frontdoor.DeletionStalls
+	stalls requeue.DeletionStalls
 }
 
 // +kubebuilder:rbac:groups=butler.butlerlabs.dev,resources=machinerequests,verbs=get;list;watch;update;patch
@@ -129,7 +133,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 	if !mr.DeletionTimestamp.IsZero() {
 		res, err := r.reconcileDelete(ctx, scope)
-		return frontdoor.AsPoll(scope.Outcome(ctx, res, asMachineRequestError(err)))
+		return requeue.AsPoll(scope.Outcome(ctx, res, asMachineRequestError(err)))
 	}
 	res, err := r.reconcileNormal(ctx, scope)
 	// The finalizer is written with the machine's place, before anything is created (see
@@ -138,7 +142,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if ferr := r.ensureFinalizer(ctx, scope); ferr != nil && err == nil {
 		err = ferr
 	}
-	return frontdoor.AsPoll(scope.Outcome(ctx, res, asMachineRequestError(err)))
+	return requeue.AsPoll(scope.Outcome(ctx, res, asMachineRequestError(err)))
 }
 
 // isOurs decides whether this provider may act on mr: its ProviderConfig says harvester, or our
@@ -154,17 +158,17 @@ func isOurs(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) bool {
 // providerConfigFor returns the MachineRequest's ProviderConfig, or nil if it does not exist.
 func (r *Reconciler) providerConfigFor(ctx context.Context, mr *v1alpha1.MachineRequest) (*v1alpha1.ProviderConfig, error) {
 	namespace, name := mr.ProviderConfigKey()
-	return frontdoor.LoadProviderConfig(ctx, r.Client, client.ObjectKey{Namespace: namespace, Name: name}, r.Preflight)
+	return target.LoadProviderConfig(ctx, r.Client, client.ObjectKey{Namespace: namespace, Name: name}, r.Preflight)
 }
 
 // providerRefIndex indexes MachineRequests by "<namespace>/<name>" of their ProviderConfig.
 const providerRefIndex = "spec.providerRef"
 
 // SetupWithManager registers the reconciler and its watches, its controller built with options
-// (frontdoor.ReconcileTimeout where they set no reconciliation timeout).
+// (requeue.ReconcileTimeout where they set no reconciliation timeout).
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	r.applyDefaults()
-	r.managementCluster = frontdoor.IdentifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
+	r.managementCluster = management.IdentifyManagementCluster(ctx, mgr.GetAPIReader(), mgr.GetLogger())
 	r.live = mgr.GetAPIReader()
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &v1alpha1.MachineRequest{}, providerRefIndex, func(o client.Object) []string {
 		ns, name := o.(*v1alpha1.MachineRequest).ProviderConfigKey()
@@ -181,9 +185,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		b = b.WatchesRawSource(source.Channel(r.Preflight.UnwrittenChanges(), handler.EnqueueRequestsFromMapFunc(r.requestsForProviderConfig)))
 	}
 	return b.
-		For(&v1alpha1.MachineRequest{}, builder.WithPredicates(frontdoor.UpdatesThatMatter(v1alpha1.MachineRequestFinalizer))).
+		For(&v1alpha1.MachineRequest{}, builder.WithPredicates(objmeta.UpdatesThatMatter(v1alpha1.MachineRequestFinalizer))).
 		Watches(&v1alpha1.ProviderConfig{}, handler.EnqueueRequestsFromMapFunc(r.requestsForProviderConfig), builder.WithPredicates(providerconfig.ConditionsChanged())).
-		WithOptions(frontdoor.WithReconcileTimeout(options)).
+		WithOptions(requeue.WithReconcileTimeout(options)).
 		WithLogConstructor(func(req *ctrl.Request) logr.Logger {
 			l := mgr.GetLogger().WithValues("controller", "machinerequest")
 			if req != nil {
@@ -202,7 +206,7 @@ func (r *Reconciler) applyDefaults() {
 		r.HealthCheckInterval = options.DefaultHealthCheckInterval
 	}
 	if r.DeletionPollInterval <= 0 {
-		r.DeletionPollInterval = frontdoor.DefaultDeletionPollInterval
+		r.DeletionPollInterval = requeue.DefaultDeletionPollInterval
 	}
 	if r.WatchedPollInterval <= 0 {
 		r.WatchedPollInterval = options.DefaultWatchedPollInterval
@@ -214,10 +218,10 @@ func (r *Reconciler) applyDefaults() {
 		r.IPReportTimeout = options.DefaultIPReportTimeout
 	}
 	if r.StartGracePeriod <= 0 {
-		r.StartGracePeriod = frontdoor.DefaultStartGracePeriod
+		r.StartGracePeriod = requeue.DefaultStartGracePeriod
 	}
 	if r.DeletionReportDelay <= 0 {
-		r.DeletionReportDelay = frontdoor.DefaultDeletionReportDelay
+		r.DeletionReportDelay = requeue.DefaultDeletionReportDelay
 	}
 }
 

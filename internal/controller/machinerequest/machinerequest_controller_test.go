@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
@@ -754,7 +754,7 @@ func TestWatchedMachinesArePolledOnlyAsASafetyNet(t *testing.T) {
 			}
 		})
 	}
-	if got := frontdoor.PollInterval(true, 2*time.Minute, time.Minute); got != 2*time.Minute {
+	if got := requeue.PollInterval(true, 2*time.Minute, time.Minute); got != 2*time.Minute {
 		t.Errorf("a watched machine is polled every %s, more often than an unwatched one (2m)", got)
 	}
 }

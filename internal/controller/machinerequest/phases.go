@@ -16,7 +16,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/objmeta"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/outcome"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
@@ -200,7 +202,7 @@ func (r *Reconciler) abandonEmptyHome(ctx context.Context, s *machineScope, home
 		return nil, err
 	}
 	if !deletion.Done {
-		return nil, objstatus.Waiting(v1alpha1.ReasonDeleting, frontdoor.PollInterval(deletion.Watched, r.DeletionPollInterval, r.WatchedPollInterval),
+		return nil, objstatus.Waiting(v1alpha1.ReasonDeleting, requeue.PollInterval(deletion.Watched, r.DeletionPollInterval, r.WatchedPollInterval),
 			"%s; removing what an earlier attempt left in Harvester namespace %s before creating the machine where the ProviderConfig points now: waiting for %s",
 			home.moved, home.ref.Namespace, deletion.Remaining)
 	}
@@ -221,7 +223,7 @@ func (s *machineScope) reportMoved(home *machineHome) {
 // is Failed with that diagnosis. It returns when to look again: at the next poll, or when a
 // timeout runs out if that is sooner (no event from Harvester marks the passing of time).
 func (r *Reconciler) reportCreating(s *machineScope, vm string, obs harvester.Observation) time.Duration {
-	next := frontdoor.PollInterval(obs.Watched, r.CreatingPollInterval, r.WatchedPollInterval)
+	next := requeue.PollInterval(obs.Watched, r.CreatingPollInterval, r.WatchedPollInterval)
 	until := func(deadline time.Time) {
 		if d := time.Until(deadline); d > 0 && d < next {
 			next = d
@@ -241,7 +243,7 @@ func (r *Reconciler) reportCreating(s *machineScope, vm string, obs harvester.Ob
 		}
 	}
 	s.Progressing(reason, message)
-	if frontdoor.DegradingReasons[reason] {
+	if outcome.DegradingReasons[reason] {
 		s.Degraded(reason, message)
 	} else {
 		s.Healthy()
@@ -318,7 +320,7 @@ func (r *Reconciler) reconcileRunning(ctx context.Context, s *machineScope) (rec
 		}
 		s.SetCondition(v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonVMNotReady, msg)
 		s.Degraded(v1alpha1.ReasonVMNotReady, msg)
-		return reconcile.Result{RequeueAfter: frontdoor.PollInterval(obs.Watched, r.CreatingPollInterval, r.WatchedPollInterval)}, nil
+		return reconcile.Result{RequeueAfter: requeue.PollInterval(obs.Watched, r.CreatingPollInterval, r.WatchedPollInterval)}, nil
 	}
 	r.markRunning(ctx, s, vm, obs)
 	s.reportMoved(home)
@@ -356,8 +358,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *machineScope) (reco
 	if !deletion.Done {
 		// Reported only once the same thing has held the deletion up for DeletionReportDelay
 		// past the time it may take by itself (a VM's shutdown grace period; see
-		// frontdoor.DeletionStalls); what is left is named, so that the report says by what.
-		poll := frontdoor.PollInterval(deletion.Watched, r.DeletionPollInterval, r.WatchedPollInterval)
+		// requeue.DeletionStalls); what is left is named, so that the report says by what.
+		poll := requeue.PollInterval(deletion.Watched, r.DeletionPollInterval, r.WatchedPollInterval)
 		if next, quiet := r.stalls.Unreported(s.mr, deletion, r.DeletionReportDelay, poll, time.Now()); quiet {
 			return reconcile.Result{RequeueAfter: next}, nil
 		}
@@ -428,7 +430,7 @@ func blockedDeletion(s *machineScope, err error) error {
 	if s.mr.Status.Conditions == nil || !sameCondition(s, v1alpha1.ReasonDeletionBlocked, msg) {
 		s.Event(corev1.EventTypeWarning, v1alpha1.ReasonDeletionBlocked, "Delete", msg)
 	}
-	return objstatus.Waiting(v1alpha1.ReasonDeletionBlocked, frontdoor.BlockedDeletionRetry, "%s", msg)
+	return objstatus.Waiting(v1alpha1.ReasonDeletionBlocked, requeue.BlockedDeletionRetry, "%s", msg)
 }
 
 func sameCondition(s *machineScope, reason, msg string) bool {
@@ -457,9 +459,9 @@ func (r *Reconciler) handOver(ctx context.Context, s *machineScope) error {
 }
 
 // removeFinalizer removes our finalizer, locked on the finalizers so that those other controllers
-// added meanwhile stay (frontdoor.RemoveFinalizer).
+// added meanwhile stay (objmeta.RemoveFinalizer).
 func (r *Reconciler) removeFinalizer(ctx context.Context, s *machineScope) error {
-	if err := frontdoor.RemoveFinalizer(ctx, r.Client, s.Scope, s.mr, v1alpha1.MachineRequestFinalizer); err != nil {
+	if err := objmeta.RemoveFinalizer(ctx, r.Client, s.Scope, s.mr, v1alpha1.MachineRequestFinalizer); err != nil {
 		return err // objstatus.ErrGone when it went meanwhile: nothing left to do
 	}
 	s.Release() // gone with its last finalizer, or another provider's now: no status from us

@@ -11,7 +11,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/objmeta"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
@@ -38,7 +39,7 @@ type machineHome struct {
 // unreachable says why a machine whose credentials now reach another cluster cannot be managed.
 func (h *machineHome) unreachable(s *machineScope) error {
 	p, id := h.Place, h.Elsewhere
-	return objstatus.Waiting(v1alpha1.ReasonProviderConfigMoved, frontdoor.ProviderConfigRetry,
+	return objstatus.Waiting(v1alpha1.ReasonProviderConfigMoved, requeue.ProviderConfigRetry,
 		"ProviderConfig %s's credentials now reach another Harvester cluster (%s, cluster ID %s) than the one VM %s/%s lives on (%s, cluster ID %s): "+
 			"restore credentials for that cluster to manage the machine; to give it up, delete the MachineRequest with annotation %s=true",
 		providerConfigRef(s.mr), id.Server, id.ID, p.Namespace, p.Name, p.Server, p.ClusterID, v1alpha1.AnnotationSkipHarvesterCleanup)
@@ -55,11 +56,11 @@ func (h *machineHome) unreachable(s *machineScope) error {
 func (r *Reconciler) homeOf(ctx context.Context, s *machineScope) (*machineHome, error) {
 	p, err := s.mr.RecordedPlacement()
 	if err != nil {
-		return nil, objstatus.Waiting(v1alpha1.ReasonPlacementNotRecorded, frontdoor.ProviderConfigRetry,
+		return nil, objstatus.Waiting(v1alpha1.ReasonPlacementNotRecorded, requeue.ProviderConfigRetry,
 			"%v: the provider cannot tell where the machine lives; restore the annotation the provider wrote, or delete the MachineRequest with annotation %s=true and remove what is left on Harvester yourself",
 			err, v1alpha1.AnnotationSkipHarvesterCleanup)
 	}
-	vmUID := frontdoor.UIDOfProviderID(s.mr.Status.ProviderID)
+	vmUID := objmeta.UIDOfProviderID(s.mr.Status.ProviderID)
 	if p != nil && vmUID == "" && p.VMUID != "" {
 		// Only in the deprecated status.placement: the VM's UID moves to providerID.
 		vmUID = p.VMUID
@@ -122,7 +123,7 @@ func (r *Reconciler) reachableHome(ctx context.Context, s *machineScope) (*machi
 // server's answer: if the annotation did not persist as sent (a webhook or policy dropped or
 // changed it), nothing may be created, since nothing would find it again.
 func (r *Reconciler) recordPlacement(ctx context.Context, s *machineScope, place harvester.Place) error {
-	return frontdoor.RecordPlace(ctx, r.Client, s.Scope, s.mr, "MachineRequest", v1alpha1.MachineRequestFinalizer, place)
+	return objmeta.RecordPlace(ctx, r.Client, s.Scope, s.mr, "MachineRequest", v1alpha1.MachineRequestFinalizer, place)
 }
 
 // forgetPlacement removes the recorded place of a machine without a VM that starts afresh

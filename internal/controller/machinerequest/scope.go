@@ -9,7 +9,7 @@ import (
 	"k8s.io/client-go/tools/events"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/outcome"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
@@ -44,7 +44,7 @@ var machineStatus = objstatus.Kind[*v1alpha1.MachineRequest, v1alpha1.MachineReq
 			FailureReason: &st.FailureReason, FailureMessage: &st.FailureMessage, ObservedGeneration: &st.ObservedGeneration}
 	},
 	FailedPhase: string(v1alpha1.MachinePhaseFailed),
-	Conditions:  frontdoor.ButlerConditions,
+	Conditions:  outcome.ButlerConditions,
 	// Observed only once the status that says Running is stored, so that a failed patch (and
 	// its retry) does not count the machine twice.
 	Written: func(mr *v1alpha1.MachineRequest, before, after *v1alpha1.MachineRequestStatus) {
@@ -64,7 +64,7 @@ func newMachineScope(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig, r
 	s.Scope = objstatus.New(mr, machineStatus, objstatus.Policy{
 		Action:           "Provision",
 		FailAction:       "Fail",
-		Degrading:        frontdoor.DegradingReasons.Has,
+		Degrading:        outcome.DegradingReasons.Has,
 		NewWaitCondition: v1alpha1.ConditionProgressing,
 		Configuration:    configReasons.Has,
 		Grace:            limits.configGrace,

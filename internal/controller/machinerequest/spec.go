@@ -8,8 +8,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
@@ -40,22 +41,22 @@ func providerConfigRef(mr *v1alpha1.MachineRequest) string {
 }
 
 // machineTarget is what the MachineRequest's ProviderConfig points at (see resolveProviderConfig).
-func machineTarget(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (*frontdoor.Target, error) {
-	return frontdoor.ResolveProviderConfig(pc, providerConfigRef(mr), "spec.providerRef")
+func machineTarget(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig) (*target.Target, error) {
+	return target.ResolveProviderConfig(pc, providerConfigRef(mr), "spec.providerRef")
 }
 
 // machineSpecFor derives what to create on Harvester from a MachineRequest and its ProviderConfig,
 // in the place the ProviderConfig names now (the caller puts it where the machine lives, if that
 // is recorded). Problems of the MachineRequest are permanent (fixed by changing its spec);
 // problems of the ProviderConfig are waits.
-func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig, consumer frontdoor.Consumer, managementCluster string) (*harvester.MachineSpec, harvester.Credentials, error) {
+func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig, consumer target.Consumer, managementCluster string) (*harvester.MachineSpec, harvester.Credentials, error) {
 	t, err := machineTarget(mr, pc)
 	if err != nil {
 		return nil, harvester.Credentials{}, err
 	}
 	creds := t.Credentials
 	if pc.Spec.Provider != v1alpha1.ProviderTypeHarvester {
-		return nil, creds, objstatus.Waiting(v1alpha1.ReasonProviderConfigMoved, frontdoor.ProviderConfigRetry,
+		return nil, creds, objstatus.Waiting(v1alpha1.ReasonProviderConfigMoved, requeue.ProviderConfigRetry,
 			"ProviderConfig %s now says provider %q: the Harvester provider creates nothing more for this MachineRequest; delete it, or set the ProviderConfig's provider back to \"harvester\"",
 			t.Ref, pc.Spec.Provider)
 	}
@@ -95,7 +96,7 @@ func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig, co
 // specFor is machineSpecFor of the scope's MachineRequest, with who its namespace is to its
 // ProviderConfig (read only for a team's ProviderConfig of another namespace).
 func (r *Reconciler) specFor(ctx context.Context, s *machineScope) (*harvester.MachineSpec, harvester.Credentials, error) {
-	consumer, err := frontdoor.ConsumerOf(ctx, r.live, s.pc, s.mr.Namespace)
+	consumer, err := target.ConsumerOf(ctx, r.live, s.pc, s.mr.Namespace)
 	if err != nil {
 		return nil, harvester.Credentials{}, err
 	}
@@ -105,9 +106,9 @@ func (r *Reconciler) specFor(ctx context.Context, s *machineScope) (*harvester.M
 // creationGate holds up the creation of a machine until its ProviderConfig may be used by it and
 // passes its checks. It judges machines without a VM only: one that exists is observed and
 // deleted whatever the ProviderConfig's checks say now.
-func creationGate(t *frontdoor.Target, mr *v1alpha1.MachineRequest, consumer frontdoor.Consumer) func() error {
+func creationGate(t *target.Target, mr *v1alpha1.MachineRequest, consumer target.Consumer) func() error {
 	return func() error {
-		if err := frontdoor.SharedWith(t.ProviderConfig, consumer, "MachineRequests", "spec.providerRef"); err != nil {
+		if err := target.SharedWith(t.ProviderConfig, consumer, "MachineRequests", "spec.providerRef"); err != nil {
 			return err
 		}
 		return providerconfig.PreflightGate(t.ProviderConfig, mr.Spec.Image == "")
@@ -115,9 +116,9 @@ func creationGate(t *frontdoor.Target, mr *v1alpha1.MachineRequest, consumer fro
 }
 
 // imageFor picks the MachineRequest's image, else the ProviderConfig's default.
-func imageFor(mr *v1alpha1.MachineRequest, t *frontdoor.Target) (harvester.ObjectRef, error) {
+func imageFor(mr *v1alpha1.MachineRequest, t *target.Target) (harvester.ObjectRef, error) {
 	if mr.Spec.Image != "" {
-		ref, err := frontdoor.ParseImage(mr.Spec.Image, t.Credentials.Namespace)
+		ref, err := target.ParseImage(mr.Spec.Image, t.Credentials.Namespace)
 		if err != nil {
 			return ref, objstatus.Permanent(v1alpha1.ReasonInvalidSpec, "spec.image: %v", err)
 		}
@@ -128,7 +129,7 @@ func imageFor(mr *v1alpha1.MachineRequest, t *frontdoor.Target) (harvester.Objec
 	case err != nil:
 		return harvester.ObjectRef{}, err
 	case image == nil:
-		return harvester.ObjectRef{}, frontdoor.InvalidProviderConfig(t.Ref,
+		return harvester.ObjectRef{}, target.InvalidProviderConfig(t.Ref,
 			"has no spec.harvester.imageName and the MachineRequest has no spec.image: set one of them to \"<namespace>/<name>\" of a VirtualMachineImage")
 	}
 	return *image, nil

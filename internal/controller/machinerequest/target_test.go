@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
@@ -24,7 +24,7 @@ func TestProviderConfigProblemSaysTheSameEverywhere(t *testing.T) {
 			pc := harvesterPC(v1alpha1.ProviderTypeHarvester)
 			change(pc)
 			_, _, checks := providerconfig.PreflightTarget(pc)
-			_, _, machine := machineSpecFor(machineRequest(), pc, frontdoor.Consumer{Namespace: machineRequest().Namespace}, "")
+			_, _, machine := machineSpecFor(machineRequest(), pc, target.Consumer{Namespace: machineRequest().Namespace}, "")
 			w, ok := objstatus.AsWaiting(checks)
 			if !ok || w.Reason != v1alpha1.ReasonInvalidProviderConfig {
 				t.Fatalf("checks: %v, want a wait with reason %s", checks, v1alpha1.ReasonInvalidProviderConfig)

@@ -24,7 +24,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/outcome"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
@@ -190,7 +192,7 @@ func (r *Reconciler) validate(ctx context.Context, creds harvester.Credentials, 
 		specErr = err
 	}
 	reason := v1alpha1.ReasonHarvesterUnreachable
-	if w, ok := objstatus.AsWaiting(frontdoor.FromEngine(specErr)); ok {
+	if w, ok := objstatus.AsWaiting(outcome.FromEngine(specErr)); ok {
 		reason = w.Reason
 	}
 	checks := []harvester.Check{{Type: v1alpha1.ConditionCredentialsValid, Reason: reason, Message: specErr.Error()}}
@@ -203,7 +205,7 @@ func (r *Reconciler) validate(ctx context.Context, creds harvester.Credentials, 
 // PreflightTarget derives what to check from the ProviderConfig. The credentials are returned
 // whenever they can be located, even if the rest is invalid: their Secret is still watched.
 func PreflightTarget(pc *v1alpha1.ProviderConfig) (harvester.Credentials, harvester.PreflightSpec, error) {
-	t, err := frontdoor.ResolveProviderConfig(pc, pc.Namespace+"/"+pc.Name, "")
+	t, err := target.ResolveProviderConfig(pc, pc.Namespace+"/"+pc.Name, "")
 	if err != nil {
 		return harvester.Credentials{}, harvester.PreflightSpec{}, err
 	}
@@ -292,13 +294,13 @@ func PreflightGate(pc *v1alpha1.ProviderConfig, usesDefaultImage bool) error {
 }
 
 // SetupWithManager registers the reconciler, its controller built with options
-// (frontdoor.ReconcileTimeout where they set no reconciliation timeout).
+// (requeue.ReconcileTimeout where they set no reconciliation timeout).
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
 	r.applyDefaults()
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("providerconfig").
 		For(&v1alpha1.ProviderConfig{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		WithOptions(frontdoor.WithReconcileTimeout(options)).
+		WithOptions(requeue.WithReconcileTimeout(options)).
 		Complete(r)
 }
 

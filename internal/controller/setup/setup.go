@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/clusterapi"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/frontdoor"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/harvesterevents"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/imagesync"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/machinerequest"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
@@ -27,7 +27,7 @@ type Shared struct {
 	// Harvester hands out the engine of a ProviderConfig's Harvester cluster.
 	Harvester harvester.Connector
 	// HarvesterEvents routes the engine's notifications to the queue of their owner's kind.
-	HarvesterEvents *frontdoor.HarvesterEvents
+	HarvesterEvents *harvesterevents.HarvesterEvents
 	// Recorder records the controllers' events.
 	Recorder events.EventRecorder
 }

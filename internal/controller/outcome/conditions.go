@@ -1,4 +1,4 @@
-package frontdoor
+package outcome
 
 import (
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"

@@ -1,4 +1,4 @@
-package frontdoor
+package harvesterevents
 
 import (
 	"context"
@@ -6,36 +6,19 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
-// Priorities in the controllers' work queues (controller-runtime's priority queue serves higher
-// first). Creates and spec changes come in at 0, the initial list and resyncs at
-// handler.LowPriority.
-const (
-	// urgentPriority is for Harvester changes that can make a machine Running (a VMI's phase or
-	// addresses) or complete a deletion: at a thousand machines created at once, such a change
-	// would otherwise wait behind the creates of all the others.
-	urgentPriority = 100
-	// pollPriority is for the provider's own safety-net polls: they look for what events
-	// usually report first, so they wait behind everything else.
-	pollPriority = handler.LowPriority
-)
-
-// AsPoll gives a requeue that only polls (it looks for what events usually report first) the
-// poll priority, unless the result chose one.
-func AsPoll(res reconcile.Result, err error) (reconcile.Result, error) {
-	if err == nil && res.RequeueAfter > 0 && res.Priority == nil {
-		res.Priority = ptr.To(pollPriority)
-	}
-	return res, err
-}
+// urgentPriority is, in the controllers' work queues (controller-runtime's priority queue serves
+// higher first), the priority of Harvester changes that can make a machine Running (a VMI's phase
+// or addresses) or complete a deletion: at a thousand machines created at once, such a change
+// would otherwise wait behind the creates of all the others, which come in at 0 (polls come in
+// last, requeue.AsPoll).
+const urgentPriority = 100
 
 // HarvesterEvents takes the notifications of the Harvester informers (harvester.Notifier) to the
 // MachineRequest and ImageSync work queues. It adds to the queues directly: a channel in between

@@ -1,4 +1,4 @@
-package frontdoor
+package outcome
 
 import (
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
