@@ -1,6 +1,7 @@
 package harvester
 
 import (
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -71,6 +72,12 @@ type Observation struct {
 
 // ProviderIDPrefix starts every providerID this provider writes.
 const ProviderIDPrefix = "harvester://"
+
+// UIDOfProviderID returns the VM UID of a providerID ("harvester://<uid>", or the bare UID the
+// published provider wrote).
+func UIDOfProviderID(id string) string {
+	return strings.TrimPrefix(id, ProviderIDPrefix)
+}
 
 // deletionRetry is how soon to look again at objects that are being deleted.
 const deletionRetry = 5 * time.Second

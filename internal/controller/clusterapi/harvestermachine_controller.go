@@ -299,7 +299,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 		}
 		spec.Namespace, spec.Name = home.Place.Namespace, home.Place.Name
 	}
-	spec.VMUID = types.UID(objmeta.UIDOfProviderID(hm.Spec.ProviderID))
+	spec.VMUID = types.UID(harvester.UIDOfProviderID(hm.Spec.ProviderID))
 	obs, err := engine.Ensure(ctx, spec)
 	if err != nil {
 		if home != nil {
@@ -561,7 +561,7 @@ func (r *HarvesterMachineReconciler) deleteOnHarvester(ctx context.Context, s *h
 			"the credentials of ProviderConfig %s now reach another Harvester cluster than the one the VM lives on (%s): restore them to delete it", t.Ref, home.Place.Server))
 	}
 	ref := harvester.MachineRef{Owner: harvester.Owner{Kind: OwnerKindHarvesterMachine, Namespace: hm.Namespace, Name: hm.Name, UID: hm.UID, Cluster: r.managementCluster},
-		Namespace: home.Place.Namespace, Name: home.Place.Name, VMUID: types.UID(objmeta.UIDOfProviderID(hm.Spec.ProviderID))}
+		Namespace: home.Place.Namespace, Name: home.Place.Name, VMUID: types.UID(harvester.UIDOfProviderID(hm.Spec.ProviderID))}
 	deletion, err := home.Cluster.Delete(ctx, ref)
 	if err != nil {
 		return reconcile.Result{}, harvesterMachineDeletionBlocked(s, err)

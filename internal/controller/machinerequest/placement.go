@@ -60,7 +60,7 @@ func (r *Reconciler) homeOf(ctx context.Context, s *machineScope) (*machineHome,
 			"%v: the provider cannot tell where the machine lives; restore the annotation the provider wrote, or delete the MachineRequest with annotation %s=true and remove what is left on Harvester yourself",
 			err, v1alpha1.AnnotationSkipHarvesterCleanup)
 	}
-	vmUID := objmeta.UIDOfProviderID(s.mr.Status.ProviderID)
+	vmUID := harvester.UIDOfProviderID(s.mr.Status.ProviderID)
 	if p != nil && vmUID == "" && p.VMUID != "" {
 		// Only in the deprecated status.placement: the VM's UID moves to providerID.
 		vmUID = p.VMUID

@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"strings"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -42,10 +41,4 @@ func RecordPlace[O client.Object, S any](ctx context.Context, c client.Client, s
 	}
 	log.FromContext(ctx).V(1).Info("Recorded the machine's place", "cluster", p.Server, "namespace", p.Namespace, "name", p.Name)
 	return nil
-}
-
-// UIDOfProviderID returns the VM UID of a providerID ("harvester://<uid>", or the bare UID the
-// published provider wrote).
-func UIDOfProviderID(id string) string {
-	return strings.TrimPrefix(id, harvester.ProviderIDPrefix)
 }
