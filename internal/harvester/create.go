@@ -31,10 +31,8 @@ func (m *machines) Ensure(ctx context.Context, spec *MachineSpec) (Observation, 
 		if err := spec.loadUserData(ctx); err != nil {
 			return Observation{}, err
 		}
-		if spec.Gate != nil {
-			if err := spec.Gate(); err != nil {
-				return Observation{}, err
-			}
+		if err := spec.gate(); err != nil {
+			return Observation{}, err
 		}
 		image, err := m.usableImage(ctx, spec)
 		if err != nil {
@@ -66,16 +64,17 @@ func (m *machines) Ensure(ctx context.Context, spec *MachineSpec) (Observation, 
 	return obs, err
 }
 
-// record has the front door store where the machine lives, if it asked to (see MachineSpec.Record).
+// record has the front door store where the machine lives, if its Door is a PlaceRecorder.
 func (m *machines) record(ctx context.Context, spec *MachineSpec) error {
-	if spec.Record == nil {
+	recorder, ok := spec.Door.(PlaceRecorder)
+	if !ok {
 		return nil
 	}
 	id, err := m.Identity(ctx)
 	if err != nil {
 		return err
 	}
-	return spec.Record(ctx, id)
+	return recorder.Record(ctx, id)
 }
 
 // findVM returns the machine's VM (nil if there is none), taking over a VM of an earlier

@@ -6,7 +6,7 @@ import (
 
 // A machine lives where it was created: its Place (the Harvester cluster, by identity, and the
 // namespace and name of its VM) is recorded by its front door before anything is created (see
-// MachineSpec.Record), and from then on the machine is observed and deleted there, never where
+// PlaceRecorder), and from then on the machine is observed and deleted there, never where
 // fields edited since would put it: credentials pointed at another namespace or cluster must not
 // make a running machine look deleted, let its deletion skip the VM, or make a retry create a
 // second VM.

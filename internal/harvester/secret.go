@@ -14,16 +14,16 @@ import (
 
 // ensureCloudInitSecret creates the machine's cloud-init Secret, owned by owner (its root disk)
 // when given, or brings ours up to date (a machine whose data is read when needed keeps the
-// Secret it was made with: see MachineSpec.LoadUserData). A machine without cloud-init data has
+// Secret it was made with: see UserDataLoader). A machine without cloud-init data has
 // none.
 func (m *machines) ensureCloudInitSecret(ctx context.Context, spec *MachineSpec, owner *metav1.OwnerReference) error {
-	if spec.LoadUserData == nil && !spec.HasCloudInit() {
+	if !spec.userDataDeferred() && !spec.HasCloudInit() {
 		return nil
 	}
 	key := client.ObjectKey{Namespace: spec.Namespace, Name: cloudInitSecretName(spec.Name)}
 	have := secretMeta(key.Namespace, key.Name)
 	err := m.peek(ctx, key, have)
-	if spec.LoadUserData != nil {
+	if spec.userDataDeferred() {
 		if err == nil && isOwnedBy(have.Labels, spec.Owner) {
 			return nil
 		}

@@ -34,14 +34,6 @@ type MachineSpec struct {
 	DefaultStorageClass string
 	UserData            string
 	NetworkData         string
-	// LoadUserData, if set, reads UserData when Ensure first needs it, and is cleared then: to
-	// create the machine, to recreate its cloud-init Secret or take one over, and to prove a
-	// succession. A front door whose data costs a read (Cluster API's bootstrap data Secret) sets
-	// it instead of UserData, so that a machine whose VM and cloud-init Secret exist costs no
-	// read. Such data is the machine's as created: the cloud-init Secret of a machine made with
-	// it is not brought up to date when the data changes (Cluster API never rewrites a Machine's
-	// bootstrap data; a VM reads it once, at its first boot).
-	LoadUserData func(ctx context.Context) (string, error)
 	// Labels are the user's labels for the VM (spec.labels); ours take precedence.
 	Labels map[string]string
 	// NodeSelector, if set, are the labels a Harvester node must carry for the VM to run on it
@@ -54,17 +46,13 @@ type MachineSpec struct {
 	// so that a status lost (clusterctl move carries none) is rebuilt from where the VM was placed.
 	FailureDomain string
 
-	// Gate, if set, holds creation up: Ensure asks it before it creates anything for a machine
-	// that has no VM, and returns its error as is. A front door's creation-only checks (who may
-	// use the credentials, the ProviderConfig's preflight) go here, so that they never judge a
-	// machine whose VM exists.
-	Gate func() error
-	// Record, if set, stores where the machine lives (the cluster, Namespace and Name) before
-	// anything is created for it: Ensure calls it once the image has passed its read-only check
-	// and before the first create, or when it finds a VM of the machine that nothing recorded
-	// (adopted, or created just before a crash). Nothing is created unless it succeeds. Nil when
-	// the machine's place is recorded already.
-	Record func(ctx context.Context, cluster ClusterIdentity) error
+	// Door is the front door the machine came through, asked at the steps where it has
+	// something to say: each step is an interface of its own (UserDataLoader, CreationGate,
+	// PlaceRecorder), and the engine asks Door only for the steps it implements. Nil: the door
+	// has nothing to say at any step.
+	Door any
+	// userDataLoaded says that UserData holds what Door's LoadUserData read (see loadUserData).
+	userDataLoaded bool
 }
 
 // HasCloudInit reports whether the machine has cloud-init data. Without any (what the Butler
@@ -72,16 +60,60 @@ type MachineSpec struct {
 // cloud-init disk and no Secret is created for it.
 func (s *MachineSpec) HasCloudInit() bool { return s.UserData != "" || s.NetworkData != "" }
 
-// loadUserData fills UserData from LoadUserData, once.
+// UserDataLoader is a Door whose user data costs a read (Cluster API's bootstrap data Secret):
+// it leaves UserData empty, and the engine has it read the data when it first needs it, once: to
+// create the machine, to recreate its cloud-init Secret or take one over, and to prove a
+// succession. A machine whose VM and cloud-init Secret exist costs no read. Such data is the
+// machine's as created: the cloud-init Secret of a machine made with it is not brought up to date
+// when the data changes (Cluster API never rewrites a Machine's bootstrap data; a VM reads it
+// once, at its first boot).
+type UserDataLoader interface {
+	LoadUserData(ctx context.Context) (string, error)
+}
+
+// CreationGate is a Door that holds creation up: Ensure asks it before it creates anything for a
+// machine that has no VM, and returns its error as is. A front door's creation-only checks (who
+// may use the credentials, the ProviderConfig's preflight) go here, so that they never judge a
+// machine whose VM exists.
+type CreationGate interface {
+	Gate() error
+}
+
+// PlaceRecorder is a Door that stores where the machine lives (the cluster, Namespace and Name)
+// before anything is created for it: Ensure calls Record once the image has passed its read-only
+// check and before the first create, or when it finds a VM of the machine that nothing recorded
+// (adopted, or created just before a crash). Nothing is created unless it succeeds. A door whose
+// machine has its place recorded already gives a Door that does not implement it: the engine
+// then neither records nor asks the cluster's identity.
+type PlaceRecorder interface {
+	Record(ctx context.Context, cluster ClusterIdentity) error
+}
+
+// userDataDeferred reports whether the machine's user data is still to be read (see
+// UserDataLoader).
+func (s *MachineSpec) userDataDeferred() bool {
+	_, ok := s.Door.(UserDataLoader)
+	return ok && !s.userDataLoaded
+}
+
+// loadUserData fills UserData from the Door's UserDataLoader, once.
 func (s *MachineSpec) loadUserData(ctx context.Context) error {
-	if s.LoadUserData == nil {
+	if !s.userDataDeferred() {
 		return nil
 	}
-	data, err := s.LoadUserData(ctx)
+	data, err := s.Door.(UserDataLoader).LoadUserData(ctx)
 	if err != nil {
 		return err
 	}
-	s.UserData, s.LoadUserData = data, nil
+	s.UserData, s.userDataLoaded = data, true
+	return nil
+}
+
+// gate asks the Door's CreationGate, if it has one.
+func (s *MachineSpec) gate() error {
+	if g, ok := s.Door.(CreationGate); ok {
+		return g.Gate()
+	}
 	return nil
 }
 

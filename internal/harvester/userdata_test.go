@@ -11,15 +11,31 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
 
-// countingLoader moves spec's UserData behind LoadUserData and counts the reads.
+// testDoor is a front door with its user data read when needed (see countingLoader).
+type testDoor struct {
+	data  string
+	err   error
+	reads int
+}
+
+func (d *testDoor) LoadUserData(context.Context) (string, error) {
+	d.reads++
+	return d.data, d.err
+}
+
+// gatedDoor is a testDoor that is a CreationGate too.
+type gatedDoor struct {
+	*testDoor
+	gate func() error
+}
+
+func (d gatedDoor) Gate() error { return d.gate() }
+
+// countingLoader moves spec's UserData behind its Door's LoadUserData and counts the reads.
 func countingLoader(spec *MachineSpec, err error) *int {
-	reads, data := 0, spec.UserData
-	spec.UserData = ""
-	spec.LoadUserData = func(context.Context) (string, error) {
-		reads++
-		return data, err
-	}
-	return &reads
+	door := &testDoor{data: spec.UserData, err: err}
+	spec.UserData, spec.Door = "", door
+	return &door.reads
 }
 
 // Data read when needed (Cluster API's bootstrap data Secret) is read to make the machine's
@@ -60,6 +76,18 @@ func TestUserDataReadOnlyWhenNeeded(t *testing.T) {
 			t.Fatalf("remade Secret owned by %v, want its root disk", got.OwnerReferences)
 		}
 	})
+	t.Run("read once: data read is not read again", func(t *testing.T) {
+		spec, objs := made()
+		data := spec.UserData
+		reads := countingLoader(spec, nil)
+		m := claimsCluster(t, interceptor.Funcs{}, objs[0], objs[2])
+		if err := spec.loadUserData(ctx); err != nil || *reads != 1 || spec.UserData != data {
+			t.Fatalf("err %v, %d reads, userData %q; want one read of %q", err, *reads, spec.UserData, data)
+		}
+		if err := m.ensureCloudInitSecret(ctx, spec, nil); err != nil || *reads != 1 {
+			t.Fatalf("err %v, %d reads; want the one read before", err, *reads)
+		}
+	})
 	t.Run("someone else's Secret of the name: read, to take it over as ours", func(t *testing.T) {
 		spec, objs := made()
 		foreign := objs[1].(*corev1.Secret)
@@ -79,7 +107,7 @@ func TestUserDataReadOnlyWhenNeeded(t *testing.T) {
 		notYet := errors.New("bootstrap data not written yet")
 		countingLoader(spec, notYet)
 		gated := false
-		spec.Gate = func() error { gated = true; return nil }
+		spec.Door = gatedDoor{testDoor: spec.Door.(*testDoor), gate: func() error { gated = true; return nil }}
 		m := claimsCluster(t, interceptor.Funcs{})
 		if _, err := m.Ensure(ctx, spec); !errors.Is(err, notYet) {
 			t.Fatalf("err = %v, want the loader's", err)

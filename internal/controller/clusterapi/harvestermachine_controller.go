@@ -225,64 +225,18 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	// The Machine's spec (its bootstrap data Secret, its failure domain) matters only to make the
-	// machine: it is read live, once, when the engine makes it (Machines are watched by their
-	// metadata alone). So is the bootstrap data Secret, only when the engine needs the data: to
-	// create the machine, or to prove it is the machine a VM was made for. A machine whose VM
-	// exists costs no read.
-	specRead := false
-	readSpec := func(ctx context.Context) error {
-		if !specRead {
-			if err := readCAPIMachineSpec(ctx, r.LiveReader, hm.Namespace, machine); err != nil {
-				return err
-			}
-			specRead = true
-		}
-		return nil
-	}
-	spec.LoadUserData = func(ctx context.Context) (string, error) {
-		if err := readSpec(ctx); err != nil {
-			return "", err
-		}
-		if machine.DataSecretName == "" {
-			return "", objstatus.Waiting(infrav1.ReasonWaitingForBootstrapData, capiWaitingRetry,
-				"waiting for the bootstrap provider to set spec.bootstrap.dataSecretName of Machine %s/%s", hm.Namespace, machine.Name)
-		}
-		return r.readBootstrapData(ctx, hm.Namespace, machine)
-	}
+	// What the engine asks this reconcile's door (see harvesterMachineDoor): the bootstrap data,
+	// the creation gate, and, for a machine with nothing recorded, the record of its place.
+	door := &harvesterMachineDoor{ctx: ctx, r: r, hm: hm, machine: machine, t: t, spec: spec}
+	spec.Door = door
 	spec.Owner = withHandOver(spec.Owner, hm, r.HandOverFrom)
-	// The failure domain places the VM when it is created, and only then: a machine whose VM
-	// exists stays where it runs, and keeps the status.failureDomain it was created with, whatever
-	// its Machine or the HarvesterCluster's failure domains say since (the engine never moves or
-	// rewrites a VM, and the gate judges only a machine without one, before the VM is built).
-	// Cluster API copies status.failureDomain to the Machine. The VM records the failure domain
-	// it was placed in (spec.FailureDomain): a status lost (clusterctl move does not carry
-	// status) is rebuilt from it, never guessed from fields that may have changed since the VM
-	// was placed.
-	spec.Gate = func() error {
-		if err := readSpec(ctx); err != nil {
-			return err
-		}
-		nodes, err := failureDomainNodes(hm.Namespace, *machine, t.hc)
-		if err != nil {
-			return err
-		}
-		spec.NodeSelector, spec.FailureDomain = nodes, machine.FailureDomain
-		if err := mayMakeMachines(ctx, r.LiveReader, hm, t.Target); err != nil {
-			return err
-		}
-		hm.Status.FailureDomain = machine.FailureDomain
-		return nil
-	}
 	var engine harvester.Cluster
 	own := harvester.Place{Namespace: spec.Namespace, Name: spec.Name}
 	if home == nil {
 		if engine, err = r.Harvester.ClusterFor(ctx, t.Credentials); err != nil {
 			return reconcile.Result{}, err
 		}
-		spec.Record = func(ctx context.Context, id harvester.ClusterIdentity) error {
-			return r.recordPlace(ctx, s, harvester.PlaceOf(spec, id))
-		}
+		spec.Door = unrecordedHarvesterMachine{harvesterMachineDoor: door, s: s}
 	} else {
 		if home.Elsewhere != nil {
 			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonProviderConfigMoved, capiWaitingRetry,
@@ -290,13 +244,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 				t.Ref, home.Elsewhere.Server, home.Place.Namespace, home.Place.Name, home.Place.Server)
 		}
 		engine = home.Cluster
-		gate := spec.Gate
-		spec.Gate = func() error {
-			if err := placeOfItsOwn(hm, home.Place, own); err != nil {
-				return err
-			}
-			return gate()
-		}
+		door.home, door.own = home, own
 		spec.Namespace, spec.Name = home.Place.Namespace, home.Place.Name
 	}
 	spec.VMUID = types.UID(harvester.UIDOfProviderID(hm.Spec.ProviderID))

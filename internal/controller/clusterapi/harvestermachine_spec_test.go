@@ -56,7 +56,7 @@ func TestHarvesterMachineSpec(t *testing.T) {
 					t.Fatalf("owner %+v", s.Owner)
 				}
 				if s.UserData != "" {
-					t.Fatalf("userData %q: the engine reads the bootstrap data when it needs it (LoadUserData)", s.UserData)
+					t.Fatalf("userData %q: the engine reads the bootstrap data when it needs it (harvesterMachineDoor.LoadUserData)", s.UserData)
 				}
 			},
 		},

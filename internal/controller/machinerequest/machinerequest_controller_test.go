@@ -55,13 +55,13 @@ func (f *fakeMachines) Identity(context.Context) (harvester.ClusterIdentity, err
 // then its record of the place; then what the test wants (recorded as call "Ensure": it may
 // create).
 func (f *fakeMachines) Ensure(ctx context.Context, s *harvester.MachineSpec) (harvester.Observation, error) {
-	if s.Gate != nil && s.VMUID == "" {
-		if err := s.Gate(); err != nil {
+	if g, ok := s.Door.(harvester.CreationGate); ok && s.VMUID == "" {
+		if err := g.Gate(); err != nil {
 			return harvester.Observation{}, err
 		}
 	}
-	if s.Record != nil {
-		if err := s.Record(ctx, f.identity); err != nil {
+	if r, ok := s.Door.(harvester.PlaceRecorder); ok {
+		if err := r.Record(ctx, f.identity); err != nil {
 			return harvester.Observation{}, err
 		}
 	}

@@ -100,7 +100,7 @@ func (r *Reconciler) configFixed(ctx context.Context, s *machineScope) string {
 		return ""
 	}
 	spec, creds, err := r.specFor(ctx, s)
-	if err != nil || spec.Gate() != nil {
+	if err != nil || spec.Door.(requestGate).Gate() != nil {
 		return ""
 	}
 	if _, err := r.Harvester.ClusterFor(ctx, creds); err != nil {
@@ -147,14 +147,14 @@ func (r *Reconciler) reconcileProvisioning(ctx context.Context, s *machineScope)
 		return reconcile.Result{}, home.unreachable(s)
 	}
 	if home == nil {
-		// Nothing recorded: the engine records the place (spec.Record) once the gates and the
-		// image pass, before it creates anything.
+		// Nothing recorded: the engine records the place (unrecordedRequest.Record) once the
+		// gates and the image pass, before it creates anything.
 		cluster, err := r.Harvester.ClusterFor(ctx, creds)
 		if err != nil {
 			return reconcile.Result{}, err
 		}
 		home = &machineHome{Home: &harvester.Home{Cluster: cluster}, ref: spec.Ref()}
-		spec.Record = r.recordPlacementFor(s, spec)
+		spec.Door = unrecordedRequest{requestGate: spec.Door.(requestGate), r: r, s: s, spec: spec}
 	}
 	spec.Namespace, spec.Name, spec.VMUID = home.ref.Namespace, home.ref.Name, home.ref.VMUID
 	obs, err := home.Cluster.Ensure(ctx, spec)

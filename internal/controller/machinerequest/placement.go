@@ -136,12 +136,20 @@ func (r *Reconciler) forgetPlacement(ctx context.Context, s *machineScope) error
 	return s.PatchMeta(ctx, r.Client, patch)
 }
 
-// recordPlacementFor is the MachineSpec.Record of a machine with nothing recorded: its place is
-// the cluster the engine reached and the namespace and name of the spec.
-func (r *Reconciler) recordPlacementFor(s *machineScope, spec *harvester.MachineSpec) func(context.Context, harvester.ClusterIdentity) error {
-	return func(ctx context.Context, id harvester.ClusterIdentity) error {
-		return r.recordPlacement(ctx, s, harvester.PlaceOf(spec, id))
-	}
+// unrecordedRequest is the door of a MachineRequest with nothing recorded: its gate, and a
+// harvester.PlaceRecorder that records its place. Only such a machine's spec has it for Door:
+// the engine records nothing for one whose place is recorded already.
+type unrecordedRequest struct {
+	requestGate
+	r    *Reconciler
+	s    *machineScope
+	spec *harvester.MachineSpec
+}
+
+// Record stores the machine's place: the cluster the engine reached and the namespace and name of
+// the spec.
+func (d unrecordedRequest) Record(ctx context.Context, id harvester.ClusterIdentity) error {
+	return d.r.recordPlacement(ctx, d.s, harvester.PlaceOf(d.spec, id))
 }
 
 // leaveEmptyHome gives up the place of a machine without a VM whose credentials now reach

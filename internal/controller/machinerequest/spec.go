@@ -85,7 +85,7 @@ func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig, co
 		UserData:            mr.Spec.UserData,
 		NetworkData:         mr.Spec.NetworkData,
 		Labels:              mr.Spec.Labels,
-		Gate:                creationGate(t, mr, consumer),
+		Door:                requestGate{t: t, mr: mr, consumer: consumer},
 	}
 	for _, d := range mr.Spec.ExtraDisks {
 		spec.ExtraDisks = append(spec.ExtraDisks, harvester.DiskSpec{SizeGB: int64(d.SizeGB), StorageClass: d.StorageClass})
@@ -103,16 +103,23 @@ func (r *Reconciler) specFor(ctx context.Context, s *machineScope) (*harvester.M
 	return machineSpecFor(s.mr, s.pc, consumer, r.managementCluster)
 }
 
-// creationGate holds up the creation of a machine until its ProviderConfig may be used by it and
-// passes its checks. It judges machines without a VM only: one that exists is observed and
-// deleted whatever the ProviderConfig's checks say now.
-func creationGate(t *target.Target, mr *v1alpha1.MachineRequest, consumer target.Consumer) func() error {
-	return func() error {
-		if err := target.SharedWith(t.ProviderConfig, consumer, "MachineRequests", "spec.providerRef"); err != nil {
-			return err
-		}
-		return providerconfig.PreflightGate(t.ProviderConfig, mr.Spec.Image == "")
+// requestGate is the door of a MachineRequest (MachineSpec.Door) as machineSpecFor gives it: a
+// harvester.CreationGate, and nothing more (the engine records no place for it). A machine with
+// nothing recorded gets an unrecordedRequest instead, which records its place too.
+type requestGate struct {
+	t        *target.Target
+	mr       *v1alpha1.MachineRequest
+	consumer target.Consumer
+}
+
+// Gate holds up the creation of a machine until its ProviderConfig may be used by it and passes
+// its checks. It judges machines without a VM only: one that exists is observed and deleted
+// whatever the ProviderConfig's checks say now.
+func (g requestGate) Gate() error {
+	if err := target.SharedWith(g.t.ProviderConfig, g.consumer, "MachineRequests", "spec.providerRef"); err != nil {
+		return err
 	}
+	return providerconfig.PreflightGate(g.t.ProviderConfig, g.mr.Spec.Image == "")
 }
 
 // imageFor picks the MachineRequest's image, else the ProviderConfig's default.

@@ -34,7 +34,7 @@ func FromEngine(err error) error { return FromEngineIn(err, sameTerms) }
 
 // FromEngineIn is the one place where the engine's error classes (harvester.WaitingError,
 // harvester.PermanentError) become the front door's, in terms. Everything else (the front door's
-// own errors, which the engine hands back from MachineSpec.Gate and Record, conflicts, transient
+// own errors, which the engine hands back from its door's Gate and Record, conflicts, transient
 // errors) is returned unchanged. Whatever classifies an error the engine may have returned
 // passes it through here first.
 func FromEngineIn(err error, terms func(string) (reason, advice string)) error {
