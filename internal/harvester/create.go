@@ -31,7 +31,7 @@ func (m *machines) Ensure(ctx context.Context, spec *MachineSpec) (Observation, 
 		if err := spec.loadUserData(ctx); err != nil {
 			return Observation{}, err
 		}
-		if err := spec.gate(); err != nil {
+		if err := spec.gate(ctx); err != nil {
 			return Observation{}, err
 		}
 		image, err := m.usableImage(ctx, spec)

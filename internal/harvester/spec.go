@@ -76,7 +76,7 @@ type UserDataLoader interface {
 // may use the credentials, the ProviderConfig's preflight) go here, so that they never judge a
 // machine whose VM exists.
 type CreationGate interface {
-	Gate() error
+	Gate(ctx context.Context) error
 }
 
 // PlaceRecorder is a Door that stores where the machine lives (the cluster, Namespace and Name)
@@ -110,9 +110,9 @@ func (s *MachineSpec) loadUserData(ctx context.Context) error {
 }
 
 // gate asks the Door's CreationGate, if it has one.
-func (s *MachineSpec) gate() error {
+func (s *MachineSpec) gate(ctx context.Context) error {
 	if g, ok := s.Door.(CreationGate); ok {
-		return g.Gate()
+		return g.Gate(ctx)
 	}
 	return nil
 }

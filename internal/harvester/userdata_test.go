@@ -29,7 +29,7 @@ type gatedDoor struct {
 	gate func() error
 }
 
-func (d gatedDoor) Gate() error { return d.gate() }
+func (d gatedDoor) Gate(context.Context) error { return d.gate() }
 
 // countingLoader moves spec's UserData behind its Door's LoadUserData and counts the reads.
 func countingLoader(spec *MachineSpec, err error) *int {

@@ -227,7 +227,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 	}
 	// What the engine asks this reconcile's door (see harvesterMachineDoor): the bootstrap data,
 	// the creation gate, and, for a machine with nothing recorded, the record of its place.
-	door := &harvesterMachineDoor{ctx: ctx, r: r, hm: hm, machine: machine, t: t, spec: spec}
+	door := &harvesterMachineDoor{r: r, hm: hm, machine: machine, t: t, spec: spec}
 	spec.Door = door
 	spec.Owner = withHandOver(spec.Owner, hm, r.HandOverFrom)
 	var engine harvester.Cluster

@@ -19,8 +19,6 @@ import (
 // the machine, or to prove it is the machine a VM was made for. A machine whose VM exists costs no
 // read.
 type harvesterMachineDoor struct {
-	// ctx is the reconcile's, for Gate (which the engine asks without one).
-	ctx     context.Context
 	r       *HarvesterMachineReconciler
 	hm      *infrav1.HarvesterMachine
 	machine *capiMachine
@@ -68,13 +66,13 @@ func (d *harvesterMachineDoor) LoadUserData(ctx context.Context) (string, error)
 // copies status.failureDomain to the Machine. The VM records the failure domain it was placed in
 // (spec.FailureDomain): a status lost (clusterctl move does not carry status) is rebuilt from it,
 // never guessed from fields that may have changed since the VM was placed.
-func (d *harvesterMachineDoor) Gate() error {
+func (d *harvesterMachineDoor) Gate(ctx context.Context) error {
 	if d.home != nil {
 		if err := placeOfItsOwn(d.hm, d.home.Place, d.own); err != nil {
 			return err
 		}
 	}
-	if err := d.readSpec(d.ctx); err != nil {
+	if err := d.readSpec(ctx); err != nil {
 		return err
 	}
 	nodes, err := failureDomainNodes(d.hm.Namespace, *d.machine, d.t.hc)
@@ -82,7 +80,7 @@ func (d *harvesterMachineDoor) Gate() error {
 		return err
 	}
 	d.spec.NodeSelector, d.spec.FailureDomain = nodes, d.machine.FailureDomain
-	if err := mayMakeMachines(d.ctx, d.r.LiveReader, d.hm, d.t.Target); err != nil {
+	if err := mayMakeMachines(ctx, d.r.LiveReader, d.hm, d.t.Target); err != nil {
 		return err
 	}
 	d.hm.Status.FailureDomain = d.machine.FailureDomain

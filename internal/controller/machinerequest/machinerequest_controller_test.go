@@ -56,7 +56,7 @@ func (f *fakeMachines) Identity(context.Context) (harvester.ClusterIdentity, err
 // create).
 func (f *fakeMachines) Ensure(ctx context.Context, s *harvester.MachineSpec) (harvester.Observation, error) {
 	if g, ok := s.Door.(harvester.CreationGate); ok && s.VMUID == "" {
-		if err := g.Gate(); err != nil {
+		if err := g.Gate(ctx); err != nil {
 			return harvester.Observation{}, err
 		}
 	}

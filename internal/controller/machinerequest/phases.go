@@ -100,7 +100,7 @@ func (r *Reconciler) configFixed(ctx context.Context, s *machineScope) string {
 		return ""
 	}
 	spec, creds, err := r.specFor(ctx, s)
-	if err != nil || spec.Door.(requestGate).Gate() != nil {
+	if err != nil || spec.Door.(harvester.CreationGate).Gate(ctx) != nil {
 		return ""
 	}
 	if _, err := r.Harvester.ClusterFor(ctx, creds); err != nil {

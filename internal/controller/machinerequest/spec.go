@@ -115,7 +115,7 @@ type requestGate struct {
 // Gate holds up the creation of a machine until its ProviderConfig may be used by it and passes
 // its checks. It judges machines without a VM only: one that exists is observed and deleted
 // whatever the ProviderConfig's checks say now.
-func (g requestGate) Gate() error {
+func (g requestGate) Gate(context.Context) error {
 	if err := target.SharedWith(g.t.ProviderConfig, g.consumer, "MachineRequests", "spec.providerRef"); err != nil {
 		return err
 	}
