@@ -1,5 +1,7 @@
 package v1alpha1
 
+import "github.com/butlerdotdev/butler-provider-harvester/api/reasons"
+
 // Condition types of a MachineRequest.
 const (
 	// ConditionReady is True while the machine runs and its IP address is reported.
@@ -12,112 +14,114 @@ const (
 	ConditionDegraded = "Degraded"
 )
 
-// Condition reasons. Each is also the failureReason of a Failed MachineRequest where it says
-// "permanent"; the others are transient or waiting states that resolve by themselves or once the
+// Condition reasons, each the provider's word for one cause on every kind (package
+// api/reasons, which also says what each means for the object: its behaviour). A Failed
+// MachineRequest's failureReason is one whose behaviour is permanent, or a configuration reason
+// that outlasted the grace period; the others are states that resolve by themselves or once the
 // user fixes what the condition message names.
 const (
 	// ReasonPending: the request was accepted and the provider has not created anything yet.
-	ReasonPending = "Pending"
-	// ReasonProviderConfigNotFound (waiting): spec.providerRef names a ProviderConfig that does not
+	ReasonPending = reasons.Pending
+	// ReasonProviderConfigNotFound: spec.providerRef names a ProviderConfig that does not
 	// exist. Create it, or fix spec.providerRef.
-	ReasonProviderConfigNotFound = "ProviderConfigNotFound"
-	// ReasonInvalidProviderConfig (waiting): the ProviderConfig's harvester block is missing or
+	ReasonProviderConfigNotFound = reasons.ProviderConfigNotFound
+	// ReasonInvalidProviderConfig: the ProviderConfig's harvester block is missing or
 	// malformed; the message names the field.
-	ReasonInvalidProviderConfig = "InvalidProviderConfig"
-	// ReasonCredentialsUnavailable (waiting): the credentials Secret is missing, lacks the key, or
+	ReasonInvalidProviderConfig = reasons.InvalidProviderConfig
+	// ReasonCredentialsUnavailable: the credentials Secret is missing, lacks the key, or
 	// holds a kubeconfig that is not usable; the message says which.
-	ReasonCredentialsUnavailable = "CredentialsUnavailable"
-	// ReasonPermissionDenied (waiting): Harvester refused a request with the given credentials;
+	ReasonCredentialsUnavailable = reasons.CredentialsUnavailable
+	// ReasonPermissionDenied: Harvester refused a request with the given credentials;
 	// the message names the verb and resource.
-	ReasonPermissionDenied = "PermissionDenied"
-	// ReasonHarvesterUnavailable (transient): a Harvester API request failed (unreachable,
+	ReasonPermissionDenied = reasons.PermissionDenied
+	// ReasonHarvesterUnavailable: a Harvester API request failed (unreachable,
 	// timeout, 5xx, throttling, conflict); the provider retries with backoff.
-	ReasonHarvesterUnavailable = "HarvesterUnavailable"
-	// ReasonImageNotReady (waiting): the VirtualMachineImage exists but is not imported yet.
-	ReasonImageNotReady = "ImageNotReady"
+	ReasonHarvesterUnavailable = reasons.HarvesterUnavailable
+	// ReasonImageNotReady: the VirtualMachineImage exists but is not imported yet.
+	ReasonImageNotReady = reasons.ImageNotReady
 	// ReasonVMCreating: the machine's disks and VM are being created on Harvester, and the VM
 	// is starting until it runs and reports an IPv4 address. One message covers it all: the
 	// steps of a healthy start are no news (a diagnosis names what goes wrong).
-	ReasonVMCreating = "VMCreating"
-	// ReasonVMUnschedulable (diagnosis): Harvester cannot place the VM; the message carries the
+	ReasonVMCreating = reasons.VMCreating
+	// ReasonVMUnschedulable: Harvester cannot place the VM; the message carries the
 	// scheduler's reason.
-	ReasonVMUnschedulable = "VMUnschedulable"
-	// ReasonVolumeNotBound (diagnosis): a disk of the VM is Pending; the message says why.
-	ReasonVolumeNotBound = "VolumeNotBound"
-	// ReasonVolumeMissing (diagnosis): a disk of the VM was deleted outside the provider.
-	ReasonVolumeMissing = "VolumeMissing"
-	// ReasonVMNotStarting (diagnosis): the VM's instance does not start; the message carries
+	ReasonVMUnschedulable = reasons.VMUnschedulable
+	// ReasonVolumeNotBound: a disk of the VM is Pending; the message says why.
+	ReasonVolumeNotBound = reasons.VolumeNotBound
+	// ReasonVolumeMissing: a disk of the VM was deleted outside the provider.
+	ReasonVolumeMissing = reasons.VolumeMissing
+	// ReasonVMNotStarting: the VM's instance does not start; the message carries
 	// KubeVirt's phase and condition.
-	ReasonVMNotStarting = "VMNotStarting"
-	// ReasonNoIPAddress (diagnosis): the VM has run for longer than the guest agent needs to report
+	ReasonVMNotStarting = reasons.VMNotStarting
+	// ReasonNoIPAddress: the VM has run for longer than the guest agent needs to report
 	// an address, without an IPv4 address on its NIC: check the guest agent and DHCP.
-	ReasonNoIPAddress = "NoIPAddress"
-	// ReasonProvisioningTimeout (permanent): the machine has not become Running within the
+	ReasonNoIPAddress = reasons.NoIPAddress
+	// ReasonProvisioningTimeout: the machine has not become Running within the
 	// provisioning timeout (--provisioning-timeout, measured from its creation or last retry);
 	// the message carries the diagnosis. A retry (spec change or retry annotation) starts a new
 	// timeout.
-	ReasonProvisioningTimeout = "ProvisioningTimeout"
+	ReasonProvisioningTimeout = reasons.ProvisioningTimeout
 	// ReasonVMRunning: the VM runs and its IP address is in status.ipAddress.
-	ReasonVMRunning = "VMRunning"
+	ReasonVMRunning = reasons.VMRunning
 	// ReasonVMNotReady: a Running machine's VM exists but is not running (stopped, migrating,
 	// crashed); the message carries KubeVirt's printable status.
-	ReasonVMNotReady = "VMNotReady"
+	ReasonVMNotReady = reasons.VMNotReady
 	// ReasonAsExpected is the reason of Degraded=False.
-	ReasonAsExpected = "AsExpected"
+	ReasonAsExpected = reasons.AsExpected
 	// ReasonDeleting: the VM and its disks are being removed from Harvester.
-	ReasonDeleting = "Deleting"
-	// ReasonProviderConfigMoved (Degraded): the ProviderConfig now points at another Harvester
+	ReasonDeleting = reasons.Deleting
+	// ReasonProviderConfigMoved: the ProviderConfig now points at another Harvester
 	// cluster or namespace (or another provider) than the one the machine was created in
 	// (status.placement). The machine stays where it is and is still observed and deleted there;
 	// new machines use the new target. Restore the ProviderConfig, or delete and recreate the
 	// MachineRequest to move the machine.
-	ReasonProviderConfigMoved = "ProviderConfigMoved"
-	// ReasonQuotaExceeded (waiting): a ResourceQuota of the Harvester namespace refused to admit an
+	ReasonProviderConfigMoved = reasons.ProviderConfigMoved
+	// ReasonQuotaExceeded: a ResourceQuota of the Harvester namespace refused to admit an
 	// object; the message names the quota. Raise the quota or free resources; the provider retries.
-	ReasonQuotaExceeded = "QuotaExceeded"
-	// ReasonDiskInUse (waiting): a disk of ours cannot be deleted because a VM uses it (it is left
+	ReasonQuotaExceeded = reasons.QuotaExceeded
+	// ReasonDiskInUse: a disk of ours cannot be deleted because a VM uses it (it is left
 	// by an earlier attempt and no longer matches the spec, or the machine is being deleted and
 	// another VM mounts it); the message names the VM. Harvester refuses to delete a volume a VM
 	// uses: the provider waits until it is detached.
-	ReasonDiskInUse = "DiskInUse"
-	// ReasonVMTakenOver (Warning event): the VM under the machine's name was created by this
+	ReasonDiskInUse = reasons.DiskInUse
+	// ReasonVMTakenOver: the VM under the machine's name was created by this
 	// provider for an earlier MachineRequest of the same namespace and name, which no longer exists
 	// (a bootstrap run again after its management cluster was deleted); it is taken over as it is.
-	ReasonVMTakenOver = "VMTakenOver"
-	// ReasonDeletionBlocked (waiting): the MachineRequest is being deleted but the provider cannot
+	ReasonVMTakenOver = reasons.VMTakenOver
+	// ReasonDeletionBlocked: the MachineRequest is being deleted but the provider cannot
 	// reach Harvester (ProviderConfig or Secret gone). Restore them, or set the annotation
 	// AnnotationSkipHarvesterCleanup to release the MachineRequest without cleaning up.
-	ReasonDeletionBlocked = "DeletionBlocked"
+	ReasonDeletionBlocked = reasons.DeletionBlocked
 
-	// ReasonInvalidSpec (permanent): a field is invalid in a way the schema cannot express.
-	ReasonInvalidSpec = "InvalidSpec"
-	// ReasonImageNotFound (permanent): the VirtualMachineImage does not exist on Harvester.
-	ReasonImageNotFound = "ImageNotFound"
-	// ReasonImageImportFailed (permanent): Harvester failed to import the image.
-	ReasonImageImportFailed = "ImageImportFailed"
-	// ReasonImageBackendUnsupported (permanent): the image's storage backend (spec.backend) is
+	// ReasonInvalidSpec: a field is invalid in a way the schema cannot express.
+	ReasonInvalidSpec = reasons.InvalidSpec
+	// ReasonImageNotFound: the VirtualMachineImage does not exist on Harvester.
+	ReasonImageNotFound = reasons.ImageNotFound
+	// ReasonImageImportFailed: Harvester failed to import the image.
+	ReasonImageImportFailed = reasons.ImageImportFailed
+	// ReasonImageBackendUnsupported: the image's storage backend (spec.backend) is
 	// not one the provider clones root disks from (backingimage, or cdi where Harvester has CDI's
 	// DataVolume API); the message names the backend.
-	ReasonImageBackendUnsupported = "ImageBackendUnsupported"
-	// ReasonDiskTooSmall (permanent): spec.diskGB is smaller than the image's virtual size.
-	ReasonDiskTooSmall = "DiskTooSmall"
-	// ReasonUserDataTooLarge (permanent): userData and networkData together exceed what a Secret
+	ReasonImageBackendUnsupported = reasons.ImageBackendUnsupported
+	// ReasonDiskTooSmall: spec.diskGB is smaller than the image's virtual size.
+	ReasonDiskTooSmall = reasons.DiskTooSmall
+	// ReasonUserDataTooLarge: userData and networkData together exceed what a Secret
 	// can hold (1 MiB).
-	ReasonUserDataTooLarge = "UserDataTooLarge"
-	// ReasonNameConflict (permanent): an object with the name the provider needs exists on
+	ReasonUserDataTooLarge = reasons.UserDataTooLarge
+	// ReasonNameConflict: an object with the name the provider needs exists on
 	// Harvester and was not created for this MachineRequest. It is never adopted or changed.
-	ReasonNameConflict = "NameConflict"
-	// ReasonOwnedElsewhere (waiting; HarvesterMachines only): the VM of the machine's name was
+	ReasonNameConflict = reasons.NameConflict
+	// ReasonOwnedElsewhere (HarvesterMachines only): the VM of the machine's name was
 	// made for an earlier copy of it, and this management cluster does not run its tenant
 	// cluster (another holds the cluster's ownership Lease on Harvester, see the
 	// HarvesterCluster's Owned condition): nothing is taken while that one does.
-	ReasonOwnedElsewhere = "OwnedElsewhere"
-	// ReasonVMDeleted (permanent): the VM of a Running machine was deleted outside the provider.
-	ReasonVMDeleted = "VMDeleted"
-	// ReasonPlacementNotRecorded (waiting): the API server did not keep AnnotationPlacement on the
+	ReasonOwnedElsewhere = reasons.OwnedElsewhere
+	// ReasonVMDeleted: the VM of a Running machine was deleted outside the provider.
+	ReasonVMDeleted = reasons.VMDeleted
+	// ReasonPlacementNotRecorded: the API server did not keep AnnotationPlacement on the
 	// MachineRequest (a webhook or policy removed or changed it), or the annotation no longer
 	// parses: nothing is created, and a deletion waits, until the record is kept and readable.
-	ReasonPlacementNotRecorded = "PlacementNotRecorded"
+	ReasonPlacementNotRecorded = reasons.PlacementNotRecorded
 )
 
 const (
@@ -202,41 +206,41 @@ const (
 // (CredentialsUnavailable, ImageNotFound, ImageNotReady, ImageImportFailed).
 const (
 	// ReasonCheckPassed: the check passed.
-	ReasonCheckPassed = "CheckPassed"
+	ReasonCheckPassed = reasons.CheckPassed
 	// ReasonAllChecksPassed: every check passed (Ready=True).
-	ReasonAllChecksPassed = "AllChecksPassed"
+	ReasonAllChecksPassed = reasons.AllChecksPassed
 	// ReasonChecksFailed: at least one check failed (Ready=False); the message names them.
-	ReasonChecksFailed = "ChecksFailed"
+	ReasonChecksFailed = reasons.ChecksFailed
 	// ReasonChecksIncomplete: no check failed, but some could not complete because Harvester's API
 	// failed transiently (Ready=Unknown); they are retried, and MachineRequests are not held up.
-	ReasonChecksIncomplete = "ChecksIncomplete"
+	ReasonChecksIncomplete = reasons.ChecksIncomplete
 	// ReasonNotChecked: the check could not run because the credentials do not work.
-	ReasonNotChecked = "NotChecked"
+	ReasonNotChecked = reasons.NotChecked
 	// ReasonNoDefaultImage: no harvester.imageName is set; every MachineRequest must set spec.image.
-	ReasonNoDefaultImage = "NoDefaultImage"
+	ReasonNoDefaultImage = reasons.NoDefaultImage
 	// ReasonHarvesterUnreachable: the Harvester API did not answer.
-	ReasonHarvesterUnreachable = "HarvesterUnreachable"
+	ReasonHarvesterUnreachable = reasons.HarvesterUnreachable
 	// ReasonNetworkNotFound: the NetworkAttachmentDefinition does not exist.
-	ReasonNetworkNotFound = "NetworkNotFound"
+	ReasonNetworkNotFound = reasons.NetworkNotFound
 	// ReasonStorageClassNotFound: a storage class the disks need does not exist.
-	ReasonStorageClassNotFound = "StorageClassNotFound"
+	ReasonStorageClassNotFound = reasons.StorageClassNotFound
 	// ReasonPermissionsMissing: the credentials lack permissions; the message lists them.
-	ReasonPermissionsMissing = "PermissionsMissing"
-	// ReasonProviderConfigNotShared (MachineRequest, waiting): spec.providerRef names a
+	ReasonPermissionsMissing = reasons.PermissionsMissing
+	// ReasonProviderConfigNotShared (MachineRequest): spec.providerRef names a
 	// ProviderConfig of another namespace whose spec.scope.type is not "platform".
-	ReasonProviderConfigNotShared = "ProviderConfigNotShared"
-	// ReasonUntrustedEndpoint (CredentialsValid=False; MachineRequest, waiting): spec.harvester.endpoint
+	ReasonProviderConfigNotShared = reasons.ProviderConfigNotShared
+	// ReasonUntrustedEndpoint (CredentialsValid=False; MachineRequest): spec.harvester.endpoint
 	// names another host than the kubeconfig's server and the kubeconfig pins no CA, so the
 	// endpoint could carry the credentials to a server of someone else's choosing. Nothing is
 	// sent. Put the endpoint into the kubeconfig itself, or pin the cluster's CA there.
-	ReasonUntrustedEndpoint = "UntrustedEndpoint"
-	// ReasonInsecureCredentials (CredentialsValid=False; MachineRequest, waiting): the kubeconfig
+	ReasonUntrustedEndpoint = reasons.UntrustedEndpoint
+	// ReasonInsecureCredentials (CredentialsValid=False; MachineRequest): the kubeconfig
 	// skips TLS verification, uses a plain http:// server, or a proxy-url. Nothing is sent unless
 	// the credentials Secret carries AnnotationAllowInsecureCredentials.
-	ReasonInsecureCredentials = "InsecureCredentials"
-	// ReasonProviderConfigNotReady (MachineRequest, waiting): a preflight check of the
+	ReasonInsecureCredentials = reasons.InsecureCredentials
+	// ReasonProviderConfigNotReady (MachineRequest): a preflight check of the
 	// ProviderConfig that this request depends on failed; the message names it and its fix.
-	ReasonProviderConfigNotReady = "ProviderConfigNotReady"
+	ReasonProviderConfigNotReady = reasons.ProviderConfigNotReady
 )
 
 // ImageSync finalizer and reasons. The failure reasons are the published provider's, so that callers
@@ -248,38 +252,38 @@ const (
 	ImageSyncFinalizer = "butler.butlerlabs.dev/imagesync"
 
 	// ReasonImageSyncPending (Progressing): accepted; waiting for what the message says.
-	ReasonImageSyncPending = "Pending"
+	ReasonImageSyncPending = reasons.Pending
 	// ReasonImageDownloading (Progressing): Harvester is downloading the image from the factory;
 	// the message carries its progress (and failed attempts it retries).
-	ReasonImageDownloading = "ImageDownloading"
+	ReasonImageDownloading = reasons.ImageDownloading
 	// ReasonImageReady (Ready): the image is on Harvester; status.providerImageRef names it.
-	ReasonImageReady = "ImageReady"
+	ReasonImageReady = reasons.ImageReady
 	// ReasonImageMissing (Progressing): a Ready image was deleted on Harvester; it is created again.
-	ReasonImageMissing = "ImageMissing"
+	ReasonImageMissing = reasons.ImageMissing
 
-	// ReasonButlerConfigNotFound (Failed): the cluster-scoped ButlerConfig "butler" does not exist.
+	// ReasonButlerConfigNotFound: the cluster-scoped ButlerConfig "butler" does not exist.
 	// Retried when it is created.
-	ReasonButlerConfigNotFound = "ButlerConfigNotFound"
-	// ReasonImageFactoryNotConfigured (Failed): ButlerConfig "butler" has no spec.imageFactory.url.
+	ReasonButlerConfigNotFound = reasons.ButlerConfigNotFound
+	// ReasonImageFactoryNotConfigured: ButlerConfig "butler" has no spec.imageFactory.url.
 	// Retried when it is set.
-	ReasonImageFactoryNotConfigured = "ImageFactoryNotConfigured"
-	// ReasonCredentialsError (Failed): the ProviderConfig's Harvester credentials are missing or
+	ReasonImageFactoryNotConfigured = reasons.ImageFactoryNotConfigured
+	// ReasonCredentialsError: the ProviderConfig's Harvester credentials are missing or
 	// unusable after the grace period. Retried when they work.
-	ReasonCredentialsError = "CredentialsError"
-	// ReasonUnsupportedTransferMode (Failed): spec.transferMode is "proxy", which Harvester does
+	ReasonCredentialsError = reasons.CredentialsError
+	// ReasonUnsupportedTransferMode: spec.transferMode is "proxy", which Harvester does
 	// not need and this provider does not support. Retried when the spec changes.
-	ReasonUnsupportedTransferMode = "UnsupportedTransferMode"
-	// ReasonCreateImageFailed (Failed): Harvester refused the VirtualMachineImage, or one of that
+	ReasonUnsupportedTransferMode = reasons.UnsupportedTransferMode
+	// ReasonCreateImageFailed: Harvester refused the VirtualMachineImage, or one of that
 	// name exists with another URL (not ours to reuse). Retried when the spec changes or the
 	// retry annotation is set.
-	ReasonCreateImageFailed = "CreateImageFailed"
-	// ReasonHarvesterImportFailed (Failed): Harvester reports the import failed for good (for
+	ReasonCreateImageFailed = reasons.CreateImageFailed
+	// ReasonHarvesterImportFailed: Harvester reports the import failed for good (for
 	// example an upload that failed).
-	ReasonHarvesterImportFailed = "HarvesterImportFailed"
-	// ReasonHarvesterRetryLimitExceeded (Failed): Harvester gave up downloading the image after its
+	ReasonHarvesterImportFailed = reasons.HarvesterImportFailed
+	// ReasonHarvesterRetryLimitExceeded: Harvester gave up downloading the image after its
 	// retries (status.failed above spec.retry), for example because the URL is unreachable.
-	ReasonHarvesterRetryLimitExceeded = "HarvesterRetryLimitExceeded"
-	// ReasonHarvesterInitFailed (Failed): Harvester could not initialize the image (its backing
+	ReasonHarvesterRetryLimitExceeded = reasons.HarvesterRetryLimitExceeded
+	// ReasonHarvesterInitFailed: Harvester could not initialize the image (its backing
 	// image or storage class) after its retries.
-	ReasonHarvesterInitFailed = "HarvesterInitFailed"
+	ReasonHarvesterInitFailed = reasons.HarvesterInitFailed
 )

@@ -1,8 +1,8 @@
 // Command reasons-docs writes the reference of every condition type and reason the provider's
 // APIs declare, with what each means, from their one declaration: the Condition* and Reason*
-// constants of the API packages and their comments. crd-ref-docs renders the API's types, not
-// its constants; this renders those. make api-docs runs it, and make verify-generated fails when
-// its output is stale.
+// constants of the API packages and their comments, and each reason's behaviour as package
+// api/reasons declares it. crd-ref-docs renders the API's types, not its constants; this renders
+// those. make api-docs runs it, and make verify-generated fails when its output is stale.
 package main
 
 import (
@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/apiconsts"
 )
 
@@ -49,6 +50,11 @@ func render(repo string) (string, error) {
 	b.WriteString("Every condition type and reason the provider writes, as its API packages declare them. A\n" +
 		"condition's `reason` is one of these; its `message` names the object, the field and the fix.\n" +
 		"The API's types and fields are in [api.md](api.md) and [infrastructure-api.md](infrastructure-api.md).\n")
+	b.WriteString("\nEach reason has one value on every kind, and a behaviour (package `api/reasons`): what it says\n" +
+		"of the object, and what the provider does meanwhile.\n\n| Behaviour | Meaning |\n|---|---|\n")
+	for _, bh := range reasons.Behaviours {
+		fmt.Fprintf(&b, "| %s | %s |\n", bh.Behaviour, cell(bh.Meaning))
+	}
 	for _, p := range packages {
 		files, err := filepath.Glob(filepath.Join(repo, p.dir, "*.go"))
 		if err != nil {
@@ -71,24 +77,44 @@ func render(repo string) (string, error) {
 						return "", fmt.Errorf("%s: %s has no comment: say what it means, for whom reads it in a condition", file, c.Name)
 					}
 				}
-				writeGroup(&b, p.dir+"/"+base, g)
+				if err := writeGroup(&b, p.dir+"/"+base, g); err != nil {
+					return "", err
+				}
 			}
 		}
 	}
 	return b.String(), nil
 }
 
-// writeGroup writes one const block: its comment, then a table of its constants.
-func writeGroup(b *strings.Builder, file string, g apiconsts.Group) {
+// writeGroup writes one const block: its comment, then a table of its constants, with the
+// behaviour of each reason where the block holds reasons.
+func writeGroup(b *strings.Builder, file string, g apiconsts.Group) error {
 	b.WriteString("\n")
 	if g.Doc != "" {
 		fmt.Fprintf(b, "%s\n\n", oneLine(g.Doc))
 	}
-	fmt.Fprintf(b, "| Value | Constant (`%s`) | Meaning |\n|---|---|---|\n", file)
-	for _, c := range g.Constants {
-		fmt.Fprintf(b, "| `%s` | `%s` | %s |\n", c.Value, c.Name, cell(meaning(c)))
+	if !slices.ContainsFunc(g.Constants, isReason) {
+		fmt.Fprintf(b, "| Value | Constant (`%s`) | Meaning |\n|---|---|---|\n", file)
+		for _, c := range g.Constants {
+			fmt.Fprintf(b, "| `%s` | `%s` | %s |\n", c.Value, c.Name, cell(meaning(c)))
+		}
+		return nil
 	}
+	fmt.Fprintf(b, "| Value | Constant (`%s`) | Behaviour | Meaning |\n|---|---|---|---|\n", file)
+	for _, c := range g.Constants {
+		behaviour := ""
+		if isReason(c) {
+			if behaviour = string(reasons.Of(c.Value)); behaviour == "" {
+				return fmt.Errorf("%s: %s (%q) has no behaviour: declare it in api/reasons/reasons.go", file, c.Name, c.Value)
+			}
+		}
+		fmt.Fprintf(b, "| `%s` | `%s` | %s | %s |\n", c.Value, c.Name, behaviour, cell(meaning(c)))
+	}
+	return nil
 }
+
+// isReason reports whether the constant is a reason (not a condition type).
+func isReason(c apiconsts.Documented) bool { return strings.HasPrefix(c.Name, "Reason") }
 
 // meaning is the constant's comment without the constant's name it starts with (and the colon
 // after it).

@@ -29,7 +29,7 @@ func TestRenderListsEveryReasonWithItsMeaning(t *testing.T) {
 
 // Reasons of the Ready condition.
 const (
-	// ReasonDiskInUse (waiting): a disk | another VM uses.
+	// ReasonDiskInUse: a disk | another VM uses.
 	ReasonDiskInUse = "DiskInUse"
 	// ConditionReady is True while the machine runs.
 	ConditionReady = "Ready"
@@ -43,8 +43,9 @@ const (
 	}
 	for _, want := range []string{
 		"Reasons of the Ready condition.",
-		"| `DiskInUse` | `ReasonDiskInUse` | (waiting): a disk \\| another VM uses. |",
-		"| `Ready` | `ConditionReady` | is True while the machine runs. |",
+		"| `DiskInUse` | `ReasonDiskInUse` | attention | a disk \\| another VM uses. |",
+		"| `Ready` | `ConditionReady` |  | is True while the machine runs. |",
+		"| attention | someone must act",
 	} {
 		if !strings.Contains(doc, want) {
 			t.Errorf("the reference lacks %q:\n%s", want, doc)
@@ -66,5 +67,18 @@ const (
 `)
 	if _, err := render(root); err == nil || !strings.Contains(err.Error(), "ReasonSilent has no comment") {
 		t.Fatalf("render = %v, want it to name ReasonSilent", err)
+	}
+}
+
+func TestRenderRefusesAReasonWithoutBehaviour(t *testing.T) {
+	root := writeAPI(t, `package v1alpha1
+
+const (
+	// ReasonUnheardOf means something.
+	ReasonUnheardOf = "UnheardOf"
+)
+`)
+	if _, err := render(root); err == nil || !strings.Contains(err.Error(), "ReasonUnheardOf (\"UnheardOf\") has no behaviour") {
+		t.Fatalf("render = %v, want it to name ReasonUnheardOf", err)
 	}
 }

@@ -39,3 +39,27 @@ const (
 		t.Errorf("Values(documented) = %v", v)
 	}
 }
+
+// A constant named after another package's constant of the module has that constant's value.
+func TestReadResolvesTheModulesConstants(t *testing.T) {
+	got, err := Read("../../api/v1alpha1/conditions.go", "Reason")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := got["ReasonQuotaExceeded"]; c.Value != "QuotaExceeded" || !c.Documented {
+		t.Fatalf("ReasonQuotaExceeded = %+v, want the value of reasons.QuotaExceeded", c)
+	}
+	groups, err := Groups("../../api/infrastructure/v1alpha1/conditions.go", "Reason")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, g := range groups {
+		for _, c := range g.Constants {
+			found = found || c.Name == "ReasonVMProvisioning" && c.Value == "VMProvisioning"
+		}
+	}
+	if !found {
+		t.Fatalf("Groups did not resolve ReasonVMProvisioning: %+v", groups)
+	}
+}

@@ -3,17 +3,19 @@ package harvester
 import (
 	"fmt"
 	"time"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 )
 
 // StartLimits are how long a starting machine may take before its start is reported as a
 // problem.
 type StartLimits struct {
 	// StartGrace is how long a VM may take to start (its disks cloned, its pod scheduled and
-	// started, the guest running) before the start is reported (ReasonVMNotStarting) with where
+	// started, the guest running) before the start is reported (reasons.VMNotStarting) with where
 	// it stands. Failures Harvester reports are reported at once.
 	StartGrace time.Duration
 	// IPReport is how long a running VM may go without an IPv4 address before the guest agent
-	// and DHCP are blamed (ReasonNoIPAddress).
+	// and DHCP are blamed (reasons.NoIPAddress).
 	IPReport time.Duration
 }
 
@@ -49,7 +51,7 @@ func Assess(obs Observation, limits StartLimits, now time.Time) Assessment {
 	ipDeadline := obs.RunningSince.Add(limits.IPReport + time.Second)
 	switch {
 	case obs.Running && !obs.RunningSince.IsZero() && now.After(ipDeadline):
-		a.Problem = &Diagnosis{Reason: ReasonNoIPAddress, Message: fmt.Sprintf(
+		a.Problem = &Diagnosis{Reason: reasons.NoIPAddress, Message: fmt.Sprintf(
 			"%s has run for more than %s without reporting an IPv4 address on %s: check that the image runs the QEMU guest agent (for Talos, the qemu-guest-agent system extension) and that the VM network has DHCP with free leases",
 			vm, limits.IPReport, NICName)}
 	case obs.Running:
@@ -58,7 +60,7 @@ func Assess(obs Observation, limits StartLimits, now time.Time) Assessment {
 		}
 	case a.Problem == nil && !obs.VMCreatedAt.IsZero():
 		if now.Sub(obs.VMCreatedAt) > limits.StartGrace {
-			a.Problem = &Diagnosis{Reason: ReasonVMNotStarting, Message: fmt.Sprintf(
+			a.Problem = &Diagnosis{Reason: reasons.VMNotStarting, Message: fmt.Sprintf(
 				"%s has been starting for more than %s: %s. Its events on Harvester say more (kubectl describe vmi, and its virt-launcher pod)", vm, limits.StartGrace, obs.Starting)}
 		} else {
 			lookAgain(obs.VMCreatedAt.Add(limits.StartGrace))

@@ -14,6 +14,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 )
 
 // ensureDisks creates the disks that do not exist yet: PVCs, and for an image of the CDI backend a
@@ -74,7 +76,7 @@ func (m *machines) ensureClaim(ctx context.Context, want *corev1.PersistentVolum
 	case err != nil:
 		return nil, classify(err, "get "+what)
 	case have.DeletionTimestamp != nil:
-		return nil, Waiting(ReasonVMCreating, deletionRetry,
+		return nil, Waiting(reasons.VMCreating, deletionRetry,
 			"%s from an earlier attempt is still being deleted; waiting until it is gone", what)
 	}
 	mismatch := claimMismatch(have, want)
@@ -111,7 +113,7 @@ func (m *machines) ensureDataVolume(ctx context.Context, want *cdiv1.DataVolume,
 	case err != nil:
 		return nil, dataVolumeError(err, "get "+what)
 	case have.DeletionTimestamp != nil:
-		return nil, Waiting(ReasonVMCreating, deletionRetry,
+		return nil, Waiting(reasons.VMCreating, deletionRetry,
 			"%s from an earlier attempt is still being deleted; waiting until it is gone", what)
 	}
 	mismatch := dataVolumeMismatch(have, want)
@@ -138,7 +140,7 @@ func (m *machines) requestImmediateBinding(ctx context.Context, dv *cdiv1.DataVo
 // DataVolume API: without CDI, an image of the CDI backend cannot be cloned.
 func dataVolumeError(err error, action string) error {
 	if meta.IsNoMatchError(err) {
-		return Permanent(ReasonImageBackendUnsupported,
+		return Permanent(reasons.ImageBackendUnsupported,
 			"cannot %s: Harvester serves no DataVolume API (cdi.kubevirt.io/v1beta1), which images of backend %s need; use an image of backend %s", action, BackendCDI, BackendBackingImage)
 	}
 	if strings.HasPrefix(action, "create ") {
@@ -203,17 +205,17 @@ func (m *machines) replaceDisk(ctx context.Context, disk client.Object, why stri
 		return err
 	}
 	if u := users[disk.GetName()]; len(u) > 0 {
-		return Waiting(ReasonDiskInUse, deletionRetry,
+		return Waiting(reasons.DiskInUse, deletionRetry,
 			"%s and cannot be replaced: %s uses it. Detach it from there or delete it, or give the machine back the disks it was created with", why, strings.Join(u, ", "))
 	}
 	uid := disk.GetUID()
 	if err := m.c.Delete(ctx, disk, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) {
 		if refused := inUseRefusal(err); refused != "" {
-			return Waiting(ReasonDiskInUse, deletionRetry, "%s and cannot be replaced: %s", why, refused)
+			return Waiting(reasons.DiskInUse, deletionRetry, "%s and cannot be replaced: %s", why, refused)
 		}
 		return classify(err, "delete "+describe(kindOf(disk), disk.GetNamespace(), disk.GetName())+" (to replace it)")
 	}
-	return Waiting(ReasonVMCreating, deletionRetry, "%s: replacing it", why)
+	return Waiting(reasons.VMCreating, deletionRetry, "%s: replacing it", why)
 }
 
 // claimUsers maps each of the given PVCs of namespace that a VM mounts to the VMs that mount it.

@@ -18,7 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 func claimsCluster(t *testing.T, funcs interceptor.Funcs, objs ...client.Object) *engine {
@@ -43,7 +45,7 @@ func TestClaimCreatedConcurrentlyBySomeoneElseIsANameConflict(t *testing.T) {
 		return c.Get(ctx, key, obj, opts...)
 	}}, foreign)
 	_, err := m.ensureClaim(context.Background(), want, spec.Owner)
-	if p, ok := AsPermanent(err); !ok || p.Reason != ReasonNameTaken || !strings.Contains(p.Message, "PersistentVolumeClaim vms/cluster-cp-0-disk-0") {
+	if p, ok := errkind.AsPermanent(err); !ok || p.Reason != ReasonNameTaken || !strings.Contains(p.Message, "PersistentVolumeClaim vms/cluster-cp-0-disk-0") {
 		t.Fatalf("err = %v, want NameConflict naming the claim", err)
 	}
 }
@@ -89,7 +91,7 @@ func TestMismatchedLeftoverClaim(t *testing.T) {
 	t.Run("replaced", func(t *testing.T) {
 		m := claimsCluster(t, interceptor.Funcs{}, leftover)
 		_, err := m.ensureClaim(context.Background(), want, spec.Owner)
-		if w, ok := AsWaiting(err); !ok || w.Reason != ReasonVMCreating || !strings.Contains(w.Message, "replacing") {
+		if w, ok := errkind.AsWaiting(err); !ok || w.Reason != reasons.VMCreating || !strings.Contains(w.Message, "replacing") {
 			t.Fatalf("err = %v, want a wait while it is replaced", err)
 		}
 		if err := m.remote.c.Get(context.Background(), client.ObjectKeyFromObject(leftover), &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
@@ -105,7 +107,7 @@ func TestMismatchedLeftoverClaim(t *testing.T) {
 		}
 		m := claimsCluster(t, interceptor.Funcs{}, leftover, user)
 		_, err := m.ensureClaim(context.Background(), want, spec.Owner)
-		if w, ok := AsWaiting(err); !ok || w.Reason != ReasonDiskInUse || !strings.Contains(w.Message, "VirtualMachine vms/someone") {
+		if w, ok := errkind.AsWaiting(err); !ok || w.Reason != reasons.DiskInUse || !strings.Contains(w.Message, "VirtualMachine vms/someone") {
 			t.Fatalf("err = %v, want DiskInUse naming the VM", err)
 		}
 		if err := m.remote.c.Get(context.Background(), client.ObjectKeyFromObject(leftover), &corev1.PersistentVolumeClaim{}); err != nil {
@@ -135,16 +137,16 @@ func TestClaimsRemovedWithVM(t *testing.T) {
 func TestQuotaAndAdmissionErrors(t *testing.T) {
 	gr := schema.GroupResource{Resource: "persistentvolumeclaims"}
 	quota := apierrors.NewForbidden(gr, "x-disk-0", errorString("exceeded quota: vm-storage, requested: requests.storage=20Gi, used: requests.storage=0, limited: requests.storage=10Gi"))
-	if w, ok := AsWaiting(classify(quota, "create PersistentVolumeClaim vms/x-disk-0")); !ok || w.Reason != ReasonQuotaExceeded ||
+	if w, ok := errkind.AsWaiting(classify(quota, "create PersistentVolumeClaim vms/x-disk-0")); !ok || w.Reason != reasons.QuotaExceeded ||
 		!strings.Contains(w.Message, "ResourceQuota vm-storage") || !strings.Contains(w.Message, "limited: requests.storage=10Gi") {
 		t.Fatalf("quota: %v", w)
 	}
 	forbidden := apierrors.NewForbidden(gr, "x-disk-0", errorString(`User "u" cannot create resource`))
-	if w, ok := AsWaiting(classify(forbidden, "create x")); !ok || w.Reason != ReasonPermissionDenied {
+	if w, ok := errkind.AsWaiting(classify(forbidden, "create x")); !ok || w.Reason != reasons.PermissionDenied {
 		t.Fatalf("forbidden: %v", w)
 	}
 	for _, err := range []error{apierrors.NewBadRequest("admission webhook denied the request: disk too small"), apierrors.NewInvalid(schema.GroupKind{Kind: "PersistentVolumeClaim"}, "x", nil)} {
-		if p, ok := AsPermanent(createError(err, "PersistentVolumeClaim vms/x")); !ok || p.Reason != ReasonInvalidSpec || !strings.Contains(p.Message, "PersistentVolumeClaim vms/x") {
+		if p, ok := errkind.AsPermanent(createError(err, "PersistentVolumeClaim vms/x")); !ok || p.Reason != reasons.InvalidSpec || !strings.Contains(p.Message, "PersistentVolumeClaim vms/x") {
 			t.Fatalf("%v: %v", err, p)
 		}
 	}

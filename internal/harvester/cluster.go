@@ -13,7 +13,7 @@ type Machines interface {
 	// Ensure creates whatever of the machine does not exist yet (cloud-init Secret, disks, VM) and
 	// returns what it observes. It is idempotent and resumes an interrupted create. It never
 	// changes an object that is not ours. When spec.VMUID is set, that VM must still exist: it is
-	// never replaced by a new one (a PermanentError with ReasonVMDeleted says so).
+	// never replaced by a new one (a PermanentError with reasons.VMDeleted says so).
 	Ensure(ctx context.Context, spec *MachineSpec) (Observation, error)
 	// Observe reads the machine's VM and VMI without changing anything.
 	Observe(ctx context.Context, ref MachineRef) (Observation, error)

@@ -9,6 +9,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
 )
 
@@ -57,9 +58,9 @@ const credentialsRetry = 30 * time.Second
 
 // credentialsReasons name the cluster cache's problems in the engine's words.
 var credentialsReasons = map[clustercache.Problem]string{
-	clustercache.CredentialsUnusable: ReasonCredentialsUnavailable,
-	clustercache.EndpointUntrusted:   ReasonUntrustedEndpoint,
-	clustercache.ConnectionInsecure:  ReasonInsecureCredentials,
+	clustercache.CredentialsUnusable: reasons.CredentialsUnavailable,
+	clustercache.EndpointUntrusted:   reasons.UntrustedEndpoint,
+	clustercache.ConnectionInsecure:  reasons.InsecureCredentials,
 	clustercache.EndpointInvalid:     ReasonInvalidEndpoint,
 }
 

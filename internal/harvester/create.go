@@ -6,6 +6,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 func (m *machines) Ensure(ctx context.Context, spec *MachineSpec) (Observation, error) {
@@ -81,10 +83,10 @@ func (m *machines) record(ctx context.Context, spec *MachineSpec) error {
 // MachineRequest of the same name when no VM is recorded (see takeOverSuperseded).
 func (m *machines) findVM(ctx context.Context, spec *MachineSpec, confirmAbsence bool) (*kubevirtv1.VirtualMachine, Predecessor, error) {
 	vm, err := m.getOwnedVM(ctx, spec.Ref(), confirmAbsence)
-	if p, ok := AsPermanent(err); ok && p.Reason == ReasonNameTaken && spec.Owner.Succession != nil {
+	if p, ok := errkind.AsPermanent(err); ok && p.Reason == ReasonNameTaken && spec.Owner.Succession != nil {
 		return m.findSucceededVM(ctx, spec)
 	}
-	if p, ok := AsPermanent(err); ok && p.Reason == ReasonNameTaken && spec.VMUID == "" {
+	if p, ok := errkind.AsPermanent(err); ok && p.Reason == ReasonNameTaken && spec.VMUID == "" {
 		vm, old, err := m.takeOverSuperseded(ctx, spec)
 		return vm, Predecessor{UID: old}, err
 	}

@@ -13,6 +13,9 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 // Delete removes the machine in Harvester's own way: the VM's annotation names the disks Harvester
@@ -42,7 +45,7 @@ func (m *machines) Delete(ctx context.Context, ref MachineRef) (Deletion, error)
 // or, if live, at the API.
 func (m *machines) deleteStep(ctx context.Context, ref MachineRef, live bool) (Deletion, error) {
 	vm, err := m.getOwnedVM(ctx, ref, live)
-	if _, conflict := AsPermanent(err); conflict {
+	if _, conflict := errkind.AsPermanent(err); conflict {
 		vm, err = nil, nil // not ours: never touched
 	}
 	if err != nil {
@@ -67,7 +70,7 @@ func (m *machines) deleteStep(ctx context.Context, ref MachineRef, live bool) (D
 	}
 	remaining = append(remaining, secret...)
 	if len(inUse) > 0 {
-		return Deletion{}, Waiting(ReasonDiskInUse, deletionRetry,
+		return Deletion{}, Waiting(reasons.DiskInUse, deletionRetry,
 			"the VM is deleted, but %s: Harvester does not delete a volume a VM uses, and neither does the provider. Detach it there (or delete that VM); deletion then completes by itself",
 			strings.Join(inUse, "; "))
 	}

@@ -16,6 +16,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 )
 
 // Diagnosis is what Harvester says about why a machine is not up yet.
@@ -45,13 +47,13 @@ func (m *machines) diagnose(ctx context.Context, vm *kubevirtv1.VirtualMachine, 
 		return d
 	}
 	if msg := vm.Annotations[annotationInsufficientResourceQuota]; msg != "" && vm.Spec.RunStrategy != nil && *vm.Spec.RunStrategy == kubevirtv1.RunStrategyHalted {
-		return &Diagnosis{ReasonQuotaExceeded, fmt.Sprintf(
+		return &Diagnosis{reasons.QuotaExceeded, fmt.Sprintf(
 			"Harvester stopped %s (runStrategy Halted) because a ResourceQuota of namespace %s has no room for it: %s. Raise ResourceQuota %s or free resources, then start the VM again (Harvester's UI, or virtctl start)",
 			what, vm.Namespace, msg, orNone(quotaIn(msg)))}
 	}
 	for _, c := range vm.Status.Conditions {
 		if c.Type == kubevirtv1.VirtualMachineFailure && c.Status == corev1.ConditionTrue {
-			return &Diagnosis{ReasonVMNotStarting, fmt.Sprintf("%s cannot start: KubeVirt reports %s: %s", what, c.Reason, strings.TrimSpace(c.Message))}
+			return &Diagnosis{reasons.VMNotStarting, fmt.Sprintf("%s cannot start: KubeVirt reports %s: %s", what, c.Reason, strings.TrimSpace(c.Message))}
 		}
 	}
 	if vmi == nil {
@@ -65,11 +67,11 @@ func (m *machines) diagnose(ctx context.Context, vm *kubevirtv1.VirtualMachine, 
 	for _, c := range vmi.Status.Conditions {
 		switch {
 		case c.Type == kubevirtv1.VirtualMachineInstanceSynchronized && c.Status == corev1.ConditionFalse && quotaIn(c.Message) != "":
-			return &Diagnosis{ReasonQuotaExceeded, fmt.Sprintf(
+			return &Diagnosis{reasons.QuotaExceeded, fmt.Sprintf(
 				"%s cannot start: Harvester refused its virt-launcher pod, which would exceed ResourceQuota %s (%s); raise the quota or free resources in namespace %s, the VM starts once the quota allows",
 				what, quotaIn(c.Message), c.Message, vm.Namespace)}
 		case c.Type == kubevirtv1.VirtualMachineInstanceSynchronized && c.Status == corev1.ConditionFalse && c.Reason != failedPVCNotFoundReason:
-			return &Diagnosis{ReasonVMNotStarting, fmt.Sprintf("%s cannot start: KubeVirt reports %s: %s", what, c.Reason, strings.TrimSpace(c.Message))}
+			return &Diagnosis{reasons.VMNotStarting, fmt.Sprintf("%s cannot start: KubeVirt reports %s: %s", what, c.Reason, strings.TrimSpace(c.Message))}
 		case string(c.Type) == string(corev1.PodScheduled) && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable:
 			why := c.Message
 			if strings.Contains(why, unboundPVCsMessage) {
@@ -87,7 +89,7 @@ func (m *machines) diagnose(ctx context.Context, vm *kubevirtv1.VirtualMachine, 
 					continue
 				}
 			}
-			return &Diagnosis{ReasonVMUnschedulable, fmt.Sprintf("%s cannot be scheduled: %s %s", what, strings.TrimSpace(why), schedulingAdvice(vm, why))}
+			return &Diagnosis{reasons.VMUnschedulable, fmt.Sprintf("%s cannot be scheduled: %s %s", what, strings.TrimSpace(why), schedulingAdvice(vm, why))}
 		}
 	}
 	return nil
@@ -265,7 +267,7 @@ func (m *machines) diagnoseDisks(ctx context.Context, vm *kubevirtv1.VirtualMach
 			if m.dataVolumeExists(ctx, vm.Namespace, name) {
 				continue // CDI creates the PVC of a DataVolume in a moment
 			}
-			return &Diagnosis{ReasonVolumeMissing, fmt.Sprintf(
+			return &Diagnosis{reasons.VolumeMissing, fmt.Sprintf(
 				"PersistentVolumeClaim %s/%s (disk %s) was deleted outside the provider: the VM cannot start", vm.Namespace, name, v.Name)}
 		case err != nil:
 			continue
@@ -286,7 +288,7 @@ func (m *machines) diagnosePendingClaim(ctx context.Context, vm *kubevirtv1.Virt
 	if id := pvc.Annotations[AnnotationImageID]; id != "" {
 		if ref, err := ParseObjectRef(id, vm.Namespace); err == nil {
 			if info, err := getImage(ctx, m.read, ref); err == nil && info.ImportFailure != "" && !info.Imported {
-				return &Diagnosis{ReasonImageImportFailed, fmt.Sprintf(
+				return &Diagnosis{reasons.ImageImportFailed, fmt.Sprintf(
 					"%s waits for VirtualMachineImage %s, whose import failed (%s): fix or re-upload the image", what, ref, info.ImportFailure)}
 			}
 		}
@@ -294,14 +296,14 @@ func (m *machines) diagnosePendingClaim(ctx context.Context, vm *kubevirtv1.Virt
 	if owner := metav1.GetControllerOf(pvc); owner != nil && owner.Kind == dataVolumeKind {
 		dv := &cdiv1.DataVolume{}
 		if m.c.Get(ctx, client.ObjectKey{Namespace: pvc.Namespace, Name: owner.Name}, dv) == nil && dv.Status.Phase == cdiv1.Failed {
-			return &Diagnosis{ReasonVolumeNotBound, fmt.Sprintf("%s is Pending: DataVolume %s/%s failed: %s", what, dv.Namespace, dv.Name, dataVolumeFailure(dv))}
+			return &Diagnosis{reasons.VolumeNotBound, fmt.Sprintf("%s is Pending: DataVolume %s/%s failed: %s", what, dv.Namespace, dv.Name, dataVolumeFailure(dv))}
 		}
 	}
 	if !m.claimEventsWorthReading(pvc) {
 		return nil
 	}
 	if why := m.latestWarning(ctx, pvc); why != "" {
-		return &Diagnosis{ReasonVolumeNotBound, fmt.Sprintf("%s is Pending: %s", what, why)}
+		return &Diagnosis{reasons.VolumeNotBound, fmt.Sprintf("%s is Pending: %s", what, why)}
 	}
 	return nil
 }

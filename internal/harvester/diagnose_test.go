@@ -16,7 +16,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 // diagnosisCluster is a Harvester of objs whose event lists may select by involved object, as the
@@ -80,26 +82,26 @@ func TestDiagnoseOnlyFromRealFailureSignals(t *testing.T) {
 			[]client.Object{claim(corev1.ClaimPending)}, "", ""},
 		"disk that cannot bind": {vm, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable, unbound)),
 			[]client.Object{claim(corev1.ClaimPending), event(spec.Name+"-disk-0", "pvc-uid", "ProvisioningFailed", `storageclass.storage.k8s.io "lh-1" not found`)},
-			ReasonVolumeNotBound, `"lh-1" not found`},
+			reasons.VolumeNotBound, `"lh-1" not found`},
 		"no room": {vm, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable, "0/3 nodes are available: 3 Insufficient memory.")),
-			[]client.Object{claim(corev1.ClaimBound)}, ReasonVMUnschedulable, "Insufficient memory"},
+			[]client.Object{claim(corev1.ClaimBound)}, reasons.VMUnschedulable, "Insufficient memory"},
 		// KubeVirt keeps the first reason it copied; the pod's latest event has the current one,
 		// read once the scheduler has had schedulingGrace to place the pod.
 		"no room once the disk is bound": {vm, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable, unbound)),
 			[]client.Object{claim(corev1.ClaimBound), event("virt-launcher-x", "pod-uid", "FailedScheduling", "0/3 nodes are available: 3 Insufficient cpu.")},
-			ReasonVMUnschedulable, "Insufficient cpu"},
+			reasons.VMUnschedulable, "Insufficient cpu"},
 		"disk just bound: the scheduler has not had its chance yet": {vm, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable, unbound)),
 			[]client.Object{claim(corev1.ClaimBound), event("virt-launcher-x", "pod-uid", "FailedScheduling", "0/3 nodes are available: 3 Insufficient cpu.")},
 			"", ""},
 		"no node carries the VM's labels": {zoned, vmi(kubevirtv1.Scheduling, cond("PodScheduled", corev1.PodReasonUnschedulable,
 			"0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.")),
-			[]client.Object{claim(corev1.ClaimBound)}, ReasonVMUnschedulable, "labels the VM requires (zone=zone-d): label the nodes"},
-		"KubeVirt's Failure condition": {failing, nil, []client.Object{claim(corev1.ClaimBound)}, ReasonVMNotStarting, "FailedCreate: Error creating VMI"},
+			[]client.Object{claim(corev1.ClaimBound)}, reasons.VMUnschedulable, "labels the VM requires (zone=zone-d): label the nodes"},
+		"KubeVirt's Failure condition": {failing, nil, []client.Object{claim(corev1.ClaimBound)}, reasons.VMNotStarting, "FailedCreate: Error creating VMI"},
 		"launcher pod over quota": {vm, vmi(kubevirtv1.Pending, cond("Synchronized", "FailedCreate",
 			`failed to create virtual machine pod: pods "virt-launcher-x" is forbidden: exceeded quota: vm-quota, requested: limits.memory=4Gi, used: limits.memory=0, limited: limits.memory=1Gi`)),
-			[]client.Object{claim(corev1.ClaimBound)}, ReasonQuotaExceeded, "ResourceQuota vm-quota"},
-		"disk deleted": {vm, vmi(kubevirtv1.Pending), nil, ReasonVolumeMissing, "was deleted outside the provider"},
-		"stopped by Harvester for its quota": {halted, nil, []client.Object{claim(corev1.ClaimBound)}, ReasonQuotaExceeded,
+			[]client.Object{claim(corev1.ClaimBound)}, reasons.QuotaExceeded, "ResourceQuota vm-quota"},
+		"disk deleted": {vm, vmi(kubevirtv1.Pending), nil, reasons.VolumeMissing, "was deleted outside the provider"},
+		"stopped by Harvester for its quota": {halted, nil, []client.Object{claim(corev1.ClaimBound)}, reasons.QuotaExceeded,
 			"Raise ResourceQuota project-quota"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -176,7 +178,7 @@ func TestBuildRootDiskDataVolume(t *testing.T) {
 func TestCheckImageBackend(t *testing.T) {
 	for backend, ok := range map[string]bool{BackendBackingImage: true, BackendCDI: true, "objectstore": false} {
 		err := checkImageUsable(ImageInfo{Ref: ObjectRef{"default", "img"}, Backend: backend, Imported: true}, 10)
-		if p, failed := AsPermanent(err); ok == failed || (!ok && (p.Reason != ReasonImageBackendUnsupported || !strings.Contains(p.Message, `"objectstore"`))) {
+		if p, failed := errkind.AsPermanent(err); ok == failed || (!ok && (p.Reason != reasons.ImageBackendUnsupported || !strings.Contains(p.Message, `"objectstore"`))) {
 			t.Errorf("backend %s: %v", backend, err)
 		}
 	}
@@ -203,8 +205,8 @@ func TestPendingDiskEventsAreReadAfterTheirGrace(t *testing.T) {
 
 	pvc.CreationTimestamp = metav1.NewTime(time.Now().Add(-claimEventsGrace))
 	m = diagnosisCluster(t, pvc, warning)
-	if d := m.diagnoseDisks(ctx, vm); d == nil || d.Reason != ReasonVolumeNotBound {
-		t.Fatalf("diagnosis %+v of a disk Pending for %s with a warning, want %s", d, claimEventsGrace, ReasonVolumeNotBound)
+	if d := m.diagnoseDisks(ctx, vm); d == nil || d.Reason != reasons.VolumeNotBound {
+		t.Fatalf("diagnosis %+v of a disk Pending for %s with a warning, want %s", d, claimEventsGrace, reasons.VolumeNotBound)
 	}
 	if !claimsWorthDiagnosingAt(m.pendingDisks(ctx, vm)).IsZero() {
 		t.Fatal("a disk past its grace still asks to be looked at again")

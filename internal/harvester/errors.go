@@ -7,49 +7,21 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
-// PermanentError means the machine cannot be created as requested: retrying will not help until
-// the user changes something. The controller marks the MachineRequest Failed with Reason.
-type PermanentError struct {
-	Reason  string
-	Message string
-}
-
-func (e *PermanentError) Error() string { return e.Message }
-
-// WaitingError means the machine cannot progress yet, for a reason the message explains, and the
-// controller should look again after RetryAfter without treating it as an error.
-type WaitingError struct {
-	Reason     string
-	Message    string
-	RetryAfter time.Duration
-}
-
-func (e *WaitingError) Error() string { return e.Message }
-
-// Permanent returns a PermanentError with a formatted message.
+// Permanent returns a permanent failure in the engine's words (errkind.EnginePermanent): the
+// machine, image or check cannot be served as asked until the user changes something.
 func Permanent(reason, format string, args ...any) error {
-	return &PermanentError{Reason: reason, Message: fmt.Sprintf(format, args...)}
+	return errkind.EnginePermanent(reason, format, args...)
 }
 
-// Waiting returns a WaitingError with a formatted message.
+// Waiting returns a wait in the engine's words (errkind.EngineWaiting): nothing can progress
+// yet, for the reason the message explains; look again after the given time.
 func Waiting(reason string, after time.Duration, format string, args ...any) error {
-	return &WaitingError{Reason: reason, RetryAfter: after, Message: fmt.Sprintf(format, args...)}
-}
-
-// AsPermanent finds a PermanentError in err's chain, so callers can tell "fail the request" from
-// "retry" even after the error has been wrapped with context.
-func AsPermanent(err error) (*PermanentError, bool) {
-	var p *PermanentError
-	return p, errors.As(err, &p)
-}
-
-// AsWaiting finds a WaitingError in err's chain, so callers can requeue after its RetryAfter instead
-// of reporting an error, even after the error has been wrapped with context.
-func AsWaiting(err error) (*WaitingError, bool) {
-	var w *WaitingError
-	return w, errors.As(err, &w)
+	return errkind.EngineWaiting(reason, after, format, args...)
 }
 
 // permissionRetry is how long to wait before retrying after Harvester refused our credentials.
@@ -68,14 +40,14 @@ func classify(err error, action string) error {
 	case err == nil:
 		return nil
 	case apierrors.IsForbidden(err) && quotaOf(err) != "":
-		return Waiting(ReasonQuotaExceeded, quotaRetry,
+		return Waiting(reasons.QuotaExceeded, quotaRetry,
 			"Harvester refused to %s: it would exceed ResourceQuota %s (%s); raise the quota or free resources in that namespace, the provider retries",
 			action, quotaOf(err), quotaDetail(err))
 	case apierrors.IsForbidden(err):
-		return Waiting(ReasonPermissionDenied, permissionRetry,
+		return Waiting(reasons.PermissionDenied, permissionRetry,
 			"Harvester refused to %s: the credentials lack permission (%s); grant it in the Harvester Role bound to these credentials", action, apierrors.ReasonForError(err))
 	case apierrors.IsUnauthorized(err):
-		return Waiting(ReasonCredentialsUnavailable, permissionRetry,
+		return Waiting(reasons.CredentialsUnavailable, permissionRetry,
 			"Harvester did not accept the credentials when trying to %s: the kubeconfig's token or certificate is invalid or expired; update the credentials Secret", action)
 	default:
 		return fmt.Errorf("%s on Harvester: %w", action, err)
@@ -87,7 +59,7 @@ func classify(err error, action string) error {
 // again; anything else is classified as usual.
 func createError(err error, what string) error {
 	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-		return Permanent(ReasonInvalidSpec, "Harvester rejected %s: %s", what, statusMessage(err))
+		return Permanent(reasons.InvalidSpec, "Harvester rejected %s: %s", what, statusMessage(err))
 	}
 	return classify(err, "create "+what)
 }

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 func guestOwner() Owner {
@@ -291,7 +292,7 @@ func TestEnsureGuest(t *testing.T) {
 		c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(readerRole()).Build()
 		g := newTestCluster(c)
 		_, err := g.EnsureGuest(ctx, spec)
-		if w, ok := AsWaiting(err); !ok || w.Reason != ReasonGuestTokenPending {
+		if w, ok := errkind.AsWaiting(err); !ok || w.Reason != ReasonGuestTokenPending {
 			t.Fatalf("before the token is filled in: %v", err)
 		}
 		for _, obj := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.RoleBinding{}} {
@@ -367,7 +368,7 @@ func TestEnsureGuest(t *testing.T) {
 		c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(theirs, readerRole()).Build()
 		g := newTestCluster(c)
 		_, err := g.EnsureGuest(ctx, spec)
-		if p, ok := AsPermanent(err); !ok || p.Reason != ReasonNameTaken || !strings.Contains(p.Message, "ServiceAccount vms/"+names.ServiceAccount) {
+		if p, ok := errkind.AsPermanent(err); !ok || p.Reason != ReasonNameTaken || !strings.Contains(p.Message, "ServiceAccount vms/"+names.ServiceAccount) {
 			t.Fatalf("%v", err)
 		}
 		if done, err := g.DeleteGuest(ctx, o, "vms"); err != nil || !done {
@@ -395,7 +396,7 @@ func TestEnsureGuest(t *testing.T) {
 		c := fake.NewClientBuilder().WithScheme(remoteScheme).Build()
 		g := newTestCluster(c)
 		_, err := g.EnsureGuest(ctx, spec)
-		if w, ok := AsWaiting(err); !ok || w.Reason != ReasonGuestReaderRoleMissing || !strings.Contains(w.Message, "config/harvester/guest-rbac.yaml") {
+		if w, ok := errkind.AsWaiting(err); !ok || w.Reason != ReasonGuestReaderRoleMissing || !strings.Contains(w.Message, "config/harvester/guest-rbac.yaml") {
 			t.Fatalf("%v", err)
 		}
 		if err := c.Get(ctx, client.ObjectKey{Name: names.ClusterRoleBinding}, &rbacv1.ClusterRoleBinding{}); !apierrors.IsNotFound(err) {
@@ -494,7 +495,7 @@ func TestTenantServer(t *testing.T) {
 }
 
 func isWaiting(err error, reason string) bool {
-	w, ok := AsWaiting(err)
+	w, ok := errkind.AsWaiting(err)
 	return ok && w.Reason == reason
 }
 

@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 )
 
 // VirtualMachineImageGVK is Harvester's image kind. It is read as unstructured: the provider needs
@@ -33,7 +35,7 @@ func getImage(ctx context.Context, get getFunc, ref ObjectRef) (ImageInfo, error
 	u.SetGroupVersionKind(VirtualMachineImageGVK)
 	if err := get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, u); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ImageInfo{}, Permanent(ReasonImageNotFound,
+			return ImageInfo{}, Permanent(reasons.ImageNotFound,
 				"VirtualMachineImage %s does not exist on Harvester: upload it, or name an existing image", ref)
 		}
 		return ImageInfo{}, classify(err, "get VirtualMachineImage "+ref.String())
@@ -76,7 +78,7 @@ const (
 // created: retrying would not help.
 func checkImageBackend(info ImageInfo) error {
 	if info.Backend != BackendBackingImage && info.Backend != BackendCDI {
-		return Permanent(ReasonImageBackendUnsupported,
+		return Permanent(reasons.ImageBackendUnsupported,
 			"VirtualMachineImage %s has spec.backend %q: the provider clones root disks from images of backend %s or %s only; use such an image", info.Ref, info.Backend, BackendBackingImage, BackendCDI)
 	}
 	return nil
@@ -91,7 +93,7 @@ func checkImageUsable(info ImageInfo, diskGB int64) error {
 		return err
 	}
 	if info.VirtualSizeBytes > diskGB<<30 {
-		return Permanent(ReasonDiskTooSmall,
+		return Permanent(reasons.DiskTooSmall,
 			"spec.diskGB is %d but VirtualMachineImage %s needs %d GiB: raise spec.diskGB", diskGB, info.Ref, (info.VirtualSizeBytes+(1<<30)-1)>>30)
 	}
 	return nil
@@ -101,10 +103,10 @@ func checkImageUsable(info ImageInfo, diskGB int64) error {
 func checkImageImported(info ImageInfo) error {
 	switch {
 	case info.ImportFailure != "" && !info.Imported:
-		return Permanent(ReasonImageImportFailed,
+		return Permanent(reasons.ImageImportFailed,
 			"Harvester failed to import VirtualMachineImage %s (%s): fix or re-upload the image", info.Ref, info.ImportFailure)
 	case !info.Imported:
-		return Waiting(ReasonImageNotReady, imageNotReadyRetry,
+		return Waiting(reasons.ImageNotReady, imageNotReadyRetry,
 			"VirtualMachineImage %s is not imported yet; waiting for Harvester to finish the import", info.Ref)
 	}
 	return nil

@@ -5,6 +5,9 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 func TestBuildVirtualMachineImage(t *testing.T) {
@@ -49,17 +52,19 @@ func TestImportStateOf(t *testing.T) {
 			c("RetryLimitExceeded", "False", "", "retry attempted 1/3 failed due to error: no route to host")), false, "", "retries after a failure: retry attempted 1/3"},
 		"imported": {imageWith(c("Initialized", "True", "", ""), c("Imported", "True", "Imported", "")), true, "", "is imported"},
 		"gave up": {imageWith(c("Initialized", "True", "", ""), c("Imported", "False", "Importing", "retry attempted 3/3 ..."),
-			c("RetryLimitExceeded", "True", "", "retry attempted 3/3 failed due to error: no route to host")), false, ReasonHarvesterRetryLimitExceeded, "no route to host"},
+			c("RetryLimitExceeded", "True", "", "retry attempted 3/3 failed due to error: no route to host")), false, reasons.HarvesterRetryLimitExceeded, "no route to host"},
 		"init gave up": {imageWith(c("Initialized", "False", "", "no backing image"), c("RetryLimitExceeded", "True", "", "retry attempted 3/3 failed due to error: storage class")),
-			false, ReasonHarvesterInitFailed, "storage class"},
-		"upload failed": {imageWith(c("Imported", "False", "UploadFailed", "connection closed")), false, ReasonHarvesterImportFailed, "UploadFailed"},
+			false, reasons.HarvesterInitFailed, "storage class"},
+		"upload failed": {imageWith(c("Imported", "False", "UploadFailed", "connection closed")), false, reasons.HarvesterImportFailed, "UploadFailed"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := importStateOf(tc.image)
 			failure := ""
-			if got.Failure != nil {
-				failure = got.Failure.Reason
-				got.Message = got.Failure.Message
+			if p, ok := errkind.AsPermanent(got.Failure); ok {
+				failure = p.Reason
+				got.Message = p.Message
+			} else if got.Failure != nil {
+				t.Fatalf("failure %v is not permanent", got.Failure)
 			}
 			if got.Imported != tc.imported || failure != tc.failure || !strings.Contains(got.Message, tc.message) {
 				t.Fatalf("imported %v, failure %q, message %q", got.Imported, failure, got.Message)

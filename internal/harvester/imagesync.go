@@ -8,6 +8,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 // Images puts images of the Butler Image Factory on one Harvester cluster.
@@ -15,7 +18,7 @@ type Images interface {
 	// EnsureImage creates the VirtualMachineImage if it does not exist, reuses one of the same name
 	// and URL (images are shared: VM disks are cloned from them), and reports its import. An image
 	// of that name with another URL is never reused (a PermanentError with
-	// ReasonCreateImageFailed). It never deletes an image.
+	// reasons.CreateImageFailed). It never deletes an image.
 	EnsureImage(ctx context.Context, spec ImageSpec) (ImageImport, error)
 	// ImageExists reports whether the image is there (live when the cache does not have it).
 	ImageExists(ctx context.Context, ref ObjectRef) (bool, error)
@@ -35,8 +38,9 @@ type ImageImport struct {
 	// Created is true when this call created the image.
 	Created  bool
 	Imported bool
-	// Failure is set when Harvester gave up: Reason is one of the ImageSync failure reasons.
-	Failure *PermanentError
+	// Failure is set when Harvester gave up: a permanent failure whose reason is one of the
+	// ImageSync failure reasons.
+	Failure error
 	// Message says what Harvester reports while importing (failed attempts it retries included).
 	Message string
 }
@@ -82,8 +86,8 @@ func (m *images) EnsureImage(ctx context.Context, spec ImageSpec) (ImageImport, 
 			// Another ImageSync (or Butler) created it since we looked: read it live.
 			err = m.c.Get(ctx, client.ObjectKey{Namespace: spec.Ref.Namespace, Name: spec.Ref.Name}, image)
 		} else if err != nil {
-			if p, ok := AsPermanent(createError(err, what)); ok {
-				return ImageImport{}, &PermanentError{Reason: ReasonCreateImageFailed, Message: p.Message}
+			if p, ok := errkind.AsPermanent(createError(err, what)); ok {
+				return ImageImport{}, Permanent(reasons.CreateImageFailed, "%s", p.Message)
 			}
 			return ImageImport{}, createError(err, what)
 		}
@@ -92,7 +96,7 @@ func (m *images) EnsureImage(ctx context.Context, spec ImageSpec) (ImageImport, 
 		return ImageImport{}, classify(err, "get "+what)
 	}
 	if url, _, _ := unstructured.NestedString(image.Object, "spec", "url"); url != spec.URL {
-		return ImageImport{}, Permanent(ReasonCreateImageFailed,
+		return ImageImport{}, Permanent(reasons.CreateImageFailed,
 			"%s exists with URL %q, not %q: it is another image and is left alone; set spec.displayName to give this one another name, or delete that image", what, url, spec.URL)
 	}
 	state := importStateOf(image)
@@ -114,14 +118,11 @@ func importStateOf(image *unstructured.Unstructured) ImageImport {
 		state.Imported = true
 		state.Message = what + " is imported"
 	case retry.status == "True" && conds["Initialized"].status == "False":
-		state.Failure = &PermanentError{Reason: ReasonHarvesterInitFailed,
-			Message: fmt.Sprintf("Harvester could not initialize %s: %s; fix the cause and delete that image so it is created again", what, cmp.Or(retry.message, conds["Initialized"].message))}
+		state.Failure = Permanent(reasons.HarvesterInitFailed, "Harvester could not initialize %s: %s; fix the cause and delete that image so it is created again", what, cmp.Or(retry.message, conds["Initialized"].message))
 	case retry.status == "True":
-		state.Failure = &PermanentError{Reason: ReasonHarvesterRetryLimitExceeded,
-			Message: fmt.Sprintf("Harvester gave up downloading %s: %s; check that Harvester can reach the image factory, then delete that image so it is downloaded again", what, retry.message)}
+		state.Failure = Permanent(reasons.HarvesterRetryLimitExceeded, "Harvester gave up downloading %s: %s; check that Harvester can reach the image factory, then delete that image so it is downloaded again", what, retry.message)
 	case conds["Imported"].status == "False":
-		state.Failure = &PermanentError{Reason: ReasonHarvesterImportFailed,
-			Message: fmt.Sprintf("Harvester failed to import %s (%s): %s; delete that image so it is imported again", what, conds["Imported"].reason, conds["Imported"].message)}
+		state.Failure = Permanent(reasons.HarvesterImportFailed, "Harvester failed to import %s (%s): %s; delete that image so it is imported again", what, conds["Imported"].reason, conds["Imported"].message)
 	case retry.message != "":
 		state.Message = fmt.Sprintf("Harvester is downloading %s and retries after a failure: %s", what, retry.message)
 	}

@@ -7,11 +7,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 func (m *machines) Observe(ctx context.Context, ref MachineRef) (Observation, error) {
 	vm, err := m.getOwnedVM(ctx, ref, true)
-	if _, conflict := AsPermanent(err); conflict {
+	if _, conflict := errkind.AsPermanent(err); conflict {
 		return Observation{}, nil // a foreign VM took the name: ours is gone
 	}
 	if err != nil || vm == nil || !isRecordedVM(vm, ref) {
@@ -30,7 +33,7 @@ func isRecordedVM(vm *kubevirtv1.VirtualMachine, ref MachineRef) bool {
 }
 
 func vmGone(ref MachineRef) error {
-	return Permanent(ReasonVMDeleted, "%s (UID %s) was deleted outside the provider", describe("VirtualMachine", ref.Namespace, ref.Name), ref.VMUID)
+	return Permanent(reasons.VMDeleted, "%s (UID %s) was deleted outside the provider", describe("VirtualMachine", ref.Namespace, ref.Name), ref.VMUID)
 }
 
 // getOwnedVM returns our VM, nil if none exists (confirmed live if confirmAbsence), or a

@@ -13,6 +13,8 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 // Two management clusters whose clocks are ten minutes apart, either way, claim one tenant
@@ -122,7 +124,7 @@ func TestOwnershipWithoutAnIdentityHoldsNothing(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(remoteScheme).Build()
 	h := OwnershipLeases(newTestCluster(c))
 	_, err := h.ClaimOwnership(context.Background(), OwnershipClaim{Namespace: "vms", Tenant: types.NamespacedName{Namespace: "t", Name: "c"}, Duration: time.Minute, Sightings: &LeaseSightings{}})
-	if w, ok := AsWaiting(err); !ok || w.Reason != ReasonOwnerUnknown || !strings.Contains(w.Message, "get on namespaces") {
+	if w, ok := errkind.AsWaiting(err); !ok || w.Reason != ReasonOwnerUnknown || !strings.Contains(w.Message, "get on namespaces") {
 		t.Fatalf("claim without an identity: %v", err)
 	}
 }

@@ -15,7 +15,9 @@ import (
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/clustercache"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 // NetworkAttachmentDefinitionGVK is the multus network kind VMs attach to.
@@ -121,14 +123,14 @@ func (m *preflight) ServerVersion() (string, error) { return m.cluster.ServerVer
 func (m *preflight) Preflight(ctx context.Context, spec PreflightSpec) (version string, checks []Check) {
 	version, err := m.ServerVersion()
 	if err != nil {
-		checks = append(checks, Check{Type: CheckCredentials, Reason: ReasonHarvesterUnreachable,
+		checks = append(checks, Check{Type: CheckCredentials, Reason: reasons.HarvesterUnreachable,
 			Message: fmt.Sprintf("the Harvester API did not answer with these credentials: %v", err)})
 		for _, t := range []string{CheckImage, CheckNetwork, CheckStorage, CheckPermissions} {
-			checks = append(checks, Check{Type: t, Unknown: true, Reason: ReasonNotChecked, Message: "not checked: the credentials do not work"})
+			checks = append(checks, Check{Type: t, Unknown: true, Reason: reasons.NotChecked, Message: "not checked: the credentials do not work"})
 		}
 		return "", checks
 	}
-	checks = append(checks, Check{Type: CheckCredentials, OK: true, Reason: ReasonCheckPassed,
+	checks = append(checks, Check{Type: CheckCredentials, OK: true, Reason: reasons.CheckPassed,
 		Message: "the Harvester API answers (Kubernetes " + version + ")"})
 	image, imageCheck := m.checkImage(ctx, spec.Image)
 	checks = append(checks, imageCheck, m.checkNetwork(ctx, spec.Network), m.checkStorage(ctx, image, spec.StorageClass), m.checkPermissions(ctx, spec, image))
@@ -138,7 +140,7 @@ func (m *preflight) Preflight(ctx context.Context, spec PreflightSpec) (version 
 func (m *preflight) checkImage(ctx context.Context, ref *ObjectRef) (*ImageInfo, Check) {
 	c := Check{Type: CheckImage}
 	if ref == nil {
-		c.OK, c.Reason, c.Message = true, ReasonNoDefaultImage, "no default image (harvester.imageName): every machine must name its own image"
+		c.OK, c.Reason, c.Message = true, reasons.NoDefaultImage, "no default image (harvester.imageName): every machine must name its own image"
 		return nil, c
 	}
 	info, err := getImage(ctx, m.live, *ref)
@@ -155,7 +157,7 @@ func (m *preflight) checkImage(ctx context.Context, ref *ObjectRef) (*ImageInfo,
 		c.Reason, c.Message = reasonOf(err), err.Error()
 		return nil, c
 	}
-	c.OK, c.Reason = true, ReasonCheckPassed
+	c.OK, c.Reason = true, reasons.CheckPassed
 	switch info.Backend {
 	case BackendCDI:
 		c.Message = fmt.Sprintf("VirtualMachineImage %s is imported; backend cdi: root disks are DataVolumes cloned from its PVC, of storage class %s", ref, info.StorageClass())
@@ -171,7 +173,7 @@ func (m *remote) checkDataVolumesServed(info ImageInfo) error {
 	gvk := cdiv1.SchemeGroupVersion.WithKind(dataVolumeKind)
 	if _, err := m.c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
 		if meta.IsNoMatchError(err) {
-			return Permanent(ReasonImageBackendUnsupported,
+			return Permanent(reasons.ImageBackendUnsupported,
 				"VirtualMachineImage %s is of backend %s, but Harvester serves no DataVolume API (%s): its root disks cannot be cloned; use an image of backend %s",
 				info.Ref, BackendCDI, gvk.GroupVersion(), BackendBackingImage)
 		}
@@ -187,12 +189,12 @@ func (m *preflight) checkNetwork(ctx context.Context, ref ObjectRef) Check {
 	err := m.c.Get(ctx, client.ObjectKey{Namespace: ref.Namespace, Name: ref.Name}, nad)
 	switch {
 	case apierrors.IsNotFound(err):
-		c.Reason, c.Message = ReasonNetworkNotFound, fmt.Sprintf(
+		c.Reason, c.Message = reasons.NetworkNotFound, fmt.Sprintf(
 			"VM network %s (NetworkAttachmentDefinition) does not exist on Harvester: create it (Networks > VM Networks) or correct harvester.networkName", ref)
 	case err != nil:
 		c.Reason, c.Message = reasonOf(classify(err, "get NetworkAttachmentDefinition "+ref.String())), err.Error()
 	default:
-		c.OK, c.Reason, c.Message = true, ReasonCheckPassed, fmt.Sprintf("VM network %s exists", ref)
+		c.OK, c.Reason, c.Message = true, reasons.CheckPassed, fmt.Sprintf("VM network %s exists", ref)
 	}
 	return c
 }
@@ -218,11 +220,11 @@ func (m *preflight) checkStorage(ctx context.Context, image *ImageInfo, extra st
 		}
 	}
 	if len(missing) > 0 {
-		c.Reason, c.Message = ReasonStorageClassNotFound, fmt.Sprintf(
+		c.Reason, c.Message = reasons.StorageClassNotFound, fmt.Sprintf(
 			"StorageClass %s does not exist on Harvester: Harvester creates an image's storage class when the image is imported; re-import the image or correct harvester.storageClassName", strings.Join(missing, ", "))
 		return c
 	}
-	c.OK, c.Reason = true, ReasonCheckPassed
+	c.OK, c.Reason = true, reasons.CheckPassed
 	c.Message = "storage classes exist: " + strings.Join(needed, ", ")
 	if len(needed) == 0 {
 		c.Message = "no storage class to check"
@@ -265,21 +267,21 @@ func (m *preflight) checkPermissions(ctx context.Context, spec PreflightSpec, im
 		}
 	}
 	if len(missing) > 0 {
-		c.Reason, c.Message = ReasonPermissionsMissing,
+		c.Reason, c.Message = reasons.PermissionsMissing,
 			"the credentials may not: "+strings.Join(missing, "; ")+". Grant them in the Role bound to these credentials on Harvester"
 		return c
 	}
-	c.OK, c.Reason, c.Message = true, ReasonCheckPassed, "the credentials may do everything the provider does on Harvester"
+	c.OK, c.Reason, c.Message = true, reasons.CheckPassed, "the credentials may do everything the provider does on Harvester"
 	return c
 }
 
 // reasonOf returns the reason of a classified error, or HarvesterUnreachable.
 func reasonOf(err error) string {
-	if p, ok := AsPermanent(err); ok {
+	if p, ok := errkind.AsPermanent(err); ok {
 		return p.Reason
 	}
-	if w, ok := AsWaiting(err); ok {
+	if w, ok := errkind.AsWaiting(err); ok {
 		return w.Reason
 	}
-	return ReasonHarvesterUnreachable
+	return reasons.HarvesterUnreachable
 }

@@ -9,6 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 )
 
 // Succession: an owner object re-created elsewhere carries on with its machine.
@@ -108,11 +110,11 @@ func (m *machines) ownsTenant(ctx context.Context, spec *MachineSpec, vm *kubevi
 	case err != nil:
 		return err
 	case o.Cluster == "" || !found:
-		return Waiting(ReasonOwnedElsewhere, ownershipRetry,
+		return Waiting(reasons.OwnedElsewhere, ownershipRetry,
 			"%s was made for another %s of this namespace and name; it is carried on with only while this management cluster holds Cluster %s's ownership on Harvester (%s), which it does not yet: it is left untouched",
 			what, o.kind(), tenant, describe("Lease", spec.Namespace, OwnershipLeaseName(tenant)))
 	case holder != o.Cluster:
-		return Waiting(ReasonOwnedElsewhere, ownershipRetry,
+		return Waiting(reasons.OwnedElsewhere, ownershipRetry,
 			"%s was made for another %s of this namespace and name, and Cluster %s is run by management cluster %s (it holds %s on Harvester): it is left untouched while that one runs it",
 			what, o.kind(), tenant, holder, describe("Lease", spec.Namespace, OwnershipLeaseName(tenant)))
 	}

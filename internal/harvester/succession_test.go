@@ -14,6 +14,9 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 // movedMachine is a machine made for owner "HarvesterMachine butler-system/cp-0" (UID old, created
@@ -86,7 +89,7 @@ func TestSuccession(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.waiting != "" {
-				if w, ok := AsWaiting(err); !ok || w.Reason != ReasonOwnedElsewhere || !strings.Contains(w.Message, tc.waiting) {
+				if w, ok := errkind.AsWaiting(err); !ok || w.Reason != reasons.OwnedElsewhere || !strings.Contains(w.Message, tc.waiting) {
 					t.Fatalf("err = %v, want OwnedElsewhere saying %q", err, tc.waiting)
 				}
 				if got.Labels[LabelMachineRequestUID] != "old" {
@@ -95,7 +98,7 @@ func TestSuccession(t *testing.T) {
 				return
 			}
 			if tc.refused != "" {
-				if perm, ok := AsPermanent(err); !ok || perm.Reason != ReasonNameTaken || !strings.Contains(perm.Message, tc.refused) ||
+				if perm, ok := errkind.AsPermanent(err); !ok || perm.Reason != ReasonNameTaken || !strings.Contains(perm.Message, tc.refused) ||
 					!strings.Contains(perm.Message, "made for HarvesterMachine butler-system/cp-0 (UID old) of the management cluster whose kube-system namespace has UID mgmt-a") {
 					t.Fatalf("err = %v, want NameTaken saying %q and whose the VM is", err, tc.refused)
 				}

@@ -9,6 +9,8 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 // testDoor is a front door with its user data read when needed (see countingLoader).
@@ -98,7 +100,7 @@ func TestUserDataReadOnlyWhenNeeded(t *testing.T) {
 		if *reads != 1 {
 			t.Fatalf("%d reads (err %v); want one, before judging the Secret", *reads, err)
 		}
-		if _, conflict := AsPermanent(err); !conflict {
+		if _, conflict := errkind.AsPermanent(err); !conflict {
 			t.Fatalf("err = %v, want a name conflict: the Secret is not ours", err)
 		}
 	})

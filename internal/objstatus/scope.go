@@ -16,6 +16,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 // ConflictRetry is how soon an object that changed under us is looked at again.
@@ -104,12 +106,6 @@ type Policy struct {
 
 // AnyReason is the predicate of a Policy that holds for every reason.
 func AnyReason(string) bool { return true }
-
-// Reasons is a set of reasons; its Has is the predicate of a Policy that holds for them.
-type Reasons map[string]bool
-
-// Has reports whether reason is in the set.
-func (rs Reasons) Has(reason string) bool { return rs[reason] }
 
 // Scope is one reconcile of one object: the object, the status it builds up, and the one place
 // where the kinds of error become status and a result. The status is written once, at the end of
@@ -293,12 +289,18 @@ func (s *Scope[O, S]) Released() bool { return s.released }
 //   - anything else is transient: Degraded says why (Policy.TransientReason) and the error goes
 //     back for backoff.
 //
+// The kinds of error are the front door's (errkind): one still in the engine's words has missed
+// the door's translation (outcome.FromEngineIn), which is logged as the bug it is.
+//
 // A result with RequeueAfter is never returned together with an error.
 func (s *Scope[O, S]) Outcome(ctx context.Context, res ctrl.Result, err error) (ctrl.Result, error) {
-	if w, ok := AsWaiting(err); ok {
+	if errkind.InEngineWords(err) {
+		log.FromContext(ctx).Error(err, "the engine's outcome reached the status without the front door's words and advice: translate it at the door's boundary (outcome.FromEngineIn)", "kind", s.kind.Name)
+	}
+	if w, ok := errkind.AsWaiting(err); ok {
 		return s.wait(w), nil
 	}
-	if p, ok := AsPermanent(err); ok {
+	if p, ok := errkind.AsPermanent(err); ok {
 		s.Fail(p.Reason, p.Message)
 		s.Observed()
 		return ctrl.Result{}, nil
@@ -316,7 +318,7 @@ func (s *Scope[O, S]) Outcome(ctx context.Context, res ctrl.Result, err error) (
 }
 
 // wait records a wait and says when to look again.
-func (s *Scope[O, S]) wait(w *WaitingError) ctrl.Result {
+func (s *Scope[O, S]) wait(w *errkind.WaitingError) ctrl.Result {
 	p := s.policy
 	degrading := p.Degrading != nil && p.Degrading(w.Reason)
 	// A wait that needs the user is worth an event when it begins; the deletion path records

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 // The tests use ImageSyncs: any kind with the common status fields would do.
@@ -43,13 +44,15 @@ const (
 	grace       = time.Minute
 )
 
+func isUserReason(reason string) bool { return reason == userReason }
+
 // testPolicy is a policy as a MachineRequest's: some waits degrade, some fail after the grace.
 func testPolicy() Policy {
 	return Policy{
 		Action: "Provision", FailAction: "Fail",
-		Degrading:        Reasons{userReason: true}.Has,
+		Degrading:        isUserReason,
 		NewWaitCondition: v1alpha1.ConditionProgressing,
-		Configuration:    Reasons{userReason: true}.Has,
+		Configuration:    isUserReason,
 		Grace:            grace,
 		GraceExpired:     "%s (unresolved for %s)",
 		TransientReason:  "Unavailable",
@@ -100,41 +103,41 @@ func TestOutcome(t *testing.T) {
 	}{
 		"nil keeps the result and observes": {res: ctrl.Result{RequeueAfter: time.Hour},
 			want: want{result: ctrl.Result{RequeueAfter: time.Hour}, observed: true}},
-		"a wait on the user degrades and says so once": {err: Waiting(userReason, retry, "fix it"),
+		"a wait on the user degrades and says so once": {err: errkind.Waiting(userReason, retry, "fix it"),
 			want: want{result: ctrl.Result{RequeueAfter: retry}, ready: "False/" + userReason, prog: "True/" + userReason, degrade: "True/" + userReason, events: 1, observed: true}},
-		"a wait that goes on is not said again": {err: Waiting(userReason, retry, "fix it"), setup: degradedSince(userReason, time.Now()),
+		"a wait that goes on is not said again": {err: errkind.Waiting(userReason, retry, "fix it"), setup: degradedSince(userReason, time.Now()),
 			want: want{result: ctrl.Result{RequeueAfter: retry}, ready: "False/" + userReason, prog: "True/" + userReason, degrade: "True/" + userReason, observed: true}},
-		"a quiet wait is healthy": {err: Waiting(quietReason, retry, "downloading"),
+		"a quiet wait is healthy": {err: errkind.Waiting(quietReason, retry, "downloading"),
 			want: want{result: ctrl.Result{RequeueAfter: retry}, ready: "False/" + quietReason, prog: "True/" + quietReason, degrade: "False/" + v1alpha1.ReasonAsExpected, observed: true}},
-		"a configuration wait requeues when its grace runs out": {err: Waiting(userReason, time.Hour, "fix it"), setup: degradedSince(userReason, time.Now().Add(-grace/2)),
+		"a configuration wait requeues when its grace runs out": {err: errkind.Waiting(userReason, time.Hour, "fix it"), setup: degradedSince(userReason, time.Now().Add(-grace/2)),
 			want: want{result: ctrl.Result{RequeueAfter: grace/2 + TimerSlack}, within: time.Second, ready: "False/" + userReason, prog: "True/" + userReason, degrade: "True/" + userReason, observed: true}},
-		"a configuration wait past its grace fails": {err: Waiting(userReason, retry, "fix it"), setup: degradedSince(userReason, time.Now().Add(-2*grace)),
+		"a configuration wait past its grace fails": {err: errkind.Waiting(userReason, retry, "fix it"), setup: degradedSince(userReason, time.Now().Add(-2*grace)),
 			want: want{phase: "Failed", failure: userReason + ": fix it (unresolved for 1m0s)", ready: "False/" + userReason, prog: "False/" + userReason, degrade: "True/" + userReason, events: 1, observed: true}},
-		"no grace where the policy says it does not apply": {err: Waiting(userReason, retry, "fix it"), setup: degradedSince(userReason, time.Now().Add(-2*grace)),
+		"no grace where the policy says it does not apply": {err: errkind.Waiting(userReason, retry, "fix it"), setup: degradedSince(userReason, time.Now().Add(-2*grace)),
 			policy: func(p *Policy) { p.GraceApplies = func() bool { return false } },
 			want:   want{result: ctrl.Result{RequeueAfter: retry}, ready: "False/" + userReason, prog: "True/" + userReason, degrade: "True/" + userReason, observed: true}},
-		"every wait is configuration with AnyReason": {err: Waiting(quietReason, retry, "downloading"), setup: degradedSince(quietReason, time.Now().Add(-2*grace)),
+		"every wait is configuration with AnyReason": {err: errkind.Waiting(quietReason, retry, "downloading"), setup: degradedSince(quietReason, time.Now().Add(-2*grace)),
 			policy: func(p *Policy) { p.Degrading, p.Configuration = AnyReason, AnyReason },
 			want:   want{phase: "Failed", failure: quietReason + ": downloading (unresolved for 1m0s)", ready: "False/" + quietReason, prog: "False/" + quietReason, degrade: "True/" + quietReason, events: 1, observed: true}},
-		"a deadline fails the wait": {err: Waiting(quietReason, retry, "downloading"),
+		"a deadline fails the wait": {err: errkind.Waiting(quietReason, retry, "downloading"),
 			policy: func(p *Policy) {
 				p.Deadline = func(why string) (bool, time.Duration) { return true, 0 }
 			},
 			want: want{ready: "False/" + quietReason, prog: "True/" + quietReason, degrade: "False/" + v1alpha1.ReasonAsExpected, observed: true}},
-		"a deadline shortens the requeue": {err: Waiting(quietReason, retry, "downloading"),
+		"a deadline shortens the requeue": {err: errkind.Waiting(quietReason, retry, "downloading"),
 			policy: func(p *Policy) {
 				p.Deadline = func(why string) (bool, time.Duration) { return false, time.Second }
 			},
 			want: want{result: ctrl.Result{RequeueAfter: time.Second + TimerSlack}, ready: "False/" + quietReason, prog: "True/" + quietReason, degrade: "False/" + v1alpha1.ReasonAsExpected, observed: true}},
-		"Ready False keeps its first reason when the policy says so": {err: Waiting(userReason, retry, "fix it"),
+		"Ready False keeps its first reason when the policy says so": {err: errkind.Waiting(userReason, retry, "fix it"),
 			policy: func(p *Policy) { p.KeepNotReady = true },
 			setup: func(is *v1alpha1.ImageSync) {
 				is.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionFalse, Reason: "ImageMissing"}}
 			},
 			want: want{result: ctrl.Result{RequeueAfter: retry}, ready: "False/ImageMissing", prog: "True/" + userReason, degrade: "True/" + userReason, events: 1, observed: true}},
-		"permanent fails for this generation": {err: fmt.Errorf("context: %w", Permanent("Invalid", "spec.x is wrong")),
+		"permanent fails for this generation": {err: fmt.Errorf("context: %w", errkind.Permanent("Invalid", "spec.x is wrong")),
 			want: want{phase: "Failed", failure: "Invalid: spec.x is wrong", ready: "False/Invalid", prog: "False/Invalid", degrade: "True/Invalid", events: 1, observed: true}},
-		"a failure said before is not said again": {err: Permanent("Invalid", "spec.x is wrong"),
+		"a failure said before is not said again": {err: errkind.Permanent("Invalid", "spec.x is wrong"),
 			setup: func(is *v1alpha1.ImageSync) {
 				is.Status.Phase, is.Status.FailureReason = v1alpha1.ImageSyncPhaseFailed, "Invalid"
 			},
@@ -198,7 +201,7 @@ func TestOutcomeDuringDeletion(t *testing.T) {
 	degradedSince("Other", time.Now().Add(-2*grace))(obj)
 	recorder := events.NewFakeRecorder(10)
 	s := New(obj, testKind, testPolicy(), recorder, &Memory[v1alpha1.ImageSyncStatus]{})
-	res, err := s.Outcome(context.Background(), ctrl.Result{}, Waiting(userReason, retry, "fix it"))
+	res, err := s.Outcome(context.Background(), ctrl.Result{}, errkind.Waiting(userReason, retry, "fix it"))
 	if err != nil || res.RequeueAfter != retry || obj.Status.Phase != "" {
 		t.Fatalf("Outcome = %+v, %v, phase %q; want a requeue after %s and no failure", res, err, obj.Status.Phase, retry)
 	}

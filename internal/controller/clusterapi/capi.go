@@ -12,6 +12,7 @@ import (
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
@@ -151,7 +152,7 @@ func capiPaused(cl *capiCluster, obj metav1.Object) bool {
 
 // waitingForOwner is the wait of an object Cluster API has not taken on yet.
 func waitingForOwner(ownerKind string) error {
-	return objstatus.Waiting(infrav1.ReasonWaitingForOwner, capiWaitingRetry, capiOwnerRetryReasonMsg, ownerKind)
+	return errkind.Waiting(infrav1.ReasonWaitingForOwner, capiWaitingRetry, capiOwnerRetryReasonMsg, ownerKind)
 }
 
 // capiMachine is what the HarvesterMachine front door reads of the Cluster API Machine that owns

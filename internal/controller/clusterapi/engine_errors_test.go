@@ -5,9 +5,9 @@ import (
 	"testing"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/apiconsts"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 )
 
 // A HarvesterMachine's user is told what to do through Cluster API, never to edit a MachineRequest.
@@ -18,7 +18,7 @@ func TestHarvesterMachineAdviceNamesNoMachineRequest(t *testing.T) {
 			t.Errorf("%s: HarvesterMachine advice %q names the MachineRequest's fields", reason, advice)
 		}
 	}
-	if _, advice := harvesterMachineTerms(harvester.ReasonVMDeleted); !strings.Contains(advice, "delete the Machine") {
+	if _, advice := harvesterMachineTerms(reasons.VMDeleted); !strings.Contains(advice, "delete the Machine") {
 		t.Errorf("VMDeleted advice %q, want it to say the Machine is replaced", advice)
 	}
 }

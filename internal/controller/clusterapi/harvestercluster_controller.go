@@ -23,12 +23,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/management"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/objmeta"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/outcome"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
@@ -96,7 +97,7 @@ func (r *HarvesterClusterReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s := objstatus.New(hc, harvesterClusterStatus, objstatus.Policy{
-		Action: "Provision", FailAction: "Fail", Degrading: outcome.DegradingReasons.Has,
+		Action: "Provision", FailAction: "Fail", Degrading: reasons.Degrading,
 		NewWaitCondition: infrav1.ConditionProgressing, TransientReason: infrav1.ReasonHarvesterUnavailable,
 	}, r.Recorder, &r.statuses)
 	defer func() {
@@ -165,7 +166,7 @@ func (r *HarvesterClusterReconciler) reconcile(ctx context.Context, s *objstatus
 		guest = soonest(r.guestPhase(ctx, s, cluster.Name, t), renew)
 	}
 	if hc.Spec.ControlPlaneEndpoint.Host == "" && cluster.EndpointHost == "" {
-		return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonWaitingForControlPlaneEndpoint, capiWaitingRetry,
+		return reconcile.Result{}, errkind.Waiting(infrav1.ReasonWaitingForControlPlaneEndpoint, capiWaitingRetry,
 			"neither spec.controlPlaneEndpoint nor Cluster %s/%s's spec.controlPlaneEndpoint is set: set one (for example a kube-vip address on the Harvester network), or use a control plane provider that sets it", cluster.Namespace, cluster.Name)
 	}
 	hc.Status.Initialization.Provisioned = ptr.To(true)
@@ -188,7 +189,7 @@ func (r *HarvesterClusterReconciler) reconcileDelete(ctx context.Context, s *obj
 			return reconcile.Result{}, err
 		}
 		if n := len(machines.Items); n > 0 {
-			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, capiWaitingRetry,
+			return reconcile.Result{}, errkind.Waiting(infrav1.ReasonDeleting, capiWaitingRetry,
 				"waiting for the %d HarvesterMachines of Cluster %s to be deleted (their deletion needs this HarvesterCluster's ProviderConfig); one that cannot reach Harvester says why in its Ready condition (DeletionBlocked), "+
 					"and is released without deleting anything on Harvester by: kubectl annotate harvestermachines -n %s -l %s=%s %s=true", n, clusterName, hc.Namespace, capiClusterNameLabel, clusterName, infrav1.AnnotationSkipHarvesterCleanup)
 		}

@@ -21,8 +21,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
@@ -536,16 +538,16 @@ func (r *HarvesterClusterReconciler) issued(s *objstatus.Scope[*infrav1.Harveste
 // guestError says what EnsureGuest's error means in GuestCredentialsReady.
 func (r *HarvesterClusterReconciler) guestError(s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], err error) reconcile.Result {
 	reason, retry := infrav1.ReasonGuestCredentialsFailed, guestFailedRetry
-	if w, ok := harvester.AsWaiting(err); ok {
+	if w, ok := errkind.AsWaiting(err); ok {
 		retry = w.RetryAfter
 		switch w.Reason {
 		case harvester.ReasonGuestTokenPending:
 			reason = infrav1.ReasonGuestCredentialsPending
-		case harvester.ReasonPermissionDenied, harvester.ReasonGuestReaderRoleMissing:
+		case reasons.PermissionDenied, harvester.ReasonGuestReaderRoleMissing:
 			reason = infrav1.ReasonGuestPermissionsMissing
 		}
 	}
-	if p, ok := harvester.AsPermanent(err); ok {
+	if p, ok := errkind.AsPermanent(err); ok {
 		retry = guestBlockedRetry
 		if p.Reason == harvester.ReasonNameTaken {
 			reason = infrav1.ReasonGuestCredentialsNameConflict
@@ -666,7 +668,7 @@ func (r *HarvesterClusterReconciler) guestDeleteStep(ctx context.Context, hc *in
 		if delivered == nil {
 			return nil
 		}
-		return objstatus.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry,
+		return errkind.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry,
 			"the tenant cluster's Harvester credentials (recorded in Secret %s) cannot be deleted: %v. %s", delivered.Name, err, releaseAdvice(hc))
 	}
 	switch other, err := r.ownedByAnother(ctx, hc, clusterName, t); {
@@ -674,7 +676,7 @@ func (r *HarvesterClusterReconciler) guestDeleteStep(ctx context.Context, hc *in
 		if delivered == nil && !hc.Spec.GuestCredentialsManagedByProvider() {
 			return nil // nothing was made, and no Lease could be held without Harvester
 		}
-		return objstatus.Waiting(infrav1.ReasonDeletionBlocked, guestFailedRetry, "whose the tenant cluster's objects on Harvester are cannot be read: %v. %s", err, releaseAdvice(hc))
+		return errkind.Waiting(infrav1.ReasonDeletionBlocked, guestFailedRetry, "whose the tenant cluster's objects on Harvester are cannot be read: %v. %s", err, releaseAdvice(hc))
 	case other != "":
 		// A copy of a cluster another management cluster runs: what is on Harvester is that
 		// one's, and stays.
@@ -691,15 +693,15 @@ func (r *HarvesterClusterReconciler) guestDeleteStep(ctx context.Context, hc *in
 		namespaces = append(namespaces, delivered.Annotations[annotationGuestNamespace])
 	}
 	if err := r.deleteGuestIdentity(ctx, hc, namespaces, t); err != nil {
-		if w, ok := harvester.AsWaiting(err); delivered == nil && (!hc.Spec.GuestCredentialsManagedByProvider() || ok && w.Reason == harvester.ReasonPermissionDenied) {
+		if w, ok := errkind.AsWaiting(err); delivered == nil && (!hc.Spec.GuestCredentialsManagedByProvider() || ok && w.Reason == reasons.PermissionDenied) {
 			// Never delivered, and opted out or never allowed: nothing was made (a provider that
 			// may not read them could not have made them).
 			return nil
 		}
-		return objstatus.Waiting(infrav1.ReasonDeletionBlocked, guestFailedRetry, "%v. %s", err, releaseAdvice(hc))
+		return errkind.Waiting(infrav1.ReasonDeletionBlocked, guestFailedRetry, "%v. %s", err, releaseAdvice(hc))
 	}
 	if err := r.dropOwnership(ctx, hc, clusterName, t); err != nil && !isPermissionDenied(err) {
-		return objstatus.Waiting(infrav1.ReasonDeletionBlocked, guestFailedRetry, "delete the tenant cluster's ownership Lease on Harvester: %v. %s", err, releaseAdvice(hc))
+		return errkind.Waiting(infrav1.ReasonDeletionBlocked, guestFailedRetry, "delete the tenant cluster's ownership Lease on Harvester: %v. %s", err, releaseAdvice(hc))
 	}
 	if delivered != nil {
 		if err := r.Delete(ctx, delivered, client.Preconditions{UID: &delivered.UID}); client.IgnoreNotFound(err) != nil {
@@ -712,8 +714,8 @@ func (r *HarvesterClusterReconciler) guestDeleteStep(ctx context.Context, hc *in
 // isPermissionDenied reports whether Harvester refused the provider's credentials a request:
 // what they may not do, they cannot have done either.
 func isPermissionDenied(err error) bool {
-	w, ok := harvester.AsWaiting(err)
-	return ok && w.Reason == harvester.ReasonPermissionDenied
+	w, ok := errkind.AsWaiting(err)
+	return ok && w.Reason == reasons.PermissionDenied
 }
 
 // releaseAdvice says how a user ends the deletion of a HarvesterCluster whose tenant credentials

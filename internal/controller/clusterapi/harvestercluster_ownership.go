@@ -16,6 +16,7 @@ import (
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
@@ -104,7 +105,7 @@ func (r *HarvesterClusterReconciler) ownedElsewhere(s *objstatus.Scope[*infrav1.
 		"If that management cluster is gone for good, hand its clusters over to this one: kubectl annotate providerconfig -n %s %s %s=%s (taken once the Lease has gone unrenewed for %s as this manager sees it)",
 		o.Holder, claim.Tenant, lease, o.Silent.Round(time.Second), pcNamespace, pcName, v1alpha1.AnnotationHandOverFrom, o.Holder, claim.Duration)
 	s.SetCondition(infrav1.ConditionOwned, metav1.ConditionFalse, infrav1.ReasonOwnedByAnotherManagementCluster, msg)
-	return objstatus.Waiting(infrav1.ReasonOwnedByAnotherManagementCluster, ownershipRetry, "%s", msg)
+	return errkind.Waiting(infrav1.ReasonOwnedByAnotherManagementCluster, ownershipRetry, "%s", msg)
 }
 
 // tookOver says that the cluster was just taken from another management cluster, and names the

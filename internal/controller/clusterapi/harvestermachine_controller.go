@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/harvesterevents"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/management"
@@ -34,6 +35,7 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
@@ -104,7 +106,7 @@ func (r *HarvesterMachineReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	s := &harvesterMachineScope{hm: hm, Scope: objstatus.New(hm, harvesterMachineStatus, objstatus.Policy{
-		Action: "Provision", FailAction: "Fail", Degrading: outcome.DegradingReasons.Has,
+		Action: "Provision", FailAction: "Fail", Degrading: reasons.Degrading,
 		NewWaitCondition: infrav1.ConditionProgressing, TransientReason: infrav1.ReasonHarvesterUnavailable,
 	}, r.Recorder, &r.statuses)}
 	if wait, quiet := notTakenOnYet(hm, time.Now()); quiet {
@@ -178,13 +180,13 @@ type clusterTarget struct {
 // targetOf resolves the ProviderConfig of the machine's cluster, through its HarvesterCluster.
 func (r *HarvesterMachineReconciler) targetOf(ctx context.Context, hm *infrav1.HarvesterMachine, cluster *capiCluster) (*clusterTarget, error) {
 	if cluster == nil || cluster.InfrastructureName == "" {
-		return nil, objstatus.Waiting(infrav1.ReasonWaitingForClusterInfrastructure, capiWaitingRetry,
+		return nil, errkind.Waiting(infrav1.ReasonWaitingForClusterInfrastructure, capiWaitingRetry,
 			"the HarvesterMachine's Cluster %q does not exist or names no HarvesterCluster in spec.infrastructureRef", hm.Labels[capiClusterNameLabel])
 	}
 	hc := &infrav1.HarvesterCluster{}
 	if err := r.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: cluster.InfrastructureName}, hc); err != nil {
 		if client.IgnoreNotFound(err) == nil {
-			return nil, objstatus.Waiting(infrav1.ReasonWaitingForClusterInfrastructure, capiWaitingRetry,
+			return nil, errkind.Waiting(infrav1.ReasonWaitingForClusterInfrastructure, capiWaitingRetry,
 				"HarvesterCluster %s/%s of Cluster %s does not exist", cluster.Namespace, cluster.InfrastructureName, cluster.Name)
 		}
 		return nil, err
@@ -217,7 +219,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 		// No VM recorded yet: Cluster API's order first (the contract's). Not home == nil: the
 		// place is recorded before anything is made (recordPlaceAhead).
 		if !cluster.InfrastructureProvisioned {
-			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonWaitingForClusterInfrastructure, capiWaitingRetry,
+			return reconcile.Result{}, errkind.Waiting(infrav1.ReasonWaitingForClusterInfrastructure, capiWaitingRetry,
 				"waiting for Cluster %s/%s's infrastructure to be provisioned", cluster.Namespace, cluster.Name)
 		}
 	}
@@ -239,7 +241,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 		spec.Door = unrecordedHarvesterMachine{harvesterMachineDoor: door, s: s}
 	} else {
 		if home.Elsewhere != nil {
-			return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonProviderConfigMoved, capiWaitingRetry,
+			return reconcile.Result{}, errkind.Waiting(infrav1.ReasonProviderConfigMoved, capiWaitingRetry,
 				"ProviderConfig %s's credentials now reach another Harvester cluster (%s) than the one VM %s/%s lives on (%s)",
 				t.Ref, home.Elsewhere.Server, home.Place.Namespace, home.Place.Name, home.Place.Server)
 		}
@@ -299,10 +301,10 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 // that the record is what is wrong: it names a VM that is another's (by the owner labels the
 // provider wrote on it), which is never changed.
 func othersAtRecordedPlace(hm *infrav1.HarvesterMachine, recorded, own harvester.Place, err error) error {
-	if p, ok := harvester.AsPermanent(err); !ok || p.Reason != harvester.ReasonNameTaken || recorded.Namespace == own.Namespace && recorded.Name == own.Name {
+	if p, ok := errkind.AsPermanent(err); !ok || p.Reason != harvester.ReasonNameTaken || recorded.Namespace == own.Namespace && recorded.Name == own.Name {
 		return err
 	}
-	return objstatus.Waiting(infrav1.ReasonPlacementRefused, capiWaitingRetry,
+	return errkind.Waiting(infrav1.ReasonPlacementRefused, capiWaitingRetry,
 		"annotation %s of HarvesterMachine %s/%s records VM %s/%s, which is not this machine's: it is left untouched, and a new machine is made only in %s/%s (its ProviderConfig's Harvester namespace, its own name). "+
 			"Remove the annotation (kubectl annotate harvestermachine -n %s %s %s-) and the provider records the machine's own place",
 		infrav1.AnnotationPlacement, hm.Namespace, hm.Name, recorded.Namespace, recorded.Name, own.Namespace, own.Name, hm.Namespace, hm.Name, infrav1.AnnotationPlacement)
@@ -315,7 +317,7 @@ func providerIDOfItsOwn(hm *infrav1.HarvesterMachine) error {
 	if hm.Spec.ProviderID == "" {
 		return nil
 	}
-	return objstatus.Waiting(infrav1.ReasonPlacementRefused, capiWaitingRetry,
+	return errkind.Waiting(infrav1.ReasonPlacementRefused, capiWaitingRetry,
 		"spec.providerID of HarvesterMachine %s/%s is %s, but the provider recorded no place for it (annotation %s), so it did not write it: nothing is made or changed on Harvester. "+
 			"Delete the Machine that owns this HarvesterMachine and let Cluster API make one without a providerID",
 		hm.Namespace, hm.Name, hm.Spec.ProviderID, infrav1.AnnotationPlacement)
@@ -331,7 +333,7 @@ func placeOfItsOwn(hm *infrav1.HarvesterMachine, recorded, own harvester.Place) 
 	if recorded.Namespace == own.Namespace && recorded.Name == own.Name {
 		return nil
 	}
-	return objstatus.Waiting(infrav1.ReasonPlacementRefused, capiWaitingRetry,
+	return errkind.Waiting(infrav1.ReasonPlacementRefused, capiWaitingRetry,
 		"annotation %s of HarvesterMachine %s/%s records VM %s/%s, which does not exist, and a new machine is made only in %s/%s (its ProviderConfig's Harvester namespace, its own name): "+
 			"nothing is made or changed on Harvester. Remove the annotation (kubectl annotate harvestermachine -n %s %s %s-) and the provider records the machine's own place",
 		infrav1.AnnotationPlacement, hm.Namespace, hm.Name, recorded.Namespace, recorded.Name, own.Namespace, own.Name, hm.Namespace, hm.Name, infrav1.AnnotationPlacement)
@@ -418,7 +420,7 @@ func (r *HarvesterMachineReconciler) readBootstrapData(ctx context.Context, name
 	secret := &corev1.Secret{}
 	if err := r.LiveReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: machine.DataSecretName}, secret); err != nil {
 		if client.IgnoreNotFound(err) == nil {
-			return "", objstatus.Waiting(infrav1.ReasonWaitingForBootstrapData, capiWaitingRetry,
+			return "", errkind.Waiting(infrav1.ReasonWaitingForBootstrapData, capiWaitingRetry,
 				"bootstrap data Secret %s/%s (spec.bootstrap.dataSecretName of Machine %s) does not exist yet", namespace, machine.DataSecretName, machine.Name)
 		}
 		return "", err
@@ -442,7 +444,7 @@ func (r *HarvesterMachineReconciler) reach(ctx context.Context, hm *infrav1.Harv
 func (r *HarvesterMachineReconciler) homeOf(ctx context.Context, hm *infrav1.HarvesterMachine, t *target.Target) (*harvester.Home, error) {
 	p, err := v1alpha1.DecodePlacement(hm.Annotations)
 	if err != nil {
-		return nil, objstatus.Waiting(infrav1.ReasonPlacementNotRecorded, capiWaitingRetry,
+		return nil, errkind.Waiting(infrav1.ReasonPlacementNotRecorded, capiWaitingRetry,
 			"%v: the provider cannot tell where the machine lives; restore the annotation the provider wrote", err)
 	}
 	if p == nil {
@@ -505,7 +507,7 @@ func (r *HarvesterMachineReconciler) deleteOnHarvester(ctx context.Context, s *h
 		return reconcile.Result{}, nil
 	}
 	if home.Elsewhere != nil {
-		return reconcile.Result{}, harvesterMachineDeletionBlocked(s, objstatus.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry,
+		return reconcile.Result{}, harvesterMachineDeletionBlocked(s, errkind.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry,
 			"the credentials of ProviderConfig %s now reach another Harvester cluster than the one the VM lives on (%s): restore them to delete it", t.Ref, home.Place.Server))
 	}
 	ref := harvester.MachineRef{Owner: harvester.Owner{Kind: OwnerKindHarvesterMachine, Namespace: hm.Namespace, Name: hm.Name, UID: hm.UID, Cluster: r.managementCluster},
@@ -523,7 +525,7 @@ func (r *HarvesterMachineReconciler) deleteOnHarvester(ctx context.Context, s *h
 	if next, quiet := r.stalls.Unreported(hm, deletion, r.DeletionReportDelay, poll, time.Now()); quiet {
 		return reconcile.Result{RequeueAfter: next}, nil
 	}
-	return reconcile.Result{}, objstatus.Waiting(infrav1.ReasonDeleting, poll, "deleting the machine on Harvester: waiting for %s", deletion.Remaining)
+	return reconcile.Result{}, errkind.Waiting(infrav1.ReasonDeleting, poll, "deleting the machine on Harvester: waiting for %s", deletion.Remaining)
 }
 
 // harvesterMachinesByMachine indexes HarvesterMachines by the Machine that owns them: a Machine,

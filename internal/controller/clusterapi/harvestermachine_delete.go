@@ -11,8 +11,8 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/outcome"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // Deletion of a HarvesterMachine always ends: when what it needs to reach Harvester is gone (its
@@ -47,12 +47,12 @@ func reportReleaseNotNeeded(s *harvesterMachineScope) {
 func harvesterMachineDeletionBlocked(s *harvesterMachineScope, err error) error {
 	err = outcome.FromEngineIn(err, harvesterMachineTerms)
 	var msg string
-	if w, ok := objstatus.AsWaiting(err); ok {
+	if w, ok := errkind.AsWaiting(err); ok {
 		if w.Reason == infrav1.ReasonDiskInUse {
 			return err
 		}
 		msg = w.Message
-	} else if p, ok := objstatus.AsPermanent(err); ok {
+	} else if p, ok := errkind.AsPermanent(err); ok {
 		msg = p.Message
 	} else {
 		return err
@@ -60,7 +60,7 @@ func harvesterMachineDeletionBlocked(s *harvesterMachineScope, err error) error 
 	msg = fmt.Sprintf("Cannot delete the machine on Harvester: %s. Restore what is missing (a ProviderConfig and its credentials Secret are installed on each management cluster, see docs/cluster-api.md), "+
 		"or release the HarvesterMachine without deleting anything on Harvester: kubectl annotate harvestermachine -n %s %s %s=true",
 		msg, s.hm.Namespace, s.hm.Name, infrav1.AnnotationSkipHarvesterCleanup)
-	return objstatus.Waiting(infrav1.ReasonDeletionBlocked, requeue.BlockedDeletionRetry, "%s", msg)
+	return errkind.Waiting(infrav1.ReasonDeletionBlocked, requeue.BlockedDeletionRetry, "%s", msg)
 }
 
 // providerConfigNotInstalled is the wait of a HarvesterCluster whose ProviderConfig does not exist
@@ -68,7 +68,7 @@ func harvesterMachineDeletionBlocked(s *harvesterMachineScope, err error) error 
 // configuration: `clusterctl move` does not move them (they may serve MachineRequests and other
 // clusters, which stay), so a cluster moved here finds them only if they were installed here.
 func providerConfigNotInstalled(namespace, name string) error {
-	return objstatus.Waiting(infrav1.ReasonProviderConfigNotFound, requeue.ProviderConfigRetry,
+	return errkind.Waiting(infrav1.ReasonProviderConfigNotFound, requeue.ProviderConfigRetry,
 		"ProviderConfig %s/%s (spec.providerConfigRef) does not exist on this management cluster. ProviderConfigs and their credentials Secrets are platform configuration that clusterctl move does not move: "+
 			"install it here as on the management cluster the cluster came from (for example `kubectl get providerconfig -n %s %s -o yaml` there, and its spec.credentialsRef Secret, then kubectl apply them here), or correct spec.providerConfigRef",
 		namespace, name, namespace, name)

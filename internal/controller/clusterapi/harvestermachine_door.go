@@ -4,8 +4,8 @@ import (
 	"context"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // harvesterMachineDoor is a HarvesterMachine's door for one reconcile (MachineSpec.Door): a
@@ -49,7 +49,7 @@ func (d *harvesterMachineDoor) LoadUserData(ctx context.Context) (string, error)
 		return "", err
 	}
 	if d.machine.DataSecretName == "" {
-		return "", objstatus.Waiting(infrav1.ReasonWaitingForBootstrapData, capiWaitingRetry,
+		return "", errkind.Waiting(infrav1.ReasonWaitingForBootstrapData, capiWaitingRetry,
 			"waiting for the bootstrap provider to set spec.bootstrap.dataSecretName of Machine %s/%s", d.hm.Namespace, d.machine.Name)
 	}
 	return d.r.readBootstrapData(ctx, d.hm.Namespace, d.machine)

@@ -10,8 +10,8 @@ import (
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // Keys of a Cluster API bootstrap data Secret (Cluster API's bootstrap provider contract).
@@ -29,16 +29,16 @@ func bootstrapUserData(secret *corev1.Secret) (string, error) {
 	where := fmt.Sprintf("bootstrap data Secret %s/%s", secret.Namespace, secret.Name)
 	value, ok := secret.Data[bootstrapValueKey]
 	if !ok || len(value) == 0 {
-		return "", objstatus.Waiting(infrav1.ReasonWaitingForBootstrapData, requeue.ProviderConfigRetry,
+		return "", errkind.Waiting(infrav1.ReasonWaitingForBootstrapData, requeue.ProviderConfigRetry,
 			"%s has no key %q yet: the bootstrap provider writes it", where, bootstrapValueKey)
 	}
 	if format := string(secret.Data[bootstrapFormatKey]); format != "" && format != bootstrapFormatCloudConfig {
-		return "", objstatus.Permanent(infrav1.ReasonInvalidSpec,
+		return "", errkind.Permanent(infrav1.ReasonInvalidSpec,
 			"%s has format %q (key %q): the Harvester provider delivers %s only, through cloud-init NoCloud; use a bootstrap provider that writes %s",
 			where, format, bootstrapFormatKey, bootstrapFormatCloudConfig, bootstrapFormatCloudConfig)
 	}
 	if len(value) > corev1.MaxSecretSize {
-		return "", objstatus.Permanent(infrav1.ReasonUserDataTooLarge,
+		return "", errkind.Permanent(infrav1.ReasonUserDataTooLarge,
 			"%s holds %d bytes; a Secret holds at most %d", where, len(value), corev1.MaxSecretSize)
 	}
 	return string(value), nil
@@ -100,7 +100,7 @@ func failureDomainNodes(namespace string, m capiMachine, hc *infrav1.HarvesterCl
 		}
 		known = "it defines " + strings.Join(names, ", ")
 	}
-	return nil, objstatus.Waiting(infrav1.ReasonFailureDomainNotFound, capiWaitingRetry,
+	return nil, errkind.Waiting(infrav1.ReasonFailureDomainNotFound, capiWaitingRetry,
 		"spec.failureDomain %q of Machine %s/%s is not one of spec.failureDomains of HarvesterCluster %s/%s (%s): add a failure domain named %q to the HarvesterCluster, with the labels of the Harvester nodes it stands for in its nodeSelector, or set the Machine's spec.failureDomain to one it defines; nothing is created until then",
 		m.FailureDomain, namespace, m.Name, hc.Namespace, hc.Name, known, m.FailureDomain)
 }
@@ -117,7 +117,7 @@ func machineNetwork(hm *infrav1.HarvesterMachine, t *target.Target) (harvester.O
 	}
 	ref, err := harvester.ParseObjectRef(hm.Spec.Networks[0], "")
 	if err != nil {
-		return ref, objstatus.Permanent(infrav1.ReasonInvalidSpec, "spec.networks[0]: %v", err)
+		return ref, errkind.Permanent(infrav1.ReasonInvalidSpec, "spec.networks[0]: %v", err)
 	}
 	return ref, nil
 }
@@ -127,7 +127,7 @@ func machineImage(hm *infrav1.HarvesterMachine, t *target.Target) (harvester.Obj
 	if hm.Spec.Image != "" {
 		ref, err := target.ParseImage(hm.Spec.Image, t.Credentials.Namespace)
 		if err != nil {
-			return ref, objstatus.Permanent(infrav1.ReasonInvalidSpec, "spec.image: %v", err)
+			return ref, errkind.Permanent(infrav1.ReasonInvalidSpec, "spec.image: %v", err)
 		}
 		return ref, nil
 	}

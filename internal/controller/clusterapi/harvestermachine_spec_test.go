@@ -12,8 +12,8 @@ import (
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // providerConfig is the ProviderConfig a tenant cluster's HarvesterCluster names.
@@ -119,10 +119,10 @@ func TestHarvesterMachineSpec(t *testing.T) {
 
 // reasonOf is the reason of a front door error ("" for none).
 func reasonOf(err error) string {
-	if w, ok := objstatus.AsWaiting(err); ok {
+	if w, ok := errkind.AsWaiting(err); ok {
 		return w.Reason
 	}
-	if p, ok := objstatus.AsPermanent(err); ok {
+	if p, ok := errkind.AsPermanent(err); ok {
 		return p.Reason
 	}
 	return ""

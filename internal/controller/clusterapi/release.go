@@ -7,7 +7,7 @@ import (
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
 )
 
@@ -29,7 +29,7 @@ func releaseAsked(o metav1.Object) bool {
 // deletionBlocked reports whether err is a DeletionBlocked wait: what the deletion needs to reach
 // Harvester is gone.
 func deletionBlocked(err error) bool {
-	w, ok := objstatus.AsWaiting(err)
+	w, ok := errkind.AsWaiting(err)
 	return ok && w.Reason == infrav1.ReasonDeletionBlocked
 }
 

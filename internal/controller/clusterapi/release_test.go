@@ -8,15 +8,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
 )
 
 // Annotation skip-cleanup releases a HarvesterMachine only when its deletion is blocked and its
 // placement record is intact.
 func TestSkipCleanupCountsOnlyForABlockedDeletion(t *testing.T) {
-	blocked := objstatus.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry, "ProviderConfig gone")
+	blocked := errkind.Waiting(infrav1.ReasonDeletionBlocked, capiWaitingRetry, "ProviderConfig gone")
 	for _, tc := range []struct {
 		name        string
 		annotations map[string]string
@@ -25,8 +26,8 @@ func TestSkipCleanupCountsOnlyForABlockedDeletion(t *testing.T) {
 	}{
 		{"blocked, asked", map[string]string{infrav1.AnnotationSkipHarvesterCleanup: "true"}, blocked, true},
 		{"blocked, not asked", nil, blocked, false},
-		{"deleting, asked", map[string]string{infrav1.AnnotationSkipHarvesterCleanup: "true"}, objstatus.Waiting(infrav1.ReasonDeleting, capiWaitingRetry, "VM"), false},
-		{"disk in use, asked", map[string]string{infrav1.AnnotationSkipHarvesterCleanup: "true"}, objstatus.Waiting(infrav1.ReasonDiskInUse, capiWaitingRetry, "disk"), false},
+		{"deleting, asked", map[string]string{infrav1.AnnotationSkipHarvesterCleanup: "true"}, errkind.Waiting(infrav1.ReasonDeleting, capiWaitingRetry, "VM"), false},
+		{"disk in use, asked", map[string]string{infrav1.AnnotationSkipHarvesterCleanup: "true"}, errkind.Waiting(infrav1.ReasonDiskInUse, capiWaitingRetry, "disk"), false},
 		{"transient, asked", map[string]string{infrav1.AnnotationSkipHarvesterCleanup: "true"}, errors.New("connection refused"), false},
 		{"done, asked", map[string]string{infrav1.AnnotationSkipHarvesterCleanup: "true"}, nil, false},
 		{"blocked, asked, record broken", map[string]string{infrav1.AnnotationSkipHarvesterCleanup: "true", infrav1.AnnotationPlacement: "{"}, blocked, false},
@@ -64,7 +65,7 @@ func TestPlaceOfItsOwn(t *testing.T) {
 				}
 				return
 			}
-			w, ok := objstatus.AsWaiting(err)
+			w, ok := errkind.AsWaiting(err)
 			if !ok || w.Reason != infrav1.ReasonPlacementRefused {
 				t.Fatalf("error %v, want a %s wait", err, infrav1.ReasonPlacementRefused)
 			}
@@ -83,7 +84,7 @@ func TestProviderIDOfItsOwn(t *testing.T) {
 		t.Fatalf("no providerID: %v", err)
 	}
 	hm.Spec.ProviderID = "harvester://0b1c"
-	w, ok := objstatus.AsWaiting(providerIDOfItsOwn(hm))
+	w, ok := errkind.AsWaiting(providerIDOfItsOwn(hm))
 	if !ok || w.Reason != infrav1.ReasonPlacementRefused {
 		t.Fatalf("a providerID without a recorded place: %v", w)
 	}
@@ -98,7 +99,7 @@ func TestOthersAtRecordedPlace(t *testing.T) {
 	hm := &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "md-0"}}
 	own := harvester.Place{Namespace: "vms", Name: "md-0"}
 	taken := harvester.Permanent(harvester.ReasonNameTaken, "VirtualMachine vms-b/their-md-0 exists on Harvester but was not created for HarvesterMachine team-a/md-0")
-	other := harvester.Permanent(harvester.ReasonInvalidSpec, "bad")
+	other := harvester.Permanent(reasons.InvalidSpec, "bad")
 	for _, tc := range []struct {
 		name     string
 		recorded harvester.Place
@@ -117,7 +118,7 @@ func TestOthersAtRecordedPlace(t *testing.T) {
 				}
 				return
 			}
-			w, ok := objstatus.AsWaiting(err)
+			w, ok := errkind.AsWaiting(err)
 			if !ok || w.Reason != infrav1.ReasonPlacementRefused {
 				t.Fatalf("error %v, want a %s wait", err, infrav1.ReasonPlacementRefused)
 			}

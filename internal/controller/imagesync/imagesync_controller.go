@@ -34,6 +34,7 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/imagefactory"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
@@ -165,7 +166,7 @@ func (r *Reconciler) target(ctx context.Context, s *imageSyncScope, pc *v1alpha1
 	}
 	image := imagefactory.ImageName(s.is.Spec)
 	if errs := validation.IsDNS1123Subdomain(image); len(errs) > 0 {
-		return nil, harvester.ObjectRef{}, objstatus.Permanent(v1alpha1.ReasonCreateImageFailed,
+		return nil, harvester.ObjectRef{}, errkind.Permanent(v1alpha1.ReasonCreateImageFailed,
 			"the image name derived from spec.displayName %q is %q, which is not a valid name (%s): choose a display name with letters or digits",
 			s.is.Spec.DisplayName, image, strings.Join(errs, "; "))
 	}
@@ -176,11 +177,11 @@ func (r *Reconciler) target(ctx context.Context, s *imageSyncScope, pc *v1alpha1
 // sync creates the image if needed and follows its import.
 func (r *Reconciler) sync(ctx context.Context, s *imageSyncScope, pc *v1alpha1.ProviderConfig) (reconcile.Result, error) {
 	if s.is.Spec.TransferMode == v1alpha1.TransferModeProxy {
-		return reconcile.Result{}, objstatus.Permanent(v1alpha1.ReasonUnsupportedTransferMode,
+		return reconcile.Result{}, errkind.Permanent(v1alpha1.ReasonUnsupportedTransferMode,
 			"spec.transferMode is %q: Harvester downloads images from the factory itself; set spec.transferMode to %q (the default)", v1alpha1.TransferModeProxy, v1alpha1.TransferModeDirect)
 	}
 	if err := imagefactory.Validate(s.is.Spec); err != nil {
-		return reconcile.Result{}, asImageSyncError(objstatus.Permanent(v1alpha1.ReasonInvalidSpec, "%v", err))
+		return reconcile.Result{}, asImageSyncError(errkind.Permanent(v1alpha1.ReasonInvalidSpec, "%v", err))
 	}
 	factory, err := r.factoryURL(ctx)
 	if err != nil {
@@ -221,12 +222,12 @@ func (r *Reconciler) factoryURL(ctx context.Context) (string, error) {
 	err := r.Get(ctx, client.ObjectKey{Name: platformv1alpha1.ButlerConfigName}, bc)
 	switch {
 	case apierrors.IsNotFound(err):
-		return "", objstatus.Waiting(v1alpha1.ReasonButlerConfigNotFound, requeue.ProviderConfigRetry,
+		return "", errkind.Waiting(v1alpha1.ReasonButlerConfigNotFound, requeue.ProviderConfigRetry,
 			"ButlerConfig %q does not exist: create it with spec.imageFactory.url, the Butler Image Factory images are downloaded from", platformv1alpha1.ButlerConfigName)
 	case err != nil:
 		return "", err
 	case bc.FactoryURL() == "":
-		return "", objstatus.Waiting(v1alpha1.ReasonImageFactoryNotConfigured, requeue.ProviderConfigRetry,
+		return "", errkind.Waiting(v1alpha1.ReasonImageFactoryNotConfigured, requeue.ProviderConfigRetry,
 			"ButlerConfig %q has no spec.imageFactory.url: set it to the Butler Image Factory images are downloaded from", platformv1alpha1.ButlerConfigName)
 	}
 	return bc.FactoryURL(), nil
@@ -238,7 +239,7 @@ func (r *Reconciler) factoryURL(ctx context.Context) (string, error) {
 // period), transient errors stay transient.
 func asImageSyncError(err error) error {
 	err = outcome.FromEngine(err)
-	if w, ok := objstatus.AsWaiting(err); ok {
+	if w, ok := errkind.AsWaiting(err); ok {
 		reason := w.Reason
 		switch w.Reason {
 		case v1alpha1.ReasonCredentialsUnavailable, v1alpha1.ReasonUntrustedEndpoint, v1alpha1.ReasonInsecureCredentials, v1alpha1.ReasonInvalidProviderConfig, harvester.ReasonInvalidEndpoint:
@@ -246,10 +247,10 @@ func asImageSyncError(err error) error {
 		case v1alpha1.ReasonPermissionDenied, v1alpha1.ReasonQuotaExceeded:
 			reason = v1alpha1.ReasonCreateImageFailed
 		}
-		return &objstatus.WaitingError{Reason: reason, RetryAfter: w.RetryAfter, Message: w.Message}
+		return &errkind.WaitingError{Reason: reason, RetryAfter: w.RetryAfter, Message: w.Message}
 	}
-	if p, ok := objstatus.AsPermanent(err); ok && p.Reason == v1alpha1.ReasonInvalidSpec {
-		return &objstatus.PermanentError{Reason: v1alpha1.ReasonCreateImageFailed, Message: p.Message}
+	if p, ok := errkind.AsPermanent(err); ok && p.Reason == v1alpha1.ReasonInvalidSpec {
+		return &errkind.PermanentError{Reason: v1alpha1.ReasonCreateImageFailed, Message: p.Message}
 	}
 	return err
 }

@@ -15,10 +15,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/objmeta"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/outcome"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
@@ -89,14 +90,14 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *machineScope) (reco
 	}
 }
 
-// configFixed says why a machine that failed on its configuration (see configReasons) can be
+// configFixed says why a machine that failed on its configuration (see reasons.Configuration) can be
 // retried: the ProviderConfig now exists and passes its checks, is shared with it, and its
 // credentials work; for a permission Harvester refused, the ProviderConfig's permission check has
 // passed since. "" if not (or the failure was not about configuration). It runs when the
 // ProviderConfig changes (its watch), which is also how a fixed credentials Secret shows: the
 // ProviderConfig's checks notice it.
 func (r *Reconciler) configFixed(ctx context.Context, s *machineScope) string {
-	if !configReasons[s.mr.Status.FailureReason] {
+	if !reasons.OnConfiguration(s.mr.Status.FailureReason) {
 		return ""
 	}
 	spec, creds, err := r.specFor(ctx, s)
@@ -202,7 +203,7 @@ func (r *Reconciler) abandonEmptyHome(ctx context.Context, s *machineScope, home
 		return nil, err
 	}
 	if !deletion.Done {
-		return nil, objstatus.Waiting(v1alpha1.ReasonDeleting, requeue.PollInterval(deletion.Watched, r.DeletionPollInterval, r.WatchedPollInterval),
+		return nil, errkind.Waiting(v1alpha1.ReasonDeleting, requeue.PollInterval(deletion.Watched, r.DeletionPollInterval, r.WatchedPollInterval),
 			"%s; removing what an earlier attempt left in Harvester namespace %s before creating the machine where the ProviderConfig points now: waiting for %s",
 			home.moved, home.ref.Namespace, deletion.Remaining)
 	}
@@ -243,7 +244,7 @@ func (r *Reconciler) reportCreating(s *machineScope, vm string, obs harvester.Ob
 		}
 	}
 	s.Progressing(reason, message)
-	if outcome.DegradingReasons[reason] {
+	if reasons.Degrading(reason) {
 		s.Degraded(reason, message)
 	} else {
 		s.Healthy()
@@ -310,7 +311,7 @@ func (r *Reconciler) reconcileRunning(ctx context.Context, s *machineScope) (rec
 	vm := vmName(home.ref.Namespace, home.ref.Name)
 	if !obs.VMExists {
 		s.mr.Status.IPAddress, s.mr.Status.IPAddresses, s.mr.Status.MACAddress = "", nil, ""
-		return reconcile.Result{}, harvester.Permanent(harvester.ReasonVMDeleted, "%s was deleted outside the provider", vm)
+		return reconcile.Result{}, harvester.Permanent(reasons.VMDeleted, "%s was deleted outside the provider", vm)
 	}
 	s.mr.Status.ProviderID = obs.ProviderID
 	if !obs.Running || obs.Addresses.Primary == "" {
@@ -410,7 +411,7 @@ func describeHome(s *machineScope) string {
 // says how to get out of it. Transient errors stay transient.
 func blockedDeletion(s *machineScope, err error) error {
 	err = asMachineRequestError(err)
-	if w, ok := objstatus.AsWaiting(err); ok && w.Reason == v1alpha1.ReasonDiskInUse {
+	if w, ok := errkind.AsWaiting(err); ok && w.Reason == v1alpha1.ReasonDiskInUse {
 		// Not blocked: waiting for someone to detach a disk; Harvester's own rule, said as is.
 		if !sameCondition(s, w.Reason, w.Message) {
 			s.Event(corev1.EventTypeWarning, w.Reason, "Delete", w.Message)
@@ -418,9 +419,9 @@ func blockedDeletion(s *machineScope, err error) error {
 		return err
 	}
 	var msg string
-	if w, ok := objstatus.AsWaiting(err); ok {
+	if w, ok := errkind.AsWaiting(err); ok {
 		msg = w.Message
-	} else if p, ok := objstatus.AsPermanent(err); ok {
+	} else if p, ok := errkind.AsPermanent(err); ok {
 		msg = p.Message
 	} else {
 		return err
@@ -430,7 +431,7 @@ func blockedDeletion(s *machineScope, err error) error {
 	if s.mr.Status.Conditions == nil || !sameCondition(s, v1alpha1.ReasonDeletionBlocked, msg) {
 		s.Event(corev1.EventTypeWarning, v1alpha1.ReasonDeletionBlocked, "Delete", msg)
 	}
-	return objstatus.Waiting(v1alpha1.ReasonDeletionBlocked, requeue.BlockedDeletionRetry, "%s", msg)
+	return errkind.Waiting(v1alpha1.ReasonDeletionBlocked, requeue.BlockedDeletionRetry, "%s", msg)
 }
 
 func sameCondition(s *machineScope, reason, msg string) bool {

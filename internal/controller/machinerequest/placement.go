@@ -13,8 +13,8 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/objmeta"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // A machine lives where it was created. Its place (Harvester cluster, namespace and name) is
@@ -39,7 +39,7 @@ type machineHome struct {
 // unreachable says why a machine whose credentials now reach another cluster cannot be managed.
 func (h *machineHome) unreachable(s *machineScope) error {
 	p, id := h.Place, h.Elsewhere
-	return objstatus.Waiting(v1alpha1.ReasonProviderConfigMoved, requeue.ProviderConfigRetry,
+	return errkind.Waiting(v1alpha1.ReasonProviderConfigMoved, requeue.ProviderConfigRetry,
 		"ProviderConfig %s's credentials now reach another Harvester cluster (%s, cluster ID %s) than the one VM %s/%s lives on (%s, cluster ID %s): "+
 			"restore credentials for that cluster to manage the machine; to give it up, delete the MachineRequest with annotation %s=true",
 		providerConfigRef(s.mr), id.Server, id.ID, p.Namespace, p.Name, p.Server, p.ClusterID, v1alpha1.AnnotationSkipHarvesterCleanup)
@@ -56,7 +56,7 @@ func (h *machineHome) unreachable(s *machineScope) error {
 func (r *Reconciler) homeOf(ctx context.Context, s *machineScope) (*machineHome, error) {
 	p, err := s.mr.RecordedPlacement()
 	if err != nil {
-		return nil, objstatus.Waiting(v1alpha1.ReasonPlacementNotRecorded, requeue.ProviderConfigRetry,
+		return nil, errkind.Waiting(v1alpha1.ReasonPlacementNotRecorded, requeue.ProviderConfigRetry,
 			"%v: the provider cannot tell where the machine lives; restore the annotation the provider wrote, or delete the MachineRequest with annotation %s=true and remove what is left on Harvester yourself",
 			err, v1alpha1.AnnotationSkipHarvesterCleanup)
 	}

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/events"
 
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/outcome"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
@@ -54,19 +55,20 @@ var machineStatus = objstatus.Kind[*v1alpha1.MachineRequest, v1alpha1.MachineReq
 	},
 }
 
-// newMachineScope starts a reconcile of mr (see objstatus.New). Its policy: waits on what only
-// the user can fix (degradingReasons) say so in Degraded, with a Warning event when they begin;
-// a machine without a VM that waits on its configuration (configReasons) is Failed after the
-// grace period; any machine is Failed when it is not Running within the provisioning timeout;
-// unexpected errors are HarvesterUnavailable.
+// newMachineScope starts a reconcile of mr (see objstatus.New). Its policy is its reasons'
+// behaviour (package api/reasons): waits on what only the user can fix (Attention, Configuration)
+// say so in Degraded, with a Warning event when they begin; a machine without a VM that waits on
+// its configuration (Configuration) is Failed after the grace period, and retried by itself once
+// the configuration passes again (see configFixed); any machine is Failed when it is not Running
+// within the provisioning timeout; unexpected errors are HarvesterUnavailable.
 func newMachineScope(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig, recorder events.EventRecorder, statuses *objstatus.Memory[v1alpha1.MachineRequestStatus], limits waitLimits) *machineScope {
 	s := &machineScope{mr: mr, pc: pc, limits: limits}
 	s.Scope = objstatus.New(mr, machineStatus, objstatus.Policy{
 		Action:           "Provision",
 		FailAction:       "Fail",
-		Degrading:        outcome.DegradingReasons.Has,
+		Degrading:        reasons.Degrading,
 		NewWaitCondition: v1alpha1.ConditionProgressing,
-		Configuration:    configReasons.Has,
+		Configuration:    reasons.OnConfiguration,
 		Grace:            limits.configGrace,
 		GraceExpired:     "%s (unresolved for %s, --config-grace-period)",
 		GraceApplies:     func() bool { return !s.hasVM() },
@@ -134,21 +136,6 @@ func (s *machineScope) timedOut(why string) (bool, time.Duration) {
 	return true, 0
 }
 
-// configReasons are waits only the user can end: configuration, credentials, permissions. A
-// machine with no VM that waits on one of them is Failed after the grace period (a caller that acts
-// on Failed, such as the Butler bootstrap, can then act), and is retried by itself once the
-// configuration passes again (see configFixed).
-var configReasons = objstatus.Reasons{
-	v1alpha1.ReasonProviderConfigNotFound:  true,
-	v1alpha1.ReasonInvalidProviderConfig:   true,
-	v1alpha1.ReasonCredentialsUnavailable:  true,
-	v1alpha1.ReasonUntrustedEndpoint:       true,
-	v1alpha1.ReasonInsecureCredentials:     true,
-	v1alpha1.ReasonPermissionDenied:        true,
-	v1alpha1.ReasonProviderConfigNotShared: true,
-	v1alpha1.ReasonProviderConfigNotReady:  true,
-}
-
 // nothingCreated reports whether the status of a machine without a recorded place shows that
 // nothing can have been created for it: it never got past Pending, or failed on its
 // configuration (which is checked before anything is created).
@@ -157,7 +144,7 @@ func nothingCreated(st v1alpha1.MachineRequestStatus) bool {
 	case "", v1alpha1.MachinePhasePending:
 		return true
 	case v1alpha1.MachinePhaseFailed:
-		return configReasons[st.FailureReason]
+		return reasons.OnConfiguration(st.FailureReason)
 	}
 	return false
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // reservedLabelPrefixes are label prefixes the provider and Harvester own on the VM.
@@ -56,7 +56,7 @@ func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig, co
 	}
 	creds := t.Credentials
 	if pc.Spec.Provider != v1alpha1.ProviderTypeHarvester {
-		return nil, creds, objstatus.Waiting(v1alpha1.ReasonProviderConfigMoved, requeue.ProviderConfigRetry,
+		return nil, creds, errkind.Waiting(v1alpha1.ReasonProviderConfigMoved, requeue.ProviderConfigRetry,
 			"ProviderConfig %s now says provider %q: the Harvester provider creates nothing more for this MachineRequest; delete it, or set the ProviderConfig's provider back to \"harvester\"",
 			t.Ref, pc.Spec.Provider)
 	}
@@ -127,7 +127,7 @@ func imageFor(mr *v1alpha1.MachineRequest, t *target.Target) (harvester.ObjectRe
 	if mr.Spec.Image != "" {
 		ref, err := target.ParseImage(mr.Spec.Image, t.Credentials.Namespace)
 		if err != nil {
-			return ref, objstatus.Permanent(v1alpha1.ReasonInvalidSpec, "spec.image: %v", err)
+			return ref, errkind.Permanent(v1alpha1.ReasonInvalidSpec, "spec.image: %v", err)
 		}
 		return ref, nil
 	}
@@ -145,19 +145,19 @@ func imageFor(mr *v1alpha1.MachineRequest, t *target.Target) (harvester.ObjectRe
 // validateRequest checks what the published schema lets through but Harvester would refuse.
 func validateRequest(mr *v1alpha1.MachineRequest) error {
 	if size := len(mr.Spec.UserData) + len(mr.Spec.NetworkData); size > corev1.MaxSecretSize {
-		return objstatus.Permanent(v1alpha1.ReasonUserDataTooLarge,
+		return errkind.Permanent(v1alpha1.ReasonUserDataTooLarge,
 			"spec.userData and spec.networkData are %d bytes together; a Secret holds at most %d: shrink the machine configuration", size, corev1.MaxSecretSize)
 	}
 	for k, v := range mr.Spec.Labels {
 		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
-			return objstatus.Permanent(v1alpha1.ReasonInvalidSpec, "spec.labels: key %q is not a valid label key: %s", k, strings.Join(errs, "; "))
+			return errkind.Permanent(v1alpha1.ReasonInvalidSpec, "spec.labels: key %q is not a valid label key: %s", k, strings.Join(errs, "; "))
 		}
 		if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
-			return objstatus.Permanent(v1alpha1.ReasonInvalidSpec, "spec.labels[%q]: %q is not a valid label value: %s", k, v, strings.Join(errs, "; "))
+			return errkind.Permanent(v1alpha1.ReasonInvalidSpec, "spec.labels[%q]: %q is not a valid label value: %s", k, v, strings.Join(errs, "; "))
 		}
 		for _, p := range reservedLabelPrefixes {
 			if strings.HasPrefix(k, p) {
-				return objstatus.Permanent(v1alpha1.ReasonInvalidSpec, "spec.labels: key %q uses the reserved prefix %q: choose another key", k, p)
+				return errkind.Permanent(v1alpha1.ReasonInvalidSpec, "spec.labels: key %q uses the reserved prefix %q: choose another key", k, p)
 			}
 		}
 	}

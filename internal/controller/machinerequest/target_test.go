@@ -6,7 +6,7 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/providerconfig"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 // A problem of a ProviderConfig says the same to the ProviderConfig's checks and to a
@@ -25,7 +25,7 @@ func TestProviderConfigProblemSaysTheSameEverywhere(t *testing.T) {
 			change(pc)
 			_, _, checks := providerconfig.PreflightTarget(pc)
 			_, _, machine := machineSpecFor(machineRequest(), pc, target.Consumer{Namespace: machineRequest().Namespace}, "")
-			w, ok := objstatus.AsWaiting(checks)
+			w, ok := errkind.AsWaiting(checks)
 			if !ok || w.Reason != v1alpha1.ReasonInvalidProviderConfig {
 				t.Fatalf("checks: %v, want a wait with reason %s", checks, v1alpha1.ReasonInvalidProviderConfig)
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
@@ -35,7 +36,7 @@ func RecordPlace[O client.Object, S any](ctx context.Context, c client.Client, s
 	// obj is the server's answer now.
 	got, err := v1alpha1.DecodePlacement(obj.GetAnnotations())
 	if err != nil || got == nil || *got != p || !controllerutil.ContainsFinalizer(obj, finalizer) {
-		return objstatus.Waiting(v1alpha1.ReasonPlacementNotRecorded, requeue.ProviderConfigRetry,
+		return errkind.Waiting(v1alpha1.ReasonPlacementNotRecorded, requeue.ProviderConfigRetry,
 			"the API server did not keep annotation %s or finalizer %s on the %s: nothing is created until they persist; check the admission webhooks and policies that change %ss",
 			v1alpha1.AnnotationPlacement, finalizer, kind, kind)
 	}

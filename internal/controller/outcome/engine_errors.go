@@ -1,23 +1,23 @@
 package outcome
 
 import (
-	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
-// apiReasons are the engine's reasons that the front doors' APIs spell differently. Both doors
-// report the reasons of api/v1alpha1 (a HarvesterMachine's Ready condition uses them too), so
-// the spelling is shared; the advice is each door's own.
+// apiReasons map the engine's finer words (internal/harvester/reasons.go) onto the provider's
+// reasons (api/reasons), which both doors' APIs report as they are; the advice is each door's
+// own.
 var apiReasons = map[string]string{
-	harvester.ReasonNameTaken:                           v1alpha1.ReasonNameConflict,
-	harvester.ReasonNameTakenByAnotherManagementCluster: v1alpha1.ReasonNameConflict,
-	harvester.ReasonInvalidEndpoint:                     v1alpha1.ReasonInvalidProviderConfig,
-	harvester.ReasonOwnedElsewhere:                      v1alpha1.ReasonOwnedElsewhere,
-	harvester.ReasonOwnerUnknown:                        v1alpha1.ReasonOwnedElsewhere,
+	harvester.ReasonNameTaken:                           reasons.NameConflict,
+	harvester.ReasonNameTakenByAnotherManagementCluster: reasons.NameConflict,
+	harvester.ReasonInvalidEndpoint:                     reasons.InvalidProviderConfig,
+	harvester.ReasonOwnerUnknown:                        reasons.OwnedElsewhere,
 }
 
-// APIReason is an engine reason as the front doors' APIs spell it.
+// APIReason is an engine outcome as the front doors' APIs report it: one of the provider's
+// reasons as it is, one of the engine's finer words mapped onto the reason it is a case of.
 func APIReason(engineReason string) string {
 	if reason, renamed := apiReasons[engineReason]; renamed {
 		return reason
@@ -29,22 +29,14 @@ func APIReason(engineReason string) string {
 // asImageSyncError, or the ProviderConfig's checks, spelled as the engine's).
 func sameTerms(engineReason string) (reason, advice string) { return engineReason, "" }
 
-// FromEngine converts the engine's error classes, keeping their reasons.
-func FromEngine(err error) error { return FromEngineIn(err, sameTerms) }
+// FromEngine puts the engine's waits and permanent failures in a door's words, keeping their
+// reasons.
+func FromEngine(err error) error { return errkind.Translate(err, sameTerms) }
 
-// FromEngineIn is the one place where the engine's error classes (harvester.WaitingError,
-// harvester.PermanentError) become the front door's, in terms. Everything else (the front door's
-// own errors, which the engine hands back from its door's Gate and Record, conflicts, transient
-// errors) is returned unchanged. Whatever classifies an error the engine may have returned
-// passes it through here first.
-func FromEngineIn(err error, terms func(string) (reason, advice string)) error {
-	if w, ok := harvester.AsWaiting(err); ok {
-		reason, advice := terms(w.Reason)
-		return &objstatus.WaitingError{Reason: reason, Message: w.Message + advice, RetryAfter: w.RetryAfter}
-	}
-	if p, ok := harvester.AsPermanent(err); ok {
-		reason, advice := terms(p.Reason)
-		return &objstatus.PermanentError{Reason: reason, Message: p.Message + advice}
-	}
-	return err
-}
+// FromEngineIn is the one place where the engine's waits and permanent failures are put in a
+// front door's words (errkind.Translate): its reasons as terms spells them, with the advice terms
+// gives. Everything else (the front door's own errors, which the engine hands back from its
+// door's steps, conflicts, transient errors) is returned unchanged, and so is what was put in a
+// door's words before. Whatever classifies an error the engine may have returned passes it
+// through here first.
+func FromEngineIn(err error, terms errkind.Terms) error { return errkind.Translate(err, terms) }

@@ -27,6 +27,7 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/outcome"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/target"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/options"
@@ -192,7 +193,7 @@ func (r *Reconciler) validate(ctx context.Context, creds harvester.Credentials, 
 		specErr = err
 	}
 	reason := v1alpha1.ReasonHarvesterUnreachable
-	if w, ok := objstatus.AsWaiting(outcome.FromEngine(specErr)); ok {
+	if w, ok := errkind.AsWaiting(outcome.FromEngine(specErr)); ok {
 		reason = w.Reason
 	}
 	checks := []harvester.Check{{Type: v1alpha1.ConditionCredentialsValid, Reason: reason, Message: specErr.Error()}}
@@ -287,7 +288,7 @@ func PreflightGate(pc *v1alpha1.ProviderConfig, usesDefaultImage bool) error {
 		if t == v1alpha1.ConditionCredentialsValid {
 			reason = c.Reason
 		}
-		return objstatus.Waiting(reason, DefaultNotReadyRetryPeriod,
+		return errkind.Waiting(reason, DefaultNotReadyRetryPeriod,
 			"ProviderConfig %s/%s is not ready: %s=False (%s): %s", pc.Namespace, pc.Name, c.Type, c.Reason, c.Message)
 	}
 	return nil

@@ -9,7 +9,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 // LabelTeam is the label Butler puts on a team's namespaces: the Team's own, named after it, and
@@ -61,11 +61,11 @@ func SharedWith(pc *v1alpha1.ProviderConfig, c Consumer, kinds, refField string)
 		if c.Team == team {
 			return nil
 		}
-		return objstatus.Waiting(v1alpha1.ReasonProviderConfigNotShared, requeue.ProviderConfigRetry,
+		return errkind.Waiting(v1alpha1.ReasonProviderConfigNotShared, requeue.ProviderConfigRetry,
 			"ProviderConfig %s/%s (%s) is team %s's, and namespace %s is not one of the team's (label %s=%s on the namespace, which the platform sets): use a ProviderConfig of this namespace's team or one in namespace %s",
 			pc.Namespace, pc.Name, refField, team, c.Namespace, LabelTeam, team, c.Namespace)
 	}
-	return objstatus.Waiting(v1alpha1.ReasonProviderConfigNotShared, requeue.ProviderConfigRetry,
+	return errkind.Waiting(v1alpha1.ReasonProviderConfigNotShared, requeue.ProviderConfigRetry,
 		"ProviderConfig %s/%s (%s) is in another namespace and not shared: set its spec.scope.type to \"platform\" to let %s of other namespaces use it (or \"team\" with a teamRef, for a team's namespaces), or use a ProviderConfig in namespace %s",
 		pc.Namespace, pc.Name, refField, kinds, c.Namespace)
 }

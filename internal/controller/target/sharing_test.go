@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 // Who may use a ProviderConfig, as Butler scopes it: its own namespace; any, for a platform's; a
@@ -62,7 +62,7 @@ func TestSharedWith(t *testing.T) {
 				}
 				return
 			}
-			w, ok := objstatus.AsWaiting(err)
+			w, ok := errkind.AsWaiting(err)
 			if !ok || w.Reason != v1alpha1.ReasonProviderConfigNotShared || !strings.Contains(w.Message, tc.says) || !strings.Contains(w.Message, "butler-system/harvester") {
 				t.Fatalf("error %v, want %s saying %q", err, v1alpha1.ReasonProviderConfigNotShared, tc.says)
 			}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/requeue"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
-	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // Target is what a harvester ProviderConfig points at, read in one place for every reconciler
@@ -38,7 +38,7 @@ type Target struct {
 // observed and deleted whatever they say.
 func ResolveProviderConfig(pc *v1alpha1.ProviderConfig, pcRef, refField string) (*Target, error) {
 	if pc == nil {
-		return nil, objstatus.Waiting(v1alpha1.ReasonProviderConfigNotFound, requeue.ProviderConfigRetry,
+		return nil, errkind.Waiting(v1alpha1.ReasonProviderConfigNotFound, requeue.ProviderConfigRetry,
 			"ProviderConfig %s (%s) does not exist: create it or correct %s", pcRef, refField, refField)
 	}
 	hv := pc.Spec.Harvester
@@ -90,7 +90,7 @@ func (t *Target) DefaultImage() (*harvester.ObjectRef, error) {
 // InvalidProviderConfig is the wait of an object whose ProviderConfig (pcRef) has a problem only
 // its author can fix: the message names the ProviderConfig, the field and the fix (problem).
 func InvalidProviderConfig(pcRef, problem string) error {
-	return objstatus.Waiting(v1alpha1.ReasonInvalidProviderConfig, requeue.ProviderConfigRetry, "ProviderConfig %s %s", pcRef, problem)
+	return errkind.Waiting(v1alpha1.ReasonInvalidProviderConfig, requeue.ProviderConfigRetry, "ProviderConfig %s %s", pcRef, problem)
 }
 
 // ParseImage reads "<namespace>/<name>" (or "<name>", in defaultNamespace) of a
