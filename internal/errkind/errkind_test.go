@@ -33,7 +33,7 @@ func TestTranslateOnce(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			got := Translate(tc.err, terms)
 			if tc.unchanged {
-				if got != tc.err {
+				if !errors.Is(got, tc.err) || got.Error() != tc.err.Error() {
 					t.Fatalf("Translate changed %v into %v", tc.err, got)
 				}
 				return
@@ -42,7 +42,7 @@ func TestTranslateOnce(t *testing.T) {
 				t.Fatalf("%v is still in the engine's words", got)
 			}
 			again := Translate(got, terms)
-			if again != got {
+			if !errors.Is(again, got) {
 				t.Fatalf("a second Translate changed %q into %q", got, again)
 			}
 			if w, ok := AsWaiting(got); tc.waiting && (!ok || w.Reason != tc.reason || w.Message != tc.message || w.RetryAfter != tc.retryAfter) {

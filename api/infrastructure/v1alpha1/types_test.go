@@ -172,26 +172,3 @@ func TestConditionTypesAreValidWords(t *testing.T) {
 }
 
 var conditionWord = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`)
-
-// stringConstants returns the values of the string constants declared in a Go file.
-func stringConstants(t *testing.T, path string) []string {
-	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), path, nil, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, decl := range f.Decls {
-		if gd, ok := decl.(*ast.GenDecl); ok && gd.Tok == token.CONST {
-			for _, spec := range gd.Specs {
-				for _, v := range spec.(*ast.ValueSpec).Values {
-					if lit, ok := v.(*ast.BasicLit); ok && lit.Kind == token.STRING {
-						s, _ := strconv.Unquote(lit.Value)
-						out = append(out, s)
-					}
-				}
-			}
-		}
-	}
-	return out
-}
