@@ -9,6 +9,9 @@
 #                 cluster templates are checked against them)
 #   core-rbac/    core's RBAC (ServiceAccount, roles, bindings) as its release installs it, a
 #                 kustomization to build
+#   webhook/      core's webhook configurations (core/config/webhook/manifests.yaml: defaulting
+#                 and validation) and the CRD patches that turn its conversion webhook on
+#                 (core/config/crd/patches), for the testbed to point at the manager it runs
 # Tests use the directory as CAPI_ASSETS (make test sets it). With an argument (one of the names
 # above) it prints that path instead.
 #
@@ -29,8 +32,8 @@ build_rev=2
 dir="$cache_root/capi/capi-${capi_version}_${go_version}_r${build_rev}"
 
 case "${1:-}" in
-  "" | capi-manager | clusterctl | crds | kubeadm-crds | core-rbac) ;;
-  *) echo "usage: $0 [capi-manager|clusterctl|crds|kubeadm-crds|core-rbac]" >&2; exit 2 ;;
+  "" | capi-manager | clusterctl | crds | kubeadm-crds | core-rbac | webhook) ;;
+  *) echo "usage: $0 [capi-manager|clusterctl|crds|kubeadm-crds|core-rbac|webhook]" >&2; exit 2 ;;
 esac
 
 # rename_dir moves a finished build into place; it fails if the target exists (another run won).
@@ -96,6 +99,18 @@ patches:
 KUSTOMIZATION
   chmod -R u+w,go+rX "$rbac_tmp" # the module cache is read-only, and mktemp makes the directory private
   rename_dir "$rbac_tmp" "$dir/core-rbac" || rm -rf "$rbac_tmp" # another run won
+fi
+
+# webhook/: core's webhook configurations and conversion patches, as they are in the module (their
+# clientConfig names the release's Service; the testbed points them at the manager it runs, with a
+# CA of its own). Added to a cached build that lacks it, like core-rbac/.
+if [ ! -d "$dir/webhook" ]; then
+  src=$(cd "$moddir" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)
+  webhook_tmp=$(mktemp -d "$dir/.webhook.XXXXXX")
+  cp "$src/core/config/webhook/manifests.yaml" "$webhook_tmp/"
+  cp -r "$src/core/config/crd/patches" "$webhook_tmp/conversion"
+  chmod -R u+w,go+rX "$webhook_tmp"
+  rename_dir "$webhook_tmp" "$dir/webhook" || rm -rf "$webhook_tmp" # another run won
 fi
 
 if [ -n "${1:-}" ]; then

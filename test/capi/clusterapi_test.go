@@ -23,10 +23,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
 
@@ -34,8 +37,8 @@ import (
 const clusterFinalizer = "cluster.cluster.x-k8s.io"
 
 // TestClusterAPICoreManagerReconcilesACluster starts an API server with Cluster API core's CRDs
-// and the real core manager, creates a Cluster without infrastructure or control plane, and sees
-// the Cluster controller take it (its finalizer, phase Pending, its conditions for the current
+// and the real core manager, creates a Cluster whose infrastructure nothing provisions, and sees
+// the Cluster controller take it (its finalizer, phase Provisioning, its conditions for the current
 // generation) and, once it is deleted, let it go. clusterctl reports the pinned version.
 func TestClusterAPICoreManagerReconcilesACluster(t *testing.T) {
 	assets := requireAssets(t)
@@ -55,17 +58,7 @@ func TestClusterAPICoreManagerReconcilesACluster(t *testing.T) {
 		}
 	})
 
-	env := &envtest.Environment{CRDDirectoryPaths: []string{testbed.ClusterAPICRDs(assets)}, ErrorIfCRDPathMissing: true}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start the API server: %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	c, err := client.New(cfg, client.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-
+	cfg, c := startClusterAPIServer(t, assets)
 	start := time.Now()
 	capi, err := testbed.StartClusterAPI(ctx, testbed.ClusterAPIOptions{Assets: assets, Config: cfg, WorkDir: t.TempDir()})
 	t.Cleanup(func() {
@@ -83,7 +76,12 @@ func TestClusterAPICoreManagerReconcilesACluster(t *testing.T) {
 	if err := c.Create(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
-	cluster := testbed.ClusterAPIObject(testbed.ClusterGVK, ns.Name, "smoke", map[string]any{"clusterNetwork": map[string]any{"serviceDomain": "cluster.local"}})
+	// Cluster API's validation asks for an infrastructure or control plane reference: a
+	// HarvesterCluster that nothing provisions.
+	cluster := testbed.ClusterAPIObject(testbed.ClusterGVK, ns.Name, "smoke", map[string]any{
+		"clusterNetwork":    map[string]any{"serviceDomain": "cluster.local"},
+		"infrastructureRef": unprovisionedInfrastructure(ctx, t, c, ns.Name, "smoke"),
+	})
 	if err := c.Create(ctx, cluster); err != nil {
 		t.Fatalf("create the Cluster: %v", err)
 	}
@@ -95,8 +93,8 @@ func TestClusterAPICoreManagerReconcilesACluster(t *testing.T) {
 		if !slices.Contains(cluster.GetFinalizers(), clusterFinalizer) {
 			return fmt.Errorf("finalizers %v, want %s", cluster.GetFinalizers(), clusterFinalizer)
 		}
-		if phase, _, _ := unstructured.NestedString(cluster.Object, "status", "phase"); phase != "Pending" {
-			return fmt.Errorf("status.phase %q, want Pending (no infrastructure)", phase)
+		if phase, _, _ := unstructured.NestedString(cluster.Object, "status", "phase"); phase != "Provisioning" {
+			return fmt.Errorf("status.phase %q, want Provisioning (its infrastructure not provisioned)", phase)
 		}
 		if observed, _, _ := unstructured.NestedInt64(cluster.Object, "status", "observedGeneration"); observed != cluster.GetGeneration() {
 			return fmt.Errorf("status.observedGeneration %d, want %d", observed, cluster.GetGeneration())
@@ -129,6 +127,121 @@ func TestClusterAPICoreManagerReconcilesACluster(t *testing.T) {
 		}
 		return fmt.Errorf("still there, finalizers %v", cluster.GetFinalizers())
 	})
+}
+
+// TestClusterAPIWebhooksServeTheManagementCluster: the API server calls the core manager's own
+// webhooks, as on a management cluster where Cluster API is installed. A MachineDeployment is
+// defaulted by Cluster API's code, a Machine without bootstrap is refused by its validation, and a
+// Cluster written in v1beta2 reads back in v1beta1 through its conversion. While the manager is
+// stopped they fail closed: nothing of Cluster API's can be written; started again in the same
+// work directory, it serves them where the API server calls them.
+func TestClusterAPIWebhooksServeTheManagementCluster(t *testing.T) {
+	assets := requireAssets(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg, c := startClusterAPIServer(t, assets)
+	workDir := t.TempDir()
+	capi, err := testbed.StartClusterAPI(ctx, testbed.ClusterAPIOptions{Assets: assets, Config: cfg, WorkDir: workDir})
+	t.Cleanup(func() {
+		capi.Stop()
+		if t.Failed() {
+			t.Logf("the Cluster API manager's log (%s):\n%s", capi.LogPath, capi.LogTail())
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const namespace = "default"
+	infraRef := map[string]any{"apiGroup": infrav1.GroupVersion.Group, "kind": "HarvesterMachineTemplate", "name": "workers"}
+
+	// What a user writes of a MachineDeployment; the rest is Cluster API's defaulting.
+	userMachineDeployment := func(name string) *unstructured.Unstructured {
+		return testbed.ClusterAPIObject(testbed.MachineDeploymentGVK, namespace, name, map[string]any{
+			"clusterName": "webhooks",
+			"template": map[string]any{"spec": map[string]any{
+				"clusterName": "webhooks", "bootstrap": map[string]any{"dataSecretName": "workers"}, "infrastructureRef": infraRef,
+			}},
+		})
+	}
+	md := userMachineDeployment("workers")
+	if err := c.Create(ctx, md); err != nil {
+		t.Fatalf("create a MachineDeployment with what a user writes: %v", err)
+	}
+	selector, _, _ := unstructured.NestedString(md.Object, "spec", "selector", "matchLabels", "cluster.x-k8s.io/deployment-name")
+	label, _, _ := unstructured.NestedString(md.Object, "spec", "template", "metadata", "labels", "cluster.x-k8s.io/deployment-name")
+	if clusterLabel := md.GetLabels()["cluster.x-k8s.io/cluster-name"]; selector != "workers" || label != "workers" || clusterLabel != "webhooks" {
+		t.Errorf("the MachineDeployment was not defaulted by Cluster API's webhook: selector %q, template label %q, cluster label %q", selector, label, clusterLabel)
+	}
+
+	machine := testbed.ClusterAPIObject(testbed.MachineGVK, namespace, "no-bootstrap", map[string]any{
+		"clusterName": "webhooks", "bootstrap": map[string]any{}, "infrastructureRef": infraRef,
+	})
+	err = c.Create(ctx, machine)
+	if err == nil || !strings.Contains(err.Error(), "denied the request") || !strings.Contains(err.Error(), "bootstrap") {
+		t.Errorf("a Machine without bootstrap data or config: %v, want Cluster API's validation to refuse it", err)
+	}
+
+	cluster := testbed.ClusterAPIObject(testbed.ClusterGVK, namespace, "webhooks", map[string]any{
+		"clusterNetwork":    map[string]any{"serviceDomain": "cluster.local"},
+		"infrastructureRef": unprovisionedInfrastructure(ctx, t, c, namespace, "webhooks"),
+	})
+	if err := c.Create(ctx, cluster); err != nil {
+		t.Fatal(err)
+	}
+	old := &unstructured.Unstructured{}
+	old.SetGroupVersionKind(schema.GroupVersionKind{Group: testbed.ClusterGVK.Group, Version: "v1beta1", Kind: "Cluster"})
+	if err := c.Get(ctx, client.ObjectKeyFromObject(cluster), old); err != nil {
+		t.Fatalf("read the Cluster in v1beta1 (through the conversion webhook): %v", err)
+	}
+	if domain, _, _ := unstructured.NestedString(old.Object, "spec", "clusterNetwork", "serviceDomain"); old.GetAPIVersion() != "cluster.x-k8s.io/v1beta1" || domain != "cluster.local" {
+		t.Errorf("the Cluster read in v1beta1 is %s with serviceDomain %q", old.GetAPIVersion(), domain)
+	}
+
+	capi.Stop()
+	if err := c.Create(ctx, userMachineDeployment("while-stopped")); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
+		t.Errorf("a MachineDeployment created while the manager is stopped: %v, want the webhook to fail closed", err)
+	}
+	capi, err = testbed.StartClusterAPI(ctx, testbed.ClusterAPIOptions{Assets: assets, Config: cfg, WorkDir: workDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, userMachineDeployment("after-restart")); err != nil {
+		t.Errorf("a MachineDeployment created once the manager is started again: %v", err)
+	}
+}
+
+// startClusterAPIServer starts an API server with Cluster API core's CRDs and the provider's
+// infrastructure CRDs (Cluster API's conversion reads the CRD of each kind a reference names).
+func startClusterAPIServer(t *testing.T, assets string) (*rest.Config, client.Client) {
+	t.Helper()
+	env := &envtest.Environment{ErrorIfCRDPathMissing: true, CRDDirectoryPaths: []string{
+		testbed.ClusterAPICRDs(assets), filepath.Join(repoRoot(), "config", "crd", "infrastructure"),
+	}}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start the API server: %v", err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, c
+}
+
+// unprovisionedInfrastructure creates a HarvesterCluster that no provider runs for, and returns a
+// Cluster's reference to it.
+func unprovisionedInfrastructure(ctx context.Context, t *testing.T, c client.Client, namespace, name string) map[string]any {
+	t.Helper()
+	hc := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": infrav1.GroupVersion.String(), "kind": "HarvesterCluster",
+		"metadata": map[string]any{"namespace": namespace, "name": name},
+		"spec":     map[string]any{"providerConfigRef": map[string]any{"name": "harvester"}},
+	}}
+	if err := c.Create(ctx, hc); err != nil {
+		t.Fatalf("create HarvesterCluster %s/%s: %v", namespace, name, err)
+	}
+	return map[string]any{"apiGroup": infrav1.GroupVersion.Group, "kind": "HarvesterCluster", "name": name}
 }
 
 func TestMain(m *testing.M) {

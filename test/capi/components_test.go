@@ -119,7 +119,7 @@ func TestClusterAPIComponentsInstalledWithLeastPrivilege(t *testing.T) {
 	}
 	capiConfig := rest.CopyConfig(tb.MgmtConfig)
 	capiConfig.Impersonate = *capiUser
-	capi, err := testbed.StartClusterAPI(ctx, testbed.ClusterAPIOptions{Assets: assets, Config: capiConfig, WorkDir: t.TempDir()})
+	capi, err := testbed.StartClusterAPI(ctx, testbed.ClusterAPIOptions{Assets: assets, Config: capiConfig, Admin: tb.MgmtConfig, WorkDir: t.TempDir()})
 	t.Cleanup(func() {
 		capi.Stop()
 		if t.Failed() {

@@ -134,7 +134,7 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 	d.say("  played here (only Cluster API core runs): Steward (the endpoint patch and the StewardControlPlane's status), the kubeadm bootstrap provider (a bootstrap data Secret per KubeadmConfig), the workers' kubelets, and Harvester's cloud provider in the tenant (from the credentials the provider delivers)")
 
 	d.say("Creating the tenant cluster %s/%s as rendered (%s) ...", testbed.Namespace, capiCluster, kindsOf(c.objs))
-	d.say("  (Cluster API's webhooks are not registered with this API server: the MachineDeployment gets the defaults its defaulting webhook would set)")
+	d.say("  (Cluster API's own webhooks default and validate them, as on any management cluster)")
 	began := time.Now()
 	if err := c.create(ctx); err != nil {
 		return err
@@ -341,89 +341,15 @@ func kindsOf(objs []*unstructured.Unstructured) string {
 	return strings.Join(parts, ", ")
 }
 
-// create creates the rendered objects under strict field validation. Cluster API's webhooks are
-// not registered with this API server (see testbed.StartClusterAPI), so the MachineDeployment gets
-// the defaults its defaulting webhook sets first (defaultMachineDeployment).
+// create creates the rendered objects under strict field validation; Cluster API's webhooks
+// default and validate them (see testbed.StartClusterAPI), as on any management cluster.
 func (c *capiDemo) create(ctx context.Context) error {
 	for _, o := range c.objs {
-		if o.GetKind() == "MachineDeployment" {
-			if err := defaultMachineDeployment(o); err != nil {
-				return err
-			}
-		}
 		if err := c.tb.Mgmt.Create(ctx, o, client.FieldValidation("Strict")); err != nil {
 			return fmt.Errorf("create %s %s: %w", o.GetKind(), o.GetName(), err)
 		}
 	}
 	return nil
-}
-
-// defaultMachineDeployment applies what Cluster API's MachineDeployment defaulting webhook
-// (core/webhooks/admission/machinedeployment.go, Default, v1.14.2) sets on a new
-// MachineDeployment: the cluster-name label, the replicas (from spec.replicas, else 1), the
-// rollout strategy RollingUpdate with maxSurge 1 and maxUnavailable 0, and, for an empty selector,
-// the deployment-name label in the selector and the template; the cluster-name label in both.
-func defaultMachineDeployment(md *unstructured.Unstructured) error {
-	spec, _, _ := unstructured.NestedMap(md.Object, "spec")
-	if spec == nil {
-		return fmt.Errorf("MachineDeployment %s has no spec", md.GetName())
-	}
-	clusterName, _ := spec["clusterName"].(string)
-	labels := md.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[testbed.ClusterNameLabel] = clusterName
-	md.SetLabels(labels)
-	if _, ok := spec["replicas"]; !ok {
-		spec["replicas"] = int64(1)
-	}
-	rollout, _, _ := unstructured.NestedMap(spec, "rollout")
-	if rollout == nil {
-		rollout = map[string]any{}
-	}
-	strategy, _, _ := unstructured.NestedMap(rollout, "strategy")
-	if strategy == nil {
-		strategy = map[string]any{}
-	}
-	if strategy["type"] == nil || strategy["type"] == "" {
-		strategy["type"] = "RollingUpdate"
-	}
-	if strategy["type"] == "RollingUpdate" {
-		ru, _, _ := unstructured.NestedMap(strategy, "rollingUpdate")
-		if ru == nil {
-			ru = map[string]any{}
-		}
-		if _, ok := ru["maxSurge"]; !ok {
-			ru["maxSurge"] = int64(1)
-		}
-		if _, ok := ru["maxUnavailable"]; !ok {
-			ru["maxUnavailable"] = int64(0)
-		}
-		strategy["rollingUpdate"] = ru
-	}
-	rollout["strategy"] = strategy
-	spec["rollout"] = rollout
-	selector, _, _ := unstructured.NestedStringMap(spec, "selector", "matchLabels")
-	expressions, _, _ := unstructured.NestedSlice(spec, "selector", "matchExpressions")
-	templateLabels, _, _ := unstructured.NestedStringMap(spec, "template", "metadata", "labels")
-	if selector == nil {
-		selector = map[string]string{}
-	}
-	if templateLabels == nil {
-		templateLabels = map[string]string{}
-	}
-	if len(selector) == 0 && len(expressions) == 0 {
-		selector[testbed.DeploymentNameLabel] = md.GetName()
-		templateLabels[testbed.DeploymentNameLabel] = md.GetName()
-	}
-	selector[testbed.ClusterNameLabel] = clusterName
-	templateLabels[testbed.ClusterNameLabel] = clusterName
-	md.Object["spec"] = spec
-	if err := unstructured.SetNestedStringMap(md.Object, selector, "spec", "selector", "matchLabels"); err != nil {
-		return err
-	}
-	return unstructured.SetNestedStringMap(md.Object, templateLabels, "spec", "template", "metadata", "labels")
 }
 
 // machineDeployment returns the flavour's MachineDeployment.

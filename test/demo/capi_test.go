@@ -1,15 +1,12 @@
 package main
 
 import (
-	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
-
-	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
 
 func TestCapiTable(t *testing.T) {
@@ -48,60 +45,6 @@ func TestAllRunning(t *testing.T) {
 		if got := allRunning(tc.rows, tc.want); got != tc.ok {
 			t.Errorf("%s: allRunning = %v, want %v", tc.name, got, tc.ok)
 		}
-	}
-}
-
-// TestDefaultMachineDeployment checks the defaults of Cluster API's MachineDeployment webhook on
-// the hosted flavour's MachineDeployment as clusterctl renders it (an empty selector).
-func TestDefaultMachineDeployment(t *testing.T) {
-	objs, err := testbed.DecodeManifests([]byte(`apiVersion: cluster.x-k8s.io/v1beta2
-kind: MachineDeployment
-metadata:
-  name: demo-md-0
-  namespace: butler-system
-spec:
-  clusterName: demo
-  replicas: 3
-  selector:
-    matchLabels: {}
-  template:
-    spec:
-      clusterName: demo
-      version: v1.33.1
-`))
-	if err != nil || len(objs) != 1 {
-		t.Fatal(objs, err)
-	}
-	md := objs[0]
-	if err := defaultMachineDeployment(md); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{testbed.ClusterNameLabel: "demo", testbed.DeploymentNameLabel: "demo-md-0"}
-	selector, _, _ := unstructured.NestedStringMap(md.Object, "spec", "selector", "matchLabels")
-	templateLabels, _, _ := unstructured.NestedStringMap(md.Object, "spec", "template", "metadata", "labels")
-	if !reflect.DeepEqual(selector, want) || !reflect.DeepEqual(templateLabels, want) {
-		t.Errorf("selector %v and template labels %v, want %v in both", selector, templateLabels, want)
-	}
-	if md.GetLabels()[testbed.ClusterNameLabel] != "demo" {
-		t.Errorf("labels %v, want %s: demo", md.GetLabels(), testbed.ClusterNameLabel)
-	}
-	if replicas, _, _ := unstructured.NestedFieldNoCopy(md.Object, "spec", "replicas"); fmt.Sprint(replicas) != "3" {
-		t.Errorf("replicas %d, want the 3 given", replicas)
-	}
-	strategy, _, _ := unstructured.NestedMap(md.Object, "spec", "rollout", "strategy")
-	if !reflect.DeepEqual(strategy, map[string]any{"type": "RollingUpdate", "rollingUpdate": map[string]any{"maxSurge": int64(1), "maxUnavailable": int64(0)}}) {
-		t.Errorf("rollout strategy %v, want RollingUpdate with maxSurge 1, maxUnavailable 0", strategy)
-	}
-
-	// A selector given is kept; only the cluster's name is added.
-	_ = unstructured.SetNestedStringMap(md.Object, map[string]string{"pool": "a"}, "spec", "selector", "matchLabels")
-	_ = unstructured.SetNestedStringMap(md.Object, map[string]string{"pool": "a"}, "spec", "template", "metadata", "labels")
-	if err := defaultMachineDeployment(md); err != nil {
-		t.Fatal(err)
-	}
-	selector, _, _ = unstructured.NestedStringMap(md.Object, "spec", "selector", "matchLabels")
-	if want := map[string]string{"pool": "a", testbed.ClusterNameLabel: "demo"}; !reflect.DeepEqual(selector, want) {
-		t.Errorf("selector %v, want %v", selector, want)
 	}
 }
 

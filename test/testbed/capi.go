@@ -3,20 +3,13 @@ package testbed
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -49,7 +42,7 @@ func ClusterAPIAssets() (string, error) {
 	if dir == "" {
 		return "", fmt.Errorf("%s is not set: run the tests with 'make test', which builds Cluster API (make capi prints the directory)", ClusterAPIAssetsEnv)
 	}
-	for _, name := range []string{"capi-manager", "clusterctl", "crds", "core-rbac"} {
+	for _, name := range []string{"capi-manager", "clusterctl", "crds", "core-rbac", "webhook"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil { //nolint:gosec // G703: the directory the test's caller (make test) names
 			return "", fmt.Errorf("%s=%s has no %s (%w): set it to what 'make capi' prints", ClusterAPIAssetsEnv, dir, name, err)
 		}
@@ -57,8 +50,9 @@ func ClusterAPIAssets() (string, error) {
 	return dir, nil
 }
 
-// ClusterAPICRDs is the directory of Cluster API core's CRDs in assets. They have no conversion
-// webhooks (the bases, before kustomize adds them): an API server serves them on its own.
+// ClusterAPICRDs is the directory of Cluster API core's CRDs in assets: the bases, before
+// kustomize adds their conversion webhook, which StartClusterAPI turns on once the manager that
+// serves it runs.
 func ClusterAPICRDs(assets string) string { return filepath.Join(assets, "crds") }
 
 // ClusterAPICoreRBAC is the kustomization, in assets, of Cluster API core's RBAC as its release
@@ -74,8 +68,12 @@ type ClusterAPIOptions struct {
 	// Config reaches the management cluster; the manager uses it as it is: an admin's, or one
 	// that impersonates core's ServiceAccount (ClusterAPICoreRBAC) to test the RBAC.
 	Config *rest.Config
-	// WorkDir receives the manager's kubeconfig, its webhook serving certificate and its log
-	// (capi-manager.log).
+	// Admin installs the webhook configurations and turns the CRDs' conversion webhook on, as the
+	// release's installer does (default: Config).
+	Admin *rest.Config
+	// WorkDir receives the manager's kubeconfig, its webhook serving port and certificates, and
+	// its log (capi-manager.log). A manager started again in the same WorkDir serves its webhooks
+	// where the API server calls them.
 	WorkDir string
 	// Args are added to the manager's flags (e.g. --feature-gates=ClusterTopology=true).
 	Args []string
@@ -94,16 +92,14 @@ type ClusterAPI struct {
 
 // StartClusterAPI starts the Cluster API core manager (the cluster-api-controller image's
 // program: the Cluster, Machine, MachineSet, MachineDeployment, MachineHealthCheck, ... controllers)
-// against the management cluster, and waits until it is ready. Stop it with Stop, also after an
-// error.
-//
-// The manager always serves its webhooks (conversion, defaulting, validation): it has no flag to
-// turn them off, and its readiness check is the webhook server's. It gets a self-signed
-// certificate and a free port, but the API server is not told about them, as in envtest-based
-// tests: the CRDs (ClusterAPICRDs) have no conversion webhook and no webhook configuration is
-// installed. So objects must be written in the storage version (v1beta2) and are neither
-// defaulted nor validated by Cluster API's webhooks. Leader election is off; the health probes
-// and the metrics (--insecure-diagnostics: plain HTTP, no pprof) listen on free loopback ports.
+// against the management cluster, waits until it is ready, and points the API server at its
+// webhooks (conversion, defaulting, validation) as a release of Cluster API core does: objects
+// are defaulted and validated by Cluster API's own code, and may be written in any version it
+// serves. The webhooks are served on a loopback port with a certificate of a CA the testbed makes,
+// both kept in WorkDir; they fail closed, as released, so Cluster API's objects cannot be written
+// while the manager is stopped. Stop it with Stop, also after an error. Leader election is off; the
+// health probes and the metrics (--insecure-diagnostics: plain HTTP, no pprof) listen on free
+// loopback ports.
 func StartClusterAPI(ctx context.Context, opts ClusterAPIOptions) (*ClusterAPI, error) {
 	c := &ClusterAPI{LogPath: filepath.Join(opts.WorkDir, "capi-manager.log")}
 	if err := os.MkdirAll(opts.WorkDir, 0o750); err != nil {
@@ -113,15 +109,11 @@ func StartClusterAPI(ctx context.Context, opts ClusterAPIOptions) (*ClusterAPI, 
 	if err := os.WriteFile(kubeconfig, sim.KubeconfigFor(opts.Config), 0o600); err != nil {
 		return c, err
 	}
-	certDir := filepath.Join(opts.WorkDir, "capi-webhook-certs")
-	if err := writeSelfSignedCert(certDir); err != nil {
-		return c, fmt.Errorf("webhook serving certificate: %w", err)
-	}
-	healthAddr, err := FreeLocalAddr()
+	webhooks, err := webhookServingIn(opts.WorkDir)
 	if err != nil {
 		return c, err
 	}
-	webhookAddr, err := FreeLocalAddr()
+	healthAddr, err := FreeLocalAddr()
 	if err != nil {
 		return c, err
 	}
@@ -130,7 +122,6 @@ func StartClusterAPI(ctx context.Context, opts ClusterAPIOptions) (*ClusterAPI, 
 		return c, err
 	}
 	c.MetricsURL = "http://" + metricsAddr + "/metrics"
-	_, webhookPort, _ := net.SplitHostPort(webhookAddr)
 	logFile, err := os.OpenFile(c.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return c, err
@@ -141,8 +132,8 @@ func StartClusterAPI(ctx context.Context, opts ClusterAPIOptions) (*ClusterAPI, 
 		"--diagnostics-address=" + metricsAddr,
 		"--insecure-diagnostics",
 		"--health-addr=" + healthAddr,
-		"--webhook-port=" + webhookPort,
-		"--webhook-cert-dir=" + certDir,
+		"--webhook-port=" + strconv.Itoa(webhooks.port),
+		"--webhook-cert-dir=" + webhooks.certDir,
 	}, opts.Args...)
 	//nolint:gosec // G204: runs the manager hack/tools/capi.sh built, with the caller's (test) flags
 	c.cmd = exec.Command(filepath.Join(opts.Assets, "capi-manager"), args...)
@@ -153,7 +144,17 @@ func StartClusterAPI(ctx context.Context, opts ClusterAPIOptions) (*ClusterAPI, 
 	}
 	c.exited = make(chan error, 1)
 	go func() { c.exited <- c.cmd.Wait() }()
-	return c, c.waitReady(ctx, "http://"+healthAddr+"/readyz", 2*time.Minute)
+	if err := c.waitReady(ctx, "http://"+healthAddr+"/readyz", 2*time.Minute); err != nil {
+		return c, err
+	}
+	admin := opts.Admin
+	if admin == nil {
+		admin = opts.Config
+	}
+	if err := installClusterAPIWebhooks(ctx, admin, opts.Assets, webhooks); err != nil {
+		return c, fmt.Errorf("point the API server at the Cluster API manager's webhooks: %w\n%s", err, c.LogTail())
+	}
+	return c, nil
 }
 
 // waitReady polls the manager's readiness endpoint until it answers 200, the manager exits or
@@ -241,38 +242,4 @@ func (c *ClusterAPI) Stop() {
 		_ = exitErr // "signal: killed"
 	}
 	c.exited = nil
-}
-
-// writeSelfSignedCert writes tls.crt and tls.key (a self-signed certificate for localhost) into
-// dir: the manager's webhook server does not start without them.
-func writeSelfSignedCert(dir string) error {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: "localhost"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
 }

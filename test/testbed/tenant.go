@@ -16,8 +16,8 @@ import (
 	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 )
 
-// Cluster API's kinds, in their storage version: the Cluster API core manager runs without its
-// webhooks here (see StartClusterAPI), so objects are written as stored.
+// Cluster API's kinds, in their storage version (its conversion webhook serves the others, see
+// StartClusterAPI).
 var (
 	ClusterGVK           = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Cluster"}
 	MachineGVK           = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "Machine"}
@@ -115,22 +115,15 @@ func (tc TenantCluster) ControlPlaneMachine(name string) (*infrav1.HarvesterMach
 }
 
 // MachineDeployment returns a MachineDeployment of replicas machines and its
-// HarvesterMachineTemplate, both named name, written as Cluster API's defaulting webhook would
-// leave it (the webhooks are not called here).
+// HarvesterMachineTemplate, both named name, as a user writes them: Cluster API's defaulting
+// webhook adds the selector, the labels and the rollout strategy.
 func (tc TenantCluster) MachineDeployment(name string, replicas int) (*infrav1.HarvesterMachineTemplate, *unstructured.Unstructured) {
 	tmpl := &infrav1.HarvesterMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: tc.Namespace, Name: name},
 		Spec: infrav1.HarvesterMachineTemplateSpec{Template: infrav1.HarvesterMachineTemplateResource{Spec: tc.MachineSpec}}}
-	labels := map[string]any{ClusterNameLabel: tc.Name, DeploymentNameLabel: name}
 	md := ClusterAPIObject(MachineDeploymentGVK, tc.Namespace, name, map[string]any{
 		"clusterName": tc.Name,
 		"replicas":    int64(replicas),
-		"selector":    map[string]any{"matchLabels": labels},
-		"rollout": map[string]any{"strategy": map[string]any{"type": "RollingUpdate",
-			"rollingUpdate": map[string]any{"maxSurge": int64(1), "maxUnavailable": int64(0)}}},
-		"template": map[string]any{
-			"metadata": map[string]any{"labels": labels},
-			"spec":     tc.machineSpec(tc.infrastructureRef("HarvesterMachineTemplate", name)),
-		},
+		"template":    map[string]any{"spec": tc.machineSpec(tc.infrastructureRef("HarvesterMachineTemplate", name))},
 	})
 	return tmpl, md
 }
