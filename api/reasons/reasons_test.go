@@ -7,36 +7,30 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/butlerdotdev/butler-provider-harvester/internal/apiconsts"
 )
 
 // conditionWord is what metav1.Condition's schema accepts as a reason.
 var conditionWord = regexp.MustCompile(`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`)
 
-// declared returns the string constants of reasons.go by name.
+// declared returns the reasons of reasons.go by name (its string constants but the behaviours).
 func declared(t *testing.T) map[string]string {
 	t.Helper()
-	f, err := parser.ParseFile(token.NewFileSet(), "reasons.go", nil, 0)
+	consts, err := apiconsts.Read("reasons.go", "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	behaviours := map[string]bool{}
+	for _, b := range Behaviours {
+		behaviours[string(b.Behaviour)] = true
+	}
 	out := map[string]string{}
-	for _, decl := range f.Decls {
-		g, ok := decl.(*ast.GenDecl)
-		if !ok || g.Tok != token.CONST {
-			continue
-		}
-		for _, spec := range g.Specs {
-			v := spec.(*ast.ValueSpec)
-			if v.Type != nil { // the Behaviour constants
-				continue
-			}
-			for i, name := range v.Names {
-				lit := v.Values[i].(*ast.BasicLit)
-				out[name.Name], _ = strconv.Unquote(lit.Value)
-			}
+	for name, c := range consts {
+		if !behaviours[c.Value] {
+			out[name] = c.Value
 		}
 	}
 	return out

@@ -60,16 +60,7 @@ func TestClusterAPICoreManagerReconcilesACluster(t *testing.T) {
 
 	cfg, c := startClusterAPIServer(t, assets)
 	start := time.Now()
-	capi, err := testbed.StartClusterAPI(ctx, testbed.ClusterAPIOptions{Assets: assets, Config: cfg, WorkDir: t.TempDir()})
-	t.Cleanup(func() {
-		capi.Stop()
-		if t.Failed() {
-			t.Logf("the Cluster API manager's log (%s):\n%s", capi.LogPath, capi.Log())
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	capi := startCoreManager(ctx, t, testbed.ClusterAPIOptions{Assets: assets, Config: cfg, WorkDir: t.TempDir()})
 	t.Logf("Cluster API core manager ready in %s", time.Since(start).Round(time.Millisecond))
 
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "capi-smoke"}}
@@ -141,16 +132,7 @@ func TestClusterAPIWebhooksServeTheManagementCluster(t *testing.T) {
 	defer cancel()
 	cfg, c := startClusterAPIServer(t, assets)
 	workDir := t.TempDir()
-	capi, err := testbed.StartClusterAPI(ctx, testbed.ClusterAPIOptions{Assets: assets, Config: cfg, WorkDir: workDir})
-	t.Cleanup(func() {
-		capi.Stop()
-		if t.Failed() {
-			t.Logf("the Cluster API manager's log (%s):\n%s", capi.LogPath, capi.LogTail())
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	capi := startCoreManager(ctx, t, testbed.ClusterAPIOptions{Assets: assets, Config: cfg, WorkDir: workDir})
 	const namespace = "default"
 	infraRef := map[string]any{"apiGroup": infrav1.GroupVersion.Group, "kind": "HarvesterMachineTemplate", "name": "workers"}
 
@@ -176,7 +158,7 @@ func TestClusterAPIWebhooksServeTheManagementCluster(t *testing.T) {
 	machine := testbed.ClusterAPIObject(testbed.MachineGVK, namespace, "no-bootstrap", map[string]any{
 		"clusterName": "webhooks", "bootstrap": map[string]any{}, "infrastructureRef": infraRef,
 	})
-	err = c.Create(ctx, machine)
+	err := c.Create(ctx, machine)
 	if err == nil || !strings.Contains(err.Error(), "denied the request") || !strings.Contains(err.Error(), "bootstrap") {
 		t.Errorf("a Machine without bootstrap data or config: %v, want Cluster API's validation to refuse it", err)
 	}
@@ -201,13 +183,31 @@ func TestClusterAPIWebhooksServeTheManagementCluster(t *testing.T) {
 	if err := c.Create(ctx, userMachineDeployment("while-stopped")); err == nil || !strings.Contains(err.Error(), "failed calling webhook") {
 		t.Errorf("a MachineDeployment created while the manager is stopped: %v, want the webhook to fail closed", err)
 	}
-	capi, err = testbed.StartClusterAPI(ctx, testbed.ClusterAPIOptions{Assets: assets, Config: cfg, WorkDir: workDir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	startCoreManager(ctx, t, testbed.ClusterAPIOptions{Assets: assets, Config: cfg, WorkDir: workDir})
 	if err := c.Create(ctx, userMachineDeployment("after-restart")); err != nil {
 		t.Errorf("a MachineDeployment created once the manager is started again: %v", err)
 	}
+}
+
+// startCoreManager starts the Cluster API core manager (testbed.StartClusterAPI), stopped when
+// the test ends; if the test failed, its log's last lines are shown then, and whatever else
+// alsoShow gives.
+func startCoreManager(ctx context.Context, t *testing.T, opts testbed.ClusterAPIOptions, alsoShow ...func() string) *testbed.ClusterAPI {
+	t.Helper()
+	capi, err := testbed.StartClusterAPI(ctx, opts)
+	t.Cleanup(func() {
+		capi.Stop()
+		if t.Failed() {
+			t.Logf("the Cluster API manager's log (%s):\n%s", capi.LogPath, capi.LogTail())
+			for _, show := range alsoShow {
+				t.Log(show())
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return capi
 }
 
 // startClusterAPIServer starts an API server with Cluster API core's CRDs and the provider's

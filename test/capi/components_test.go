@@ -119,16 +119,8 @@ func TestClusterAPIComponentsInstalledWithLeastPrivilege(t *testing.T) {
 	}
 	capiConfig := rest.CopyConfig(tb.MgmtConfig)
 	capiConfig.Impersonate = *capiUser
-	capi, err := testbed.StartClusterAPI(ctx, testbed.ClusterAPIOptions{Assets: assets, Config: capiConfig, Admin: tb.MgmtConfig, WorkDir: t.TempDir()})
-	t.Cleanup(func() {
-		capi.Stop()
-		if t.Failed() {
-			t.Logf("the Cluster API manager's log (%s):\n%s\nthe provider's %s", capi.LogPath, capi.LogTail(), tb.ManagerLogTail())
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	capi := startCoreManager(ctx, t, testbed.ClusterAPIOptions{Assets: assets, Config: capiConfig, Admin: tb.MgmtConfig, WorkDir: t.TempDir()},
+		func() string { return "the provider's " + tb.ManagerLogTail() })
 	wait := func(what string, check func() error) {
 		t.Helper()
 		waitFor(ctx, t, capi, what, func() error {

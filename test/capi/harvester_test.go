@@ -131,16 +131,7 @@ func startManagementCluster(ctx context.Context, t *testing.T, hv *sim.Harvester
 	if err != nil {
 		t.Fatal(err)
 	}
-	capi, err := testbed.StartClusterAPI(ctx, testbed.ClusterAPIOptions{Assets: assets, Config: cfg, WorkDir: t.TempDir()})
-	t.Cleanup(func() {
-		capi.Stop()
-		if t.Failed() {
-			t.Logf("the Cluster API manager's log (%s):\n%s", capi.LogPath, capi.LogTail())
-		}
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	capi := startCoreManager(ctx, t, testbed.ClusterAPIOptions{Assets: assets, Config: cfg, WorkDir: t.TempDir()})
 	w := &capiWorld{t: t, ctx: ctx, c: c, hv: hv, capi: capi, cfg: cfg, scheme: scheme}
 	w.stopProvider = startProvider(ctx, t, cfg, scheme, providerOpts...)
 
@@ -338,7 +329,11 @@ func (w *capiWorld) waitCondition(obj client.Object, conditions func() []metav1.
 // Cluster resumes.
 // Deleting the Cluster leaves Harvester empty.
 func TestClusterAPIMachineOnHarvester(t *testing.T) {
-	w := startCAPIWorld(t)
+	kubeadmCRDs, err := testbed.KubeadmCRDs(requireAssets(t), t.TempDir()) // a Machine names a KubeadmConfig
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startCAPIWorld(t, kubeadmCRDs)
 	ctx, c, hv, capi, must := w.ctx, w.c, w.hv, w.capi, w.must
 	// Harvester's nodes in zones a and b; no node is in zone d.
 	const zone = "topology.kubernetes.io/zone"
@@ -466,11 +461,15 @@ func TestClusterAPIMachineOnHarvester(t *testing.T) {
 	w.machine("tenant-md-2", "zone-d")
 	w.readyCondition("tenant-md-2", infrav1.ReasonVMUnschedulable, "didn't match Pod's node affinity/selector", zone+"=zone-d", "label the nodes")
 
-	// A Machine whose bootstrap data is not written yet: nothing is made, and the HarvesterMachine
-	// says what it waits for. The bootstrap provider naming the Secret (a change of the Machine's
-	// spec, seen by its metadata watch) wakes it at once, well before it would look again.
+	// A Machine whose bootstrap data is not written yet (its bootstrap provider's config named,
+	// Cluster API's validation asks for one or the other): nothing is made, and the
+	// HarvesterMachine says what it waits for. The bootstrap provider naming the Secret (a change
+	// of the Machine's spec, seen by its metadata watch) wakes it at once, well before it would
+	// look again.
 	waiting, waitingMachine := tenant.Machine("tenant-md-3", "")
-	unstructured.RemoveNestedField(waitingMachine.Object, "spec", "bootstrap", "dataSecretName")
+	must(unstructured.SetNestedMap(waitingMachine.Object, map[string]any{"configRef": map[string]any{
+		"apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": "tenant-md-3",
+	}}, "spec", "bootstrap"))
 	must(testbed.CreateAll(ctx, c, waiting, waitingMachine))
 	w.readyCondition("tenant-md-3", infrav1.ReasonWaitingForBootstrapData, "spec.bootstrap.dataSecretName of Machine tenants/tenant-md-3")
 	if err := hv.Client.Get(ctx, types.NamespacedName{Namespace: "vms", Name: "tenant-md-3"}, &kubevirtv1.VirtualMachine{}); !apierrors.IsNotFound(err) {

@@ -13,7 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 )
@@ -242,4 +244,43 @@ func (c *ClusterAPI) Stop() {
 		_ = exitErr // "signal: killed"
 	}
 	c.exited = nil
+}
+
+// KubeadmCRDs writes the kubeadm providers' CRDs of assets into dir with the contract
+// labels their release adds (bootstrap/kubeadm/config/crd/kustomization.yaml and the control
+// plane's: cluster.x-k8s.io/v1beta1: v1beta1, cluster.x-k8s.io/v1beta2: v1beta2). hack/tools/capi.sh
+// copies the bases, which lack them, and Cluster API reads a KubeadmConfig's contract from them
+// (to convert a Machine that names one, to delete it). It returns dir.
+func KubeadmCRDs(assets, dir string) (string, error) {
+	files, err := filepath.Glob(filepath.Join(assets, "kubeadm-crds", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		return "", fmt.Errorf("no kubeadm CRDs in %s: run 'make capi' (%w)", assets, err)
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return "", err
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f) //nolint:gosec // G304: the CRDs hack/tools/capi.sh copied
+		if err != nil {
+			return "", err
+		}
+		crd := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal(data, &crd.Object); err != nil {
+			return "", fmt.Errorf("%s: %w", f, err)
+		}
+		labels := crd.GetLabels()
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels["cluster.x-k8s.io/v1beta1"], labels["cluster.x-k8s.io/v1beta2"] = "v1beta1", "v1beta2"
+		crd.SetLabels(labels)
+		out, err := yaml.Marshal(crd.Object)
+		if err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), out, 0o600); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
 }

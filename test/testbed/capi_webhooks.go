@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -18,7 +19,6 @@ import (
 	"strings"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -164,8 +164,8 @@ func installClusterAPIWebhooks(ctx context.Context, cfg *rest.Config, assets str
 	return waitForDefaulting(ctx, c)
 }
 
-// applyWebhookConfigurations creates or updates core's webhook configurations, each webhook's
-// Service replaced by the manager's URL.
+// applyWebhookConfigurations creates or updates core's webhook configurations (mutating and
+// validating), each webhook's Service replaced by the manager's URL.
 func applyWebhookConfigurations(ctx context.Context, c client.Client, manifests string, w webhookServing) error {
 	data, err := os.ReadFile(manifests) //nolint:gosec // G304: a file of the Cluster API build
 	if err != nil {
@@ -175,46 +175,37 @@ func applyWebhookConfigurations(ctx context.Context, c client.Client, manifests 
 	if err != nil {
 		return err
 	}
+	names := map[string]string{
+		"MutatingWebhookConfiguration":   clusterAPIMutatingWebhooks,
+		"ValidatingWebhookConfiguration": clusterAPIValidatingWebhooks,
+	}
 	for _, u := range objs {
-		var obj client.Object
-		switch u.GetKind() {
-		case "MutatingWebhookConfiguration":
-			m := &admissionregistrationv1.MutatingWebhookConfiguration{}
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, m); err != nil {
-				return err
-			}
-			m.Name = clusterAPIMutatingWebhooks
-			for i := range m.Webhooks {
-				pointAt(&m.Webhooks[i].ClientConfig, w)
-			}
-			obj = m
-		case "ValidatingWebhookConfiguration":
-			v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
-			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, v); err != nil {
-				return err
-			}
-			v.Name = clusterAPIValidatingWebhooks
-			for i := range v.Webhooks {
-				pointAt(&v.Webhooks[i].ClientConfig, w)
-			}
-			obj = v
-		default:
+		name, ok := names[u.GetKind()]
+		if !ok {
 			return fmt.Errorf("%s: unexpected %s", manifests, u.GetKind())
 		}
-		if err := createOrReplace(ctx, c, obj); err != nil {
-			return fmt.Errorf("%s %s: %w", u.GetKind(), obj.GetName(), err)
+		u.SetName(name)
+		webhooks, _, _ := unstructured.NestedSlice(u.Object, "webhooks")
+		for _, hook := range webhooks {
+			if hook, ok := hook.(map[string]any); ok {
+				hook["clientConfig"] = clientConfigFor(hook["clientConfig"], w)
+			}
+		}
+		if err := unstructured.SetNestedSlice(u.Object, webhooks, "webhooks"); err != nil {
+			return err
+		}
+		if err := createOrReplace(ctx, c, u); err != nil {
+			return fmt.Errorf("%s %s: %w", u.GetKind(), name, err)
 		}
 	}
 	return nil
 }
 
-// pointAt makes a webhook call the manager's URL, trusting the testbed's CA.
-func pointAt(cc *admissionregistrationv1.WebhookClientConfig, w webhookServing) {
-	path := ""
-	if cc.Service != nil && cc.Service.Path != nil {
-		path = *cc.Service.Path
-	}
-	cc.Service, cc.URL, cc.CABundle = nil, ptr.To("https://"+w.hostPort()+path), w.caPEM
+// clientConfigFor is a webhook's clientConfig that calls the manager's URL at the path of the
+// Service it named, trusting the testbed's CA.
+func clientConfigFor(clientConfig any, w webhookServing) map[string]any {
+	path, _, _ := unstructured.NestedString(map[string]any{"c": clientConfig}, "c", "service", "path")
+	return map[string]any{"url": "https://" + w.hostPort() + path, "caBundle": base64.StdEncoding.EncodeToString(w.caPEM)}
 }
 
 // createOrReplace creates obj, or replaces the object of its name with it.
