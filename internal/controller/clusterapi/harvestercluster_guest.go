@@ -177,110 +177,160 @@ func deliveredToken(kubeconfig []byte) []byte {
 
 // guestPhase makes, checks and delivers the tenant cluster's Harvester credentials. It never
 // holds the HarvesterCluster back: whatever goes wrong is said in GuestCredentialsReady, and the
-// result says when to look again.
+// result says when to look again. Its steps, in order: the delivered Secret read (and judged
+// whose), the opt-out honoured, Harvester and the tenant endpoint reached, the credentials
+// planned, the provider's own permissions and the namespace's neighbours checked, and the
+// credentials issued and delivered.
 func (r *HarvesterClusterReconciler) guestPhase(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], clusterName string, t *target.Target) reconcile.Result {
 	hc := s.Obj
-	set := func(status metav1.ConditionStatus, reason, format string, args ...any) {
-		s.SetCondition(infrav1.ConditionGuestCredentialsReady, status, reason, fmt.Sprintf(format, args...))
-	}
 	if r.Harvester == nil {
 		return reconcile.Result{}
 	}
-	delivered, err := r.deliveredSecret(ctx, hc.Namespace, clusterName)
-	if err != nil {
-		set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "read Secret %s/%s: %v", hc.Namespace, guestCloudConfigName(clusterName), err)
-		return reconcile.Result{RequeueAfter: guestFailedRetry}
-	}
-	if delivered != nil && !deliveredBy(delivered, hc) {
-		// Someone else's Secret of that name: never changed or deleted, and not trusted as a
-		// record of what was made.
-		if hc.Spec.GuestCredentialsManagedByProvider() {
-			set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsNameConflict,
-				"Secret %s/%s exists and is not controlled by this HarvesterCluster: the provider never changes it; delete or rename it, or set spec.guestCredentials to None",
-				delivered.Namespace, delivered.Name)
-			return reconcile.Result{RequeueAfter: r.guestRecheck()}
-		}
-		delivered = nil
+	delivered, res, ok := r.ourDelivered(ctx, s, clusterName)
+	if !ok {
+		return res
 	}
 	if !hc.Spec.GuestCredentialsManagedByProvider() {
-		if delivered != nil {
-			if res, done := r.revokeGuest(ctx, s, delivered, t); !done {
-				return res
-			}
-		}
-		meta.RemoveStatusCondition(&hc.Status.Conditions, infrav1.ConditionGuestCredentialsIsolated)
-		set(metav1.ConditionTrue, infrav1.ReasonGuestCredentialsNotManaged,
-			"spec.guestCredentials is None: the provider makes no Harvester credentials for the tenant cluster; give it Secret %s/%s (key %s) yourself",
-			tenantCloudConfigNamespace, tenantCloudConfigName, tenantCloudConfigKey)
-		return reconcile.Result{}
+		return r.guestNotManaged(ctx, s, delivered, t)
 	}
 	engine, err := r.Harvester.ClusterFor(ctx, t.Credentials)
 	if err != nil {
-		set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsPending, "Harvester cannot be reached with ProviderConfig %s's credentials: %v", t.Ref, err)
+		setGuestCondition(s, metav1.ConditionFalse, infrav1.ReasonGuestCredentialsPending, "Harvester cannot be reached with ProviderConfig %s's credentials: %v", t.Ref, err)
 		return reconcile.Result{RequeueAfter: guestFailedRetry}
 	}
 	guests, ok := engine.(harvester.GuestCluster)
 	if !ok {
 		return reconcile.Result{}
 	}
-	owner, namespace := guestOwner(hc), t.Credentials.Namespace
 	endpoint, invalid, err := r.tenantEndpoint(ctx, t)
 	switch {
 	case err != nil:
-		set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "%v", err)
+		setGuestCondition(s, metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "%v", err)
 		return reconcile.Result{RequeueAfter: guestFailedRetry}
 	case invalid != "":
 		// Said, and nothing changed: delivered credentials stay as they are.
-		set(metav1.ConditionFalse, infrav1.ReasonGuestTenantServerInvalid, "%s", invalid)
+		setGuestCondition(s, metav1.ConditionFalse, infrav1.ReasonGuestTenantServerInvalid, "%s", invalid)
 		return reconcile.Result{RequeueAfter: r.guestRecheck()}
 	}
 	plan, res, ok := r.planGuest(ctx, s, guests, delivered, clusterName, endpoint, t)
 	if !ok {
 		return res
 	}
-	if missing, err := guests.MissingGuestPermissions(ctx, namespace); err != nil {
-		set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "ask Harvester what ProviderConfig %s's credentials may do: %v", t.Ref, err)
-		return reconcile.Result{RequeueAfter: guestFailedRetry}
-	} else if len(missing) > 0 {
-		// Granted on Harvester, which is not watched: looked at again as often as a delivered
-		// identity is.
-		if plan.wide {
-			// Narrowing needs what the current guest-rbac.yaml grants: the delivered
-			// credentials keep working, bound as they were.
-			r.issued(s, clusterName, namespace, owner, t)
-			s.SetCondition(infrav1.ConditionGuestCredentialsIsolated, metav1.ConditionFalse, infrav1.ReasonGuestBindingClusterWide, fmt.Sprintf(
-				"the credentials are bound to Harvester's ClusterRole %s cluster-wide, which may patch every VM on Harvester, and ProviderConfig %s's credentials may not narrow them: they may not %s. Apply the current config/harvester/guest-rbac.yaml on Harvester (docs/harvester-rbac.md); the credentials are then narrowed with the same token",
-				harvester.GuestCSIDriverRole, t.Ref, harvester.DescribePermissions(missing)))
-			return reconcile.Result{RequeueAfter: r.guestRecheck()}
-		}
-		set(metav1.ConditionFalse, infrav1.ReasonGuestPermissionsMissing,
-			"ProviderConfig %s's credentials may not: %s. Grant them on Harvester (config/harvester/guest-rbac.yaml, see docs/harvester-rbac.md), or set spec.guestCredentials to None and give the tenant cluster Secret %s/%s yourself; the cluster's machines are made either way, but their Nodes get no providerID without it",
-			t.Ref, harvester.DescribePermissions(missing), tenantCloudConfigNamespace, tenantCloudConfigName)
-		return reconcile.Result{RequeueAfter: r.guestRecheck()}
+	if res, ok := r.guestPermitted(ctx, s, guests, plan, clusterName, t); !ok {
+		return res
 	}
-	if plan.first && !sharingAllowed(t.ProviderConfig) {
-		neighbours, err := r.neighbours(ctx, guests, s.Obj, clusterName, namespace, true)
-		if err != nil {
-			set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "%v", err)
-			return reconcile.Result{RequeueAfter: guestFailedRetry}
-		}
-		if neighbours.Count > 0 {
-			set(metav1.ConditionFalse, infrav1.ReasonGuestNamespaceShared,
-				"Harvester namespace %s (ProviderConfig %s's harvester.namespace) holds objects that are not Cluster %s's: %s. Credentials bound there would let the tenant cluster stop, re-volume or delete them, so none are issued. Give the cluster a ProviderConfig whose harvester.namespace it has to itself, or, where the clusters sharing it trust each other, annotate ProviderConfig %s with %s=true",
-				namespace, t.Ref, clusterName, neighbours, t.Ref, v1alpha1.AnnotationSharedNamespace)
-			return reconcile.Result{RequeueAfter: r.guestRecheck()}
+	if res, ok := r.guestNamespaceOwn(ctx, s, guests, plan, clusterName, t); !ok {
+		return res
+	}
+	return r.deliverGuest(ctx, s, guests, delivered, plan, clusterName, endpoint, t)
+}
+
+// setGuestCondition says where the tenant cluster's credentials stand (GuestCredentialsReady).
+func setGuestCondition(s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], status metav1.ConditionStatus, reason, format string, args ...any) {
+	s.SetCondition(infrav1.ConditionGuestCredentialsReady, status, reason, fmt.Sprintf(format, args...))
+}
+
+// ourDelivered reads the Secret the credentials are delivered in: nil if there is none, or if it
+// is someone else's and the provider manages no credentials (it is never changed or deleted, and
+// not trusted as a record of what was made). Someone else's Secret of that name where the
+// provider would deliver stops the phase (ok false).
+func (r *HarvesterClusterReconciler) ourDelivered(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], clusterName string) (*corev1.Secret, reconcile.Result, bool) {
+	hc := s.Obj
+	delivered, err := r.deliveredSecret(ctx, hc.Namespace, clusterName)
+	if err != nil {
+		setGuestCondition(s, metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "read Secret %s/%s: %v", hc.Namespace, guestCloudConfigName(clusterName), err)
+		return nil, reconcile.Result{RequeueAfter: guestFailedRetry}, false
+	}
+	if delivered == nil || deliveredBy(delivered, hc) {
+		return delivered, reconcile.Result{}, true
+	}
+	if hc.Spec.GuestCredentialsManagedByProvider() {
+		setGuestCondition(s, metav1.ConditionFalse, infrav1.ReasonGuestCredentialsNameConflict,
+			"Secret %s/%s exists and is not controlled by this HarvesterCluster: the provider never changes it; delete or rename it, or set spec.guestCredentials to None",
+			delivered.Namespace, delivered.Name)
+		return nil, reconcile.Result{RequeueAfter: r.guestRecheck()}, false
+	}
+	return nil, reconcile.Result{}, true
+}
+
+// guestNotManaged honours spec.guestCredentials None: what the provider delivered before is
+// revoked, and the condition says the tenant's credentials are the user's to give.
+func (r *HarvesterClusterReconciler) guestNotManaged(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], delivered *corev1.Secret, t *target.Target) reconcile.Result {
+	if delivered != nil {
+		if res, done := r.revokeGuest(ctx, s, delivered, t); !done {
+			return res
 		}
 	}
+	meta.RemoveStatusCondition(&s.Obj.Status.Conditions, infrav1.ConditionGuestCredentialsIsolated)
+	setGuestCondition(s, metav1.ConditionTrue, infrav1.ReasonGuestCredentialsNotManaged,
+		"spec.guestCredentials is None: the provider makes no Harvester credentials for the tenant cluster; give it Secret %s/%s (key %s) yourself",
+		tenantCloudConfigNamespace, tenantCloudConfigName, tenantCloudConfigKey)
+	return reconcile.Result{}
+}
+
+// guestPermitted checks that the provider's own credentials may make the tenant's (ok false, and
+// the condition says what they lack, otherwise). Granted on Harvester, which is not watched, the
+// permissions are looked at again as often as a delivered identity is. Credentials delivered with
+// Harvester's own cluster-wide binding keep working, bound as they were, until the provider may
+// narrow them.
+func (r *HarvesterClusterReconciler) guestPermitted(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], guests harvester.GuestCluster, plan guestPlan, clusterName string, t *target.Target) (reconcile.Result, bool) {
+	namespace := t.Credentials.Namespace
+	missing, err := guests.MissingGuestPermissions(ctx, namespace)
+	switch {
+	case err != nil:
+		setGuestCondition(s, metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "ask Harvester what ProviderConfig %s's credentials may do: %v", t.Ref, err)
+		return reconcile.Result{RequeueAfter: guestFailedRetry}, false
+	case len(missing) == 0:
+		return reconcile.Result{}, true
+	case plan.wide:
+		r.issued(s, clusterName, namespace, guestOwner(s.Obj), t)
+		s.SetCondition(infrav1.ConditionGuestCredentialsIsolated, metav1.ConditionFalse, infrav1.ReasonGuestBindingClusterWide, fmt.Sprintf(
+			"the credentials are bound to Harvester's ClusterRole %s cluster-wide, which may patch every VM on Harvester, and ProviderConfig %s's credentials may not narrow them: they may not %s. Apply the current config/harvester/guest-rbac.yaml on Harvester (docs/harvester-rbac.md); the credentials are then narrowed with the same token",
+			harvester.GuestCSIDriverRole, t.Ref, harvester.DescribePermissions(missing)))
+		return reconcile.Result{RequeueAfter: r.guestRecheck()}, false
+	}
+	setGuestCondition(s, metav1.ConditionFalse, infrav1.ReasonGuestPermissionsMissing,
+		"ProviderConfig %s's credentials may not: %s. Grant them on Harvester (config/harvester/guest-rbac.yaml, see docs/harvester-rbac.md), or set spec.guestCredentials to None and give the tenant cluster Secret %s/%s yourself; the cluster's machines are made either way, but their Nodes get no providerID without it",
+		t.Ref, harvester.DescribePermissions(missing), tenantCloudConfigNamespace, tenantCloudConfigName)
+	return reconcile.Result{RequeueAfter: r.guestRecheck()}, false
+}
+
+// guestNamespaceOwn checks, before the cluster's first credentials are issued, that nothing of
+// others is in its Harvester namespace, unless the ProviderConfig lets clusters share it (ok
+// false, and the condition names what is there, otherwise).
+func (r *HarvesterClusterReconciler) guestNamespaceOwn(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], guests harvester.GuestCluster, plan guestPlan, clusterName string, t *target.Target) (reconcile.Result, bool) {
+	if !plan.first || sharingAllowed(t.ProviderConfig) {
+		return reconcile.Result{}, true
+	}
+	namespace := t.Credentials.Namespace
+	neighbours, err := r.neighbours(ctx, guests, s.Obj, clusterName, namespace, true)
+	if err != nil {
+		setGuestCondition(s, metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "%v", err)
+		return reconcile.Result{RequeueAfter: guestFailedRetry}, false
+	}
+	if neighbours.Count == 0 {
+		return reconcile.Result{}, true
+	}
+	setGuestCondition(s, metav1.ConditionFalse, infrav1.ReasonGuestNamespaceShared,
+		"Harvester namespace %s (ProviderConfig %s's harvester.namespace) holds objects that are not Cluster %s's: %s. Credentials bound there would let the tenant cluster stop, re-volume or delete them, so none are issued. Give the cluster a ProviderConfig whose harvester.namespace it has to itself, or, where the clusters sharing it trust each other, annotate ProviderConfig %s with %s=true",
+		namespace, t.Ref, clusterName, neighbours, t.Ref, v1alpha1.AnnotationSharedNamespace)
+	return reconcile.Result{RequeueAfter: r.guestRecheck()}, false
+}
+
+// deliverGuest issues the tenant cluster's credentials on Harvester as planned and delivers their
+// kubeconfig in the cluster's cloud-config Secret, then judges their isolation.
+func (r *HarvesterClusterReconciler) deliverGuest(ctx context.Context, s *objstatus.Scope[*infrav1.HarvesterCluster, infrav1.HarvesterClusterStatus], guests harvester.GuestCluster, delivered *corev1.Secret, plan guestPlan, clusterName string, endpoint harvester.GuestEndpoint, t *target.Target) reconcile.Result {
+	owner, namespace := guestOwner(s.Obj), t.Credentials.Namespace
 	creds, err := guests.EnsureGuest(ctx, harvester.GuestSpec{Owner: owner, Namespace: namespace, Endpoint: endpoint, TokenSecret: plan.tokenSecret})
 	if err != nil {
 		return r.guestError(s, err)
 	}
-	secret, err := buildGuestCloudConfigSecret(hc, clusterName, creds, namespace, plan.retiring)
+	secret, err := buildGuestCloudConfigSecret(s.Obj, clusterName, creds, namespace, plan.retiring)
 	if err == nil {
 		err = r.writeDelivered(ctx, delivered, secret)
 	}
 	if err != nil {
-		set(metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "write Secret %s/%s: %v", secret.Namespace, secret.Name, err)
+		setGuestCondition(s, metav1.ConditionFalse, infrav1.ReasonGuestCredentialsFailed, "write Secret %s/%s: %v", secret.Namespace, secret.Name, err)
 		return reconcile.Result{RequeueAfter: guestFailedRetry}
 	}
 	if creds.Issued || plan.retiring != "" {

@@ -204,6 +204,9 @@ func (r *HarvesterMachineReconciler) targetOf(ctx context.Context, hm *infrav1.H
 	return &clusterTarget{Target: t, hc: hc}, nil
 }
 
+// reconcileNormal makes or observes the machine: its place reached, Cluster API's order kept, its
+// spec and door built, the engine's Ensure, the providerID recorded, and what the engine observed
+// reported.
 func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *harvesterMachineScope, machine *capiMachine, cluster *capiCluster) (reconcile.Result, error) {
 	hm := s.hm
 	t, home, err := r.reach(ctx, hm, cluster)
@@ -215,41 +218,16 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 			return reconcile.Result{}, err
 		}
 	}
-	if hm.Spec.ProviderID == "" {
+	if hm.Spec.ProviderID == "" && !cluster.InfrastructureProvisioned {
 		// No VM recorded yet: Cluster API's order first (the contract's). Not home == nil: the
 		// place is recorded before anything is made (recordPlaceAhead).
-		if !cluster.InfrastructureProvisioned {
-			return reconcile.Result{}, errkind.Waiting(infrav1.ReasonWaitingForClusterInfrastructure, capiWaitingRetry,
-				"waiting for Cluster %s/%s's infrastructure to be provisioned", cluster.Namespace, cluster.Name)
-		}
+		return reconcile.Result{}, errkind.Waiting(infrav1.ReasonWaitingForClusterInfrastructure, capiWaitingRetry,
+			"waiting for Cluster %s/%s's infrastructure to be provisioned", cluster.Namespace, cluster.Name)
 	}
-	spec, err := harvesterMachineSpec(hm, *machine, t.Target, r.managementCluster)
+	spec, engine, own, err := r.machineOnHarvester(ctx, s, machine, t, home)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	// What the engine asks this reconcile's door (see harvesterMachineDoor): the bootstrap data,
-	// the creation gate, and, for a machine with nothing recorded, the record of its place.
-	door := &harvesterMachineDoor{r: r, hm: hm, machine: machine, t: t, spec: spec}
-	spec.Door = door
-	spec.Owner = withHandOver(spec.Owner, hm, r.HandOverFrom)
-	var engine harvester.Cluster
-	own := harvester.Place{Namespace: spec.Namespace, Name: spec.Name}
-	if home == nil {
-		if engine, err = r.Harvester.ClusterFor(ctx, t.Credentials); err != nil {
-			return reconcile.Result{}, err
-		}
-		spec.Door = unrecordedHarvesterMachine{harvesterMachineDoor: door, s: s}
-	} else {
-		if home.Elsewhere != nil {
-			return reconcile.Result{}, errkind.Waiting(infrav1.ReasonProviderConfigMoved, capiWaitingRetry,
-				"ProviderConfig %s's credentials now reach another Harvester cluster (%s) than the one VM %s/%s lives on (%s)",
-				t.Ref, home.Elsewhere.Server, home.Place.Namespace, home.Place.Name, home.Place.Server)
-		}
-		engine = home.Cluster
-		door.home, door.own = home, own
-		spec.Namespace, spec.Name = home.Place.Namespace, home.Place.Name
-	}
-	spec.VMUID = types.UID(harvester.UIDOfProviderID(hm.Spec.ProviderID))
 	obs, err := engine.Ensure(ctx, spec)
 	if err != nil {
 		if home != nil {
@@ -262,6 +240,45 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 			return reconcile.Result{}, err
 		}
 	}
+	return r.reportObservation(ctx, s, spec, obs), nil
+}
+
+// machineOnHarvester describes the machine for the engine and picks the Harvester cluster it is
+// made or observed on: where its place is recorded (home), or, with nothing recorded, where its
+// ProviderConfig's credentials reach, with a door that records the place before anything is made.
+// own is the place its ProviderConfig gives it, which a recorded place is judged against.
+func (r *HarvesterMachineReconciler) machineOnHarvester(ctx context.Context, s *harvesterMachineScope, machine *capiMachine, t *clusterTarget, home *harvester.Home) (spec *harvester.MachineSpec, engine harvester.Cluster, own harvester.Place, err error) {
+	hm := s.hm
+	if spec, err = harvesterMachineSpec(hm, *machine, t.Target, r.managementCluster); err != nil {
+		return nil, nil, own, err
+	}
+	own = harvester.Place{Namespace: spec.Namespace, Name: spec.Name}
+	// What the engine asks this reconcile's door (see harvesterMachineDoor): the bootstrap data,
+	// the creation gate, and, for a machine with nothing recorded, the record of its place.
+	door := &harvesterMachineDoor{r: r, hm: hm, machine: machine, t: t, spec: spec}
+	spec.Door = door
+	spec.Owner = withHandOver(spec.Owner, hm, r.HandOverFrom)
+	spec.VMUID = types.UID(harvester.UIDOfProviderID(hm.Spec.ProviderID))
+	if home == nil {
+		engine, err = r.Harvester.ClusterFor(ctx, t.Credentials)
+		spec.Door = unrecordedHarvesterMachine{harvesterMachineDoor: door, s: s}
+		return spec, engine, own, err
+	}
+	if home.Elsewhere != nil {
+		return nil, nil, own, errkind.Waiting(infrav1.ReasonProviderConfigMoved, capiWaitingRetry,
+			"ProviderConfig %s's credentials now reach another Harvester cluster (%s) than the one VM %s/%s lives on (%s)",
+			t.Ref, home.Elsewhere.Server, home.Place.Namespace, home.Place.Name, home.Place.Server)
+	}
+	door.home, door.own = home, own
+	spec.Namespace, spec.Name = home.Place.Namespace, home.Place.Name
+	return spec, home.Cluster, own, nil
+}
+
+// reportObservation says what the engine observed of the machine: a take-over, its failure
+// domain, its VM made; Running with its addresses, or on its way (with the engine's diagnosis of
+// a VM that does not start), and when to look again.
+func (r *HarvesterMachineReconciler) reportObservation(ctx context.Context, s *harvesterMachineScope, spec *harvester.MachineSpec, obs harvester.Observation) reconcile.Result {
+	hm := s.hm
 	vm := fmt.Sprintf("VirtualMachine %s/%s", spec.Namespace, spec.Name)
 	reportTakeOver(ctx, s, vm, obs.Predecessor)
 	rebuildFailureDomain(hm, obs)
@@ -275,7 +292,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 		s.SetCondition(infrav1.ConditionReady, metav1.ConditionTrue, infrav1.ReasonVMRunning, msg)
 		s.SetCondition(infrav1.ConditionProgressing, metav1.ConditionFalse, infrav1.ReasonVMRunning, msg)
 		s.Healthy()
-		return reconcile.Result{RequeueAfter: r.HealthCheckInterval}, nil
+		return reconcile.Result{RequeueAfter: r.HealthCheckInterval}
 	}
 	reason, message := infrav1.ReasonVMProvisioning, "Creating "+vm+" on Harvester; waiting for it to run and report an IPv4 address"
 	assessment := harvester.Assess(obs, r.StartLimits, time.Now())
@@ -294,7 +311,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 		// a problem is said at once.
 		next = min(next, settling+objstatus.TimerSlack)
 	}
-	return reconcile.Result{RequeueAfter: next}, nil
+	return reconcile.Result{RequeueAfter: next}
 }
 
 // othersAtRecordedPlace says of a name taken at a recorded place that is not the machine's own
