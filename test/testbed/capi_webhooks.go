@@ -83,7 +83,7 @@ func webhookServingIn(workDir string) (webhookServing, error) {
 	if w.caPEM, err = writeServingCert(w.certDir); err != nil {
 		return w, fmt.Errorf("webhook serving certificate: %w", err)
 	}
-	if err := os.WriteFile(caFile, w.caPEM, 0o600); err != nil {
+	if err := os.WriteFile(caFile, w.caPEM, 0o600); err != nil { //nolint:gosec // G703: the testbed's own work directory
 		return w, err
 	}
 	return w, os.WriteFile(portFile, []byte(p), 0o600)
@@ -280,7 +280,7 @@ func waitForDefaulting(ctx context.Context, c client.Client) error {
 			"clusterName": "webhook-probe",
 			"template": map[string]any{"spec": map[string]any{
 				"clusterName": "webhook-probe",
-				"bootstrap":   map[string]any{"dataSecretName": "webhook-probe"},
+				"bootstrap":   map[string]any{"dataSecretName": "webhook-probe"}, //nolint:gosec // G101: a Secret's name, no credential
 				"infrastructureRef": map[string]any{
 					"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "ProbeMachineTemplate", "name": "webhook-probe",
 				},
@@ -291,9 +291,10 @@ func waitForDefaulting(ctx context.Context, c client.Client) error {
 			if _, defaulted, _ := unstructured.NestedString(md.Object, "spec", "selector", "matchLabels", "cluster.x-k8s.io/deployment-name"); defaulted {
 				return nil
 			}
+			err = errors.New("it came back without the selector Cluster API's defaulting sets")
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the API server does not call Cluster API's webhooks after 30s (a dry-run MachineDeployment: %v)", err)
+			return fmt.Errorf("the API server does not call Cluster API's webhooks after 30s (a dry-run MachineDeployment: %w)", err)
 		}
 		select {
 		case <-ctx.Done():
