@@ -140,6 +140,26 @@ const (
 	CleanupNotSkipped = "CleanupNotSkipped"
 )
 
+// Reasons of a machine's addresses from IP address pools (Cluster API's IPAM contract).
+const (
+	// IPAddressPending: an IPAddressClaim of the machine is not given an address yet.
+	IPAddressPending = "IPAddressPending"
+	// IPPoolNotReady: the IPAM provider says an address pool is not ready.
+	IPPoolNotReady = "IPPoolNotReady"
+	// IPPoolExhausted: an address pool has no address left.
+	IPPoolExhausted = "IPPoolExhausted"
+	// IPAddressAllocationFailed: the IPAM provider could not allocate an address.
+	IPAddressAllocationFailed = "IPAddressAllocationFailed"
+	// IPPoolKindNotServed: no CRD serves the kind an address pool reference names.
+	IPPoolKindNotServed = "IPPoolKindNotServed"
+	// IPAddressInvalid: an address given to the machine cannot configure its NIC.
+	IPAddressInvalid = "IPAddressInvalid"
+	// IPAddressClaimConflict: an IPAddressClaim of the name the machine needs is not its own.
+	IPAddressClaimConflict = "IPAddressClaimConflict"
+	// GuestAddressMismatch: the guest reports another address than the one assigned.
+	GuestAddressMismatch = "GuestAddressMismatch"
+)
+
 // Reasons of a machine's image, disks and VM.
 const (
 	// InvalidSpec: a field is invalid in a way the schema cannot express.
@@ -298,6 +318,15 @@ var behaviours = map[string]Behaviour{
 	VMTakenOver:           Event,
 	CleanupSkipped:        Event,
 	CleanupNotSkipped:     Event,
+
+	IPAddressPending:          Waiting,
+	IPPoolNotReady:            Waiting,
+	IPPoolExhausted:           Attention,
+	IPAddressAllocationFailed: Attention,
+	IPPoolKindNotServed:       Attention,
+	IPAddressInvalid:          Attention,
+	IPAddressClaimConflict:    Attention,
+	GuestAddressMismatch:      Attention,
 
 	InvalidSpec:             Permanent,
 	ImageNotFound:           Permanent,

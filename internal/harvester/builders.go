@@ -176,6 +176,7 @@ func BuildVirtualMachine(s *MachineSpec) *kubevirtv1.VirtualMachine {
 	if s.FailureDomain != "" {
 		annotations[AnnotationFailureDomain] = s.FailureDomain
 	}
+	interfaces, networks := nicsOf(s)
 	return &kubevirtv1.VirtualMachine{
 		TypeMeta: metav1.TypeMeta{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -198,20 +199,10 @@ func BuildVirtualMachine(s *MachineSpec) *kubevirtv1.VirtualMachine {
 							corev1.ResourceCPU:    *resource.NewQuantity(int64(s.CPU), resource.DecimalSI),
 							corev1.ResourceMemory: *resource.NewQuantity(s.MemoryMB<<20, resource.BinarySI),
 						}},
-						Devices: kubevirtv1.Devices{
-							Disks: disks,
-							Interfaces: []kubevirtv1.Interface{{
-								Name:                   NICName,
-								Model:                  "virtio",
-								InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}},
-							}},
-						},
+						Devices: kubevirtv1.Devices{Disks: disks, Interfaces: interfaces},
 					},
-					Networks: []kubevirtv1.Network{{
-						Name:          NICName,
-						NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: s.Network.String()}},
-					}},
-					Volumes: volumes,
+					Networks: networks,
+					Volumes:  volumes,
 					Affinity: &corev1.Affinity{
 						NodeAffinity:    requireNodeLabels(s.NodeSelector),
 						PodAntiAffinity: spreadByRole(s),
@@ -331,4 +322,24 @@ func cloudInitHash(data map[string][]byte) string {
 		_, _ = h.Write(v)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// nicsOf is the VM's interfaces, each bridged to its Multus network (virtio, as Harvester makes
+// them), with the MAC the spec gives; the first is named NICName.
+func nicsOf(s *MachineSpec) ([]kubevirtv1.Interface, []kubevirtv1.Network) {
+	interfaces := make([]kubevirtv1.Interface, 0, len(s.NICs))
+	networks := make([]kubevirtv1.Network, 0, len(s.NICs))
+	for i, nic := range s.NICs {
+		interfaces = append(interfaces, kubevirtv1.Interface{
+			Name:                   nicName(i),
+			Model:                  "virtio",
+			MacAddress:             nic.MAC,
+			InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Bridge: &kubevirtv1.InterfaceBridge{}},
+		})
+		networks = append(networks, kubevirtv1.Network{
+			Name:          nicName(i),
+			NetworkSource: kubevirtv1.NetworkSource{Multus: &kubevirtv1.MultusNetwork{NetworkName: nic.Network.String()}},
+		})
+	}
+	return interfaces, networks
 }

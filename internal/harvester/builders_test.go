@@ -18,7 +18,7 @@ func testSpec() *MachineSpec {
 		Namespace: "vms", Name: "cluster-cp-0", Role: "control-plane",
 		CPU: 4, MemoryMB: 8192, DiskGB: 50,
 		Image:    ObjectRef{Namespace: "default", Name: "talos"},
-		Network:  ObjectRef{Namespace: "default", Name: "vlan40"},
+		NICs:     []NIC{{Network: ObjectRef{Namespace: "default", Name: "vlan40"}}},
 		UserData: "#cloud-config\n", Labels: map[string]string{"team": "platform", LabelRole: "spoofed"},
 	}
 }

@@ -28,8 +28,8 @@ type MachineSpec struct {
 	ExtraDisks []DiskSpec
 	// Image is the VirtualMachineImage the root disk is cloned from.
 	Image ObjectRef
-	// Network is the NetworkAttachmentDefinition the VM's NIC attaches to.
-	Network ObjectRef
+	// NICs are the VM's network interfaces, the primary first: at least one, at most MaxNICs.
+	NICs []NIC
 	// DefaultStorageClass is used for extra disks that name none (empty: the cluster default).
 	DefaultStorageClass string
 	UserData            string
@@ -53,6 +53,14 @@ type MachineSpec struct {
 	Door any
 	// userDataLoaded says that UserData holds what Door's LoadUserData read (see loadUserData).
 	userDataLoaded bool
+}
+
+// PrimaryNetwork is the network of the machine's primary NIC (none: the zero ObjectRef).
+func (s *MachineSpec) PrimaryNetwork() ObjectRef {
+	if len(s.NICs) == 0 {
+		return ObjectRef{}
+	}
+	return s.NICs[0].Network
 }
 
 // HasCloudInit reports whether the machine has cloud-init data. Without any (what the Butler
@@ -164,7 +172,8 @@ func cloudInitSecretName(machine string) string  { return machine + "-cloudinit"
 func diskName(i int) string                      { return fmt.Sprintf("disk-%d", i) }
 func diskClaimName(machine string, i int) string { return fmt.Sprintf("%s-%s", machine, diskName(i)) }
 
-// NICName is the name of the VM's one network interface; its VMI status entry carries the IP.
+// NICName is the name of the VM's first (primary) network interface; its VMI status entry carries
+// the machine's address.
 const NICName = "nic-1"
 
 // ClusterIdentity names a Harvester cluster (see clustercache.ClusterIdentity).

@@ -185,7 +185,7 @@ func directSpec(name string, owner types.UID, userData string) *harvester.Machin
 	return &harvester.MachineSpec{
 		Owner:     harvester.Owner{Namespace: testbed.Namespace, Name: name, UID: owner},
 		Namespace: testbed.HarvesterNamespace, Name: name, Role: "worker", CPU: 4, MemoryMB: 8192, DiskGB: 50,
-		Network:  harvester.ObjectRef{Namespace: testbed.HarvesterNamespace, Name: testbed.NetworkName},
+		NICs:     []harvester.NIC{{Network: harvester.ObjectRef{Namespace: testbed.HarvesterNamespace, Name: testbed.NetworkName}}},
 		UserData: userData,
 	}
 }

@@ -130,6 +130,16 @@ func TestValidObjectsAreAcceptedWithDefaults(t *testing.T) {
 	})
 	mustCreate(t, m)
 
+	// Several NICs: static addresses from pools (dual stack), DHCP on another network.
+	mustCreate(t, machine(func(s *infrav1.HarvesterMachineSpec) {
+		v4 := infrav1.IPPoolReference{APIGroup: "ipam.cluster.x-k8s.io", Kind: "InClusterIPPool", Name: "v4"}
+		v6 := infrav1.IPPoolReference{APIGroup: "ipam.cluster.x-k8s.io", Kind: "InClusterIPPool", Name: "v6"}
+		s.Interfaces = []infrav1.NetworkInterface{
+			{Network: "default/vlan100", AddressesFromPools: []infrav1.IPPoolReference{v4, v6}, Gateway4: "10.0.0.1", Gateway6: "2001:db8::1", Nameservers: []string{"10.0.0.2"}},
+			{Network: "default/storage", DHCP4: ptr.To(true)},
+		}
+	}))
+
 	// The provider's status round-trips through the status subresource.
 	m.Status = infrav1.HarvesterMachineStatus{
 		Initialization: infrav1.HarvesterMachineInitializationStatus{Provisioned: ptr.To(true)},
@@ -190,6 +200,37 @@ func TestBadObjectsAreRefused(t *testing.T) {
 		{"bad storage class", func(s *infrav1.HarvesterMachineSpec) {
 			s.ExtraDisks = []infrav1.Disk{{Size: resource.MustParse("10Gi"), StorageClassName: "Not_A_Name"}}
 		}, []string{"spec.extraDisks[0].storageClassName"}},
+		{"networks and interfaces", func(s *infrav1.HarvesterMachineSpec) {
+			s.Networks, s.Interfaces = []string{"default/a"}, []infrav1.NetworkInterface{{Network: "default/a"}}
+		}, []string{"spec", "exclusive"}},
+		{"two interfaces on one network", func(s *infrav1.HarvesterMachineSpec) {
+			s.Interfaces = []infrav1.NetworkInterface{{Network: "default/a"}, {Network: "default/a"}}
+		}, []string{"spec.interfaces", "one interface only"}},
+		{"nine interfaces", func(s *infrav1.HarvesterMachineSpec) {
+			for i := range 9 {
+				s.Interfaces = append(s.Interfaces, infrav1.NetworkInterface{Network: fmt.Sprintf("default/n%d", i)})
+			}
+		}, []string{"spec.interfaces", "must have at most 8 items"}},
+		{"an interface's network without namespace", func(s *infrav1.HarvesterMachineSpec) {
+			s.Interfaces = []infrav1.NetworkInterface{{Network: "vlan40"}}
+		}, []string{"spec.interfaces[0].network", "should match"}},
+		{"three pools on an interface", func(s *infrav1.HarvesterMachineSpec) {
+			pool := infrav1.IPPoolReference{APIGroup: "ipam.cluster.x-k8s.io", Kind: "InClusterIPPool", Name: "p"}
+			s.Interfaces = []infrav1.NetworkInterface{{Network: "default/a", AddressesFromPools: []infrav1.IPPoolReference{pool, pool, pool}}}
+		}, []string{"spec.interfaces[0].addressesFromPools", "must have at most 2 items"}},
+		{"a pool without kind", func(s *infrav1.HarvesterMachineSpec) {
+			s.Interfaces = []infrav1.NetworkInterface{{Network: "default/a", AddressesFromPools: []infrav1.IPPoolReference{{APIGroup: "ipam.cluster.x-k8s.io", Name: "p"}}}}
+		}, []string{"spec.interfaces[0].addressesFromPools[0].kind"}},
+		{"a gateway that is no IPv4 address", func(s *infrav1.HarvesterMachineSpec) {
+			pool := infrav1.IPPoolReference{APIGroup: "ipam.cluster.x-k8s.io", Kind: "InClusterIPPool", Name: "p"}
+			s.Interfaces = []infrav1.NetworkInterface{{Network: "default/a", AddressesFromPools: []infrav1.IPPoolReference{pool}, Gateway4: "2001:db8::1"}}
+		}, []string{"spec.interfaces[0].gateway4"}},
+		{"a gateway on a DHCP interface", func(s *infrav1.HarvesterMachineSpec) {
+			s.Interfaces = []infrav1.NetworkInterface{{Network: "default/a", Gateway4: "10.0.0.1"}}
+		}, []string{"spec.interfaces[0].gateway4", "addresses from pools"}},
+		{"four nameservers", func(s *infrav1.HarvesterMachineSpec) {
+			s.Interfaces = []infrav1.NetworkInterface{{Network: "default/a", Nameservers: []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"}}}
+		}, []string{"spec.interfaces[0].nameservers", "must have at most 3 items"}},
 	}
 	for _, tc := range machines {
 		mustRefuse(t, "HarvesterMachine with "+tc.name, k8s.Create(ctx, machine(tc.mutate)), tc.parts...)
@@ -295,7 +336,10 @@ func TestProviderIDIsSetOnceAndTheSpecIsImmutable(t *testing.T) {
 		},
 		"image":    func(s *infrav1.HarvesterMachineSpec) { s.Image = "default/other" },
 		"networks": func(s *infrav1.HarvesterMachineSpec) { s.Networks = []string{"default/other"} },
-		"labels":   func(s *infrav1.HarvesterMachineSpec) { s.Labels = map[string]string{"a": "b"} },
+		"interfaces": func(s *infrav1.HarvesterMachineSpec) {
+			s.Interfaces = []infrav1.NetworkInterface{{Network: "default/other"}}
+		},
+		"labels": func(s *infrav1.HarvesterMachineSpec) { s.Labels = map[string]string{"a": "b"} },
 	} {
 		changed := m.DeepCopy()
 		mutate(&changed.Spec)

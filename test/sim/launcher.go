@@ -148,62 +148,116 @@ func (r *vmReconciler) lifecycle(ctx context.Context, vm *kubevirtv1.VirtualMach
 	return st, next
 }
 
-// guestAgent fills the interfaces as KubeVirt reports them: from the domain at first, and with the
-// guest agent's addresses after the IP delay. It returns when to look again (0: nothing to wait for).
+// guestAgent fills the interfaces as KubeVirt reports them, one entry per NIC: from the domain at
+// first, and with the guest agent's addresses after the IP delay. The guest configures its NICs as
+// cloud-init does (guestNetworkConfig): by the network configuration it was given, NICs matched by
+// MAC (or by the name the guest gives them), DHCP where it says so and the static addresses it
+// lists; with none, DHCP on its first NIC only. It returns when to look again (0: nothing to wait
+// for).
 func (r *vmReconciler) guestAgent(ctx context.Context, vm *kubevirtv1.VirtualMachine, st *kubevirtv1.VirtualMachineInstanceStatus, wait time.Duration) time.Duration {
-	name, mac := vmNIC(vm)
+	nics := vmNICs(vm)
 	if wait > 0 {
-		// Before the guest agent connects, KubeVirt knows the NIC from the domain only.
-		st.Interfaces = []kubevirtv1.VirtualMachineInstanceNetworkInterface{{Name: name, MAC: mac, InfoSource: "domain"}}
+		// Before the guest agent connects, KubeVirt knows the NICs from the domain only.
+		st.Interfaces = nil
+		for _, nic := range nics {
+			st.Interfaces = append(st.Interfaces, kubevirtv1.VirtualMachineInstanceNetworkInterface{Name: nic.name, MAC: nic.mac, InfoSource: "domain"})
+		}
 		return wait
 	}
 	updateVMICondition(st, kubevirtv1.VirtualMachineInstanceAgentConnected, corev1.ConditionTrue, "", "")
 	if hasIPv4(st.Interfaces) {
-		return 0 // the lease is kept
+		return 0 // the leases and addresses are kept
 	}
-	network, prefix, err := r.network(ctx, vm)
+	config, err := r.guestNetworkConfig(ctx, vm)
 	if err != nil {
-		return recheck
+		r.sim.event(componentKubeVirt, vm, corev1.EventTypeWarning, "GuestNetworkConfig", err.Error())
 	}
-	linkLocal := "fe80::5054:ff:fe" + strings.ReplaceAll(mac[9:], ":", "")[:2] + ":" + strings.ReplaceAll(mac[9:], ":", "")[2:]
-	nic := kubevirtv1.VirtualMachineInstanceNetworkInterface{
-		Name: name, InterfaceName: "eth0", MAC: mac, InfoSource: "domain, guest-agent", QueueCount: 1,
-		IP: linkLocal, IPs: []string{linkLocal},
-	}
-	if !r.sim.hasFault(vm, FaultNoDHCP) {
-		if ip, err := r.sim.pools.allocate(network, prefix, vm.UID); err == nil {
-			nic.IP = ip.String()
-			nic.IPs = []string{ip.String(), "2001:db8:" + fmt.Sprintf("%x", ip.As4()[2]) + "::" + fmt.Sprintf("%x", ip.As4()[3]), linkLocal}
-		} else {
-			r.sim.event(componentKubeVirt, vm, corev1.EventTypeWarning, "DHCPExhausted", err.Error())
+	var out []kubevirtv1.VirtualMachineInstanceNetworkInterface
+	for i, nic := range nics {
+		guestName := fmt.Sprintf("eth%d", i)
+		hex := strings.ReplaceAll(nic.mac[9:], ":", "")
+		linkLocal := "fe80::5054:ff:fe" + hex[:2] + ":" + hex[2:]
+		entry := kubevirtv1.VirtualMachineInstanceNetworkInterface{
+			Name: nic.name, InterfaceName: guestName, MAC: nic.mac, InfoSource: "domain, guest-agent", QueueCount: 1,
 		}
+		conf, configured := config.forNIC(i, nic.mac, guestName)
+		var ips []string
+		for _, a := range conf.addresses {
+			ips = append(ips, a.Addr().String())
+		}
+		if conf.dhcp4 && !r.sim.hasFault(vm, FaultNoDHCP) {
+			network, prefix, err := r.nicNetwork(ctx, vm, nic.network)
+			if err != nil {
+				return recheck
+			}
+			if ip, err := r.sim.pools.allocate(network, prefix, vm.UID); err == nil {
+				ips = append(ips, ip.String(), "2001:db8:"+fmt.Sprintf("%x", ip.As4()[2])+"::"+fmt.Sprintf("%x", ip.As4()[3]))
+			} else {
+				r.sim.event(componentKubeVirt, vm, corev1.EventTypeWarning, "DHCPExhausted", err.Error())
+			}
+		}
+		if configured || i == 0 {
+			// A link the guest brings up has its link-local address; one it leaves down has none.
+			ips = append(ips, linkLocal)
+		}
+		if len(ips) > 0 {
+			entry.IP, entry.IPs = ips[0], ips
+		}
+		out = append(out, entry)
 	}
 	// The guest agent also reports the guest's loopback, which KubeVirt leaves out of the VMI
 	// (virt-launcher's agent poller, convertToInterfaces, skips "lo"; so since v0.12.0).
-	st.Interfaces = []kubevirtv1.VirtualMachineInstanceNetworkInterface{nic}
+	st.Interfaces = out
 	return 0
 }
 
-// vmNIC is the VM's (first) NIC as KubeVirt reports it in the VMI's status.interfaces: under the
-// name the VM's spec gives the interface and its network (kubevirt.io/api core/v1
+// simNIC is one NIC of a VM as KubeVirt reports it in the VMI's status.interfaces: under the name
+// the VM's spec gives the interface and its network (kubevirt.io/api core/v1
 // VirtualMachineInstanceNetworkInterface.Name), with the MAC address the spec gives (Harvester's
-// mutator fills it in), else one KubeVirt would generate.
-func vmNIC(vm *kubevirtv1.VirtualMachine) (name, mac string) {
-	name, mac = defaultNICName, macFor(vm.UID)
+// mutator, or the provider, fills it in), else one KubeVirt would generate.
+type simNIC struct {
+	name, mac string
+	// network is the Multus network's name ("" for the pod network).
+	network string
+}
+
+// vmNICs are the VM's NICs, in the order of its spec's interfaces (an interface and its network
+// share their name; a spec that lists networks only gets an interface for each, and one that lists
+// neither KubeVirt's default pod network).
+func vmNICs(vm *kubevirtv1.VirtualMachine) []simNIC {
 	if vm.Spec.Template == nil {
-		return name, mac
+		return []simNIC{{name: defaultNICName, mac: macFor(vm.UID)}}
 	}
 	spec := vm.Spec.Template.Spec
-	if len(spec.Networks) > 0 {
-		name = spec.Networks[0].Name // an interface and its network share their name
+	networks := map[string]string{}
+	var names, macs []string
+	for _, n := range spec.Networks {
+		if n.Multus != nil {
+			networks[n.Name] = n.Multus.NetworkName
+		}
+		names, macs = append(names, n.Name), append(macs, "")
 	}
 	if ifaces := spec.Domain.Devices.Interfaces; len(ifaces) > 0 {
-		name = ifaces[0].Name
-		if ifaces[0].MacAddress != "" {
-			mac = ifaces[0].MacAddress
+		names, macs = nil, nil
+		for _, iface := range ifaces {
+			names, macs = append(names, iface.Name), append(macs, iface.MacAddress)
 		}
 	}
-	return name, mac
+	if len(names) == 0 {
+		return []simNIC{{name: defaultNICName, mac: macFor(vm.UID)}}
+	}
+	var out []simNIC
+	for i, name := range names {
+		mac := macs[i]
+		if mac == "" {
+			mac = macFor(types.UID(fmt.Sprintf("%s/%d", vm.UID, i)))
+			if i == 0 {
+				mac = macFor(vm.UID)
+			}
+		}
+		out = append(out, simNIC{name: name, mac: strings.ToLower(mac), network: networks[name]})
+	}
+	return out
 }
 
 // missingClaim names a PVC the VMI mounts that does not exist ("" if none).
@@ -267,32 +321,32 @@ func (r *vmReconciler) cannotStart(ctx context.Context, vm *kubevirtv1.VirtualMa
 			}
 		}
 	}
-	if _, _, err := r.network(ctx, vm); err != nil {
-		return componentKubelet, "FailedCreatePodSandBox", fmt.Sprintf(
-			"Failed to create pod sandbox: rpc error: code = Unknown desc = failed to setup network for sandbox %q: plugin type=\"multus-shim\" name=\"multus-cni-network\" failed (add): %v",
-			strings.ReplaceAll(string(uuid.NewUUID()), "-", ""), err)
+	// Multus attaches every network of the pod, and fails the sandbox on the first it cannot.
+	for _, nic := range vmNICs(vm) {
+		if _, _, err := r.nicNetwork(ctx, vm, nic.network); err != nil {
+			return componentKubelet, "FailedCreatePodSandBox", fmt.Sprintf(
+				"Failed to create pod sandbox: rpc error: code = Unknown desc = failed to setup network for sandbox %q: plugin type=\"multus-shim\" name=\"multus-cni-network\" failed (add): %v",
+				strings.ReplaceAll(string(uuid.NewUUID()), "-", ""), err)
+		}
 	}
 	return "", "", ""
 }
 
-// network returns the VM's first multus network and its address range.
-func (r *vmReconciler) network(ctx context.Context, vm *kubevirtv1.VirtualMachine) (string, netip.Prefix, error) {
+// nicNetwork is the name and address range of a NIC's Multus network ("" for the pod network:
+// KubeVirt's masquerade range).
+func (r *vmReconciler) nicNetwork(ctx context.Context, vm *kubevirtv1.VirtualMachine, multus string) (string, netip.Prefix, error) {
 	if vm.Spec.Template == nil {
 		return "", netip.Prefix{}, errNoTemplate
 	}
-	for _, n := range vm.Spec.Template.Spec.Networks {
-		if n.Multus == nil {
-			continue
-		}
-		ns, name, ok := strings.Cut(n.Multus.NetworkName, "/")
-		if !ok {
-			ns, name = vm.Namespace, n.Multus.NetworkName
-		}
-		prefix, err := r.sim.networkCIDR(ctx, ns, name)
-		return ns + "/" + name, prefix, err
+	if multus == "" {
+		return "pod", netip.MustParsePrefix("10.0.2.0/24"), nil
 	}
-	// Pod network only: KubeVirt's masquerade range.
-	return "pod", netip.MustParsePrefix("10.0.2.0/24"), nil
+	ns, name, ok := strings.Cut(multus, "/")
+	if !ok {
+		ns, name = vm.Namespace, multus
+	}
+	prefix, err := r.sim.networkCIDR(ctx, ns, name)
+	return ns + "/" + name, prefix, err
 }
 
 // setPhase changes the VMI's phase and records the transition, as KubeVirt does.

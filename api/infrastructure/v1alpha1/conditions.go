@@ -235,6 +235,36 @@ const (
 	ReasonVMNotReady = reasons.VMNotReady
 	// ReasonDiskInUse: a disk of ours cannot be deleted because a VM uses it.
 	ReasonDiskInUse = reasons.DiskInUse
+	// ReasonIPAddressPending (HarvesterMachine): an IPAddressClaim of the machine's
+	// spec.interfaces[].addressesFromPools has no address yet (its IPAM provider has not answered,
+	// or, after clusterctl move, has not linked the claim to its address again); nothing is made
+	// until every claim has one. The message names the claim and its pool.
+	ReasonIPAddressPending = reasons.IPAddressPending
+	// ReasonIPPoolNotReady (HarvesterMachine): the IPAM provider says the pool of an
+	// IPAddressClaim is not ready (for example it does not exist); its message is quoted.
+	ReasonIPPoolNotReady = reasons.IPPoolNotReady
+	// ReasonIPPoolExhausted (HarvesterMachine): the pool of an IPAddressClaim has no address left.
+	// Add addresses to the pool, or free some; the claim is answered when one is free.
+	ReasonIPPoolExhausted = reasons.IPPoolExhausted
+	// ReasonIPAddressAllocationFailed (HarvesterMachine): the IPAM provider could not allocate an
+	// address for an IPAddressClaim; its message is quoted.
+	ReasonIPAddressAllocationFailed = reasons.IPAddressAllocationFailed
+	// ReasonIPPoolKindNotServed (HarvesterMachine): no CRD serves the kind of group an entry of
+	// spec.interfaces[].addressesFromPools names: install its IPAM provider (for example
+	// clusterctl init --ipam in-cluster), or correct the reference. No claim is made.
+	ReasonIPPoolKindNotServed = reasons.IPPoolKindNotServed
+	// ReasonIPAddressInvalid (HarvesterMachine): an address an IPAM provider gave (its IPAddress)
+	// cannot configure the NIC: no prefix, a gateway outside its prefix, two of one family on a
+	// NIC; the message names the IPAddress, the field and the fix. Nothing is made.
+	ReasonIPAddressInvalid = reasons.IPAddressInvalid
+	// ReasonIPAddressClaimConflict (HarvesterMachine): an IPAddressClaim of the name the machine
+	// needs exists and is not its own (another controller owns it, or it names another pool). It
+	// is never changed: delete it.
+	ReasonIPAddressClaimConflict = reasons.IPAddressClaimConflict
+	// ReasonGuestAddressMismatch (HarvesterMachine, Degraded): the guest agent reports another
+	// address on the primary NIC than the one its pool assigned (the image ignores cloud-init's
+	// network configuration, or DHCP gave it another): the message names both.
+	ReasonGuestAddressMismatch = reasons.GuestAddressMismatch
 	// ReasonPlacementNotRecorded: the API server did not keep the record of where the
 	// machine lives; nothing is created, and a deletion waits, until it is kept.
 	ReasonPlacementNotRecorded = reasons.PlacementNotRecorded

@@ -15,6 +15,7 @@ import (
 // its VM requires the node labels the HarvesterCluster gives its Machine's spec.failureDomain);
 // and spec.failureDomain, which the Cluster API contract v1beta2 keeps only for v1beta1
 // compatibility (status.failureDomain reports where the machine was placed).
+// +kubebuilder:validation:XValidation:rule="!(has(self.networks) && has(self.interfaces))",message="spec.networks and spec.interfaces are exclusive: give every NIC, with its network, in spec.interfaces"
 type HarvesterMachineSpec struct {
 	// ProviderID is "harvester://<VirtualMachine UID>" (Cluster API contract). The provider sets
 	// it once the VM exists; it cannot be changed or removed after that. The workload cluster's
@@ -71,11 +72,105 @@ type HarvesterMachineSpec struct {
 	// +kubebuilder:validation:XValidation:rule="size(self) <= 1",message="networks may name one network only: the provider supports one network per machine today (more will come as more items of this list)"
 	Networks []string `json:"networks,omitempty"`
 
+	// Interfaces are the VM's network interfaces, the primary first: its address is the machine's
+	// InternalIP. Each attaches to a network and takes its addresses by DHCP or from IP address
+	// pools, through Cluster API's IPAM contract (an IPAddressClaim per pool, served by an IPAM
+	// provider such as Cluster API's in-cluster one); the guest is given them as cloud-init
+	// network configuration, matched by each NIC's MAC address. Exclusive with networks, which
+	// gives one NIC by DHCP; without either the machine has one NIC on the ProviderConfig's
+	// spec.harvester.networkName, by DHCP.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:XValidation:rule="self.all(i, self.exists_one(j, j.network == i.network))",message="each network may have one interface only: give the machine one interface per network"
+	Interfaces []NetworkInterface `json:"interfaces,omitempty"`
+
 	// Labels are added to the VirtualMachine on Harvester. Keys and values must be valid
 	// Kubernetes labels; the provider's own labels take precedence.
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// NetworkInterface is one NIC of a machine: the network it attaches to, and how it gets its
+// addresses (the shape of the vSphere provider's network devices).
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway4) || (has(self.addressesFromPools) && size(self.addressesFromPools) > 0)",message="gateway4 is the gateway of addresses from pools (whose IPAddress gives none): with DHCP the DHCP server gives it",fieldPath=".gateway4"
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway6) || (has(self.addressesFromPools) && size(self.addressesFromPools) > 0)",message="gateway6 is the gateway of addresses from pools (whose IPAddress gives none): with DHCP the DHCP server gives it",fieldPath=".gateway6"
+type NetworkInterface struct {
+	// Network is the NetworkAttachmentDefinition the NIC attaches to, "<namespace>/<name>".
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Network string `json:"network"`
+
+	// DHCP4 has the guest take an IPv4 address on the NIC by DHCP. Defaults to true on a NIC
+	// without addressesFromPools, false on one with them.
+	// +optional
+	DHCP4 *bool `json:"dhcp4,omitempty"`
+
+	// DHCP6 has the guest take an IPv6 address on the NIC by DHCPv6. Defaults to false.
+	// +optional
+	DHCP6 *bool `json:"dhcp6,omitempty"`
+
+	// AddressesFromPools are the IP address pools the NIC's static addresses come from, one
+	// address each: one pool per address family (an IPv4 pool and an IPv6 pool for dual stack).
+	// The provider claims each address with an IPAddressClaim owned by the HarvesterMachine,
+	// makes the VM once every claim is bound, and releases the claims once the VM is gone.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=2
+	AddressesFromPools []IPPoolReference `json:"addressesFromPools,omitempty"`
+
+	// Gateway4 is the IPv4 default gateway of the NIC's addresses from pools, where the pool's
+	// IPAddress gives none. It must be in the address's prefix.
+	// +optional
+	// +kubebuilder:validation:Format=ipv4
+	// +kubebuilder:validation:MaxLength=15
+	Gateway4 string `json:"gateway4,omitempty"`
+
+	// Gateway6 is the IPv6 default gateway of the NIC's addresses from pools, where the pool's
+	// IPAddress gives none. It must be in the address's prefix.
+	// +optional
+	// +kubebuilder:validation:Format=ipv6
+	// +kubebuilder:validation:MaxLength=45
+	Gateway6 string `json:"gateway6,omitempty"`
+
+	// Nameservers are the DNS servers the guest uses, where DHCP gives none.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=3
+	// +kubebuilder:validation:items:MinLength=2
+	// +kubebuilder:validation:items:MaxLength=45
+	// +kubebuilder:validation:items:Pattern=`^[0-9a-fA-F.:]+$`
+	Nameservers []string `json:"nameservers,omitempty"`
+}
+
+// IPPoolReference names an IP address pool of an IPAM provider (the poolRef of Cluster API's
+// IPAddressClaim), in the HarvesterMachine's namespace.
+type IPPoolReference struct {
+	// APIGroup is the pool kind's API group (for example ipam.cluster.x-k8s.io).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	APIGroup string `json:"apiGroup"`
+
+	// Kind is the pool's kind (for example InClusterIPPool).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z][a-zA-Z0-9]*$`
+	Kind string `json:"kind"`
+
+	// Name is the pool's name.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
 }
 
 // RootDisk is a machine's boot disk.
@@ -177,7 +272,7 @@ type HarvesterMachine struct {
 	// Spec is the machine.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="!has(oldSelf.providerID) || (has(self.providerID) && self.providerID == oldSelf.providerID)",message="spec.providerID cannot be changed or removed once set: it names the machine's VM",fieldPath=".providerID"
-	// +kubebuilder:validation:XValidation:rule="self.cpu == oldSelf.cpu && self.memory == oldSelf.memory && self.rootDisk == oldSelf.rootDisk && has(self.extraDisks) == has(oldSelf.extraDisks) && (!has(self.extraDisks) || self.extraDisks == oldSelf.extraDisks) && has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image) && has(self.networks) == has(oldSelf.networks) && (!has(self.networks) || self.networks == oldSelf.networks) && has(self.labels) == has(oldSelf.labels) && (!has(self.labels) || self.labels == oldSelf.labels)",message="spec cannot be changed except for spec.providerID: the machine's VM is not resized or rebuilt in place; change the HarvesterMachineTemplate and let Cluster API roll out new machines"
+	// +kubebuilder:validation:XValidation:rule="self.cpu == oldSelf.cpu && self.memory == oldSelf.memory && self.rootDisk == oldSelf.rootDisk && has(self.extraDisks) == has(oldSelf.extraDisks) && (!has(self.extraDisks) || self.extraDisks == oldSelf.extraDisks) && has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image) && has(self.networks) == has(oldSelf.networks) && (!has(self.networks) || self.networks == oldSelf.networks) && has(self.interfaces) == has(oldSelf.interfaces) && (!has(self.interfaces) || self.interfaces == oldSelf.interfaces) && has(self.labels) == has(oldSelf.labels) && (!has(self.labels) || self.labels == oldSelf.labels)",message="spec cannot be changed except for spec.providerID: the machine's VM is not resized or rebuilt in place; change the HarvesterMachineTemplate and let Cluster API roll out new machines"
 	Spec HarvesterMachineSpec `json:"spec"`
 
 	// Status is what the provider observed.

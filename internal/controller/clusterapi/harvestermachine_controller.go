@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -224,7 +226,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 		return reconcile.Result{}, errkind.Waiting(infrav1.ReasonWaitingForClusterInfrastructure, capiWaitingRetry,
 			"waiting for Cluster %s/%s's infrastructure to be provisioned", cluster.Namespace, cluster.Name)
 	}
-	spec, engine, own, err := r.machineOnHarvester(ctx, s, machine, t, home)
+	spec, engine, own, err := r.machineOnHarvester(ctx, s, machine, cluster.Name, t, home)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
@@ -247,7 +249,7 @@ func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *har
 // made or observed on: where its place is recorded (home), or, with nothing recorded, where its
 // ProviderConfig's credentials reach, with a door that records the place before anything is made.
 // own is the place its ProviderConfig gives it, which a recorded place is judged against.
-func (r *HarvesterMachineReconciler) machineOnHarvester(ctx context.Context, s *harvesterMachineScope, machine *capiMachine, t *clusterTarget, home *harvester.Home) (spec *harvester.MachineSpec, engine harvester.Cluster, own harvester.Place, err error) {
+func (r *HarvesterMachineReconciler) machineOnHarvester(ctx context.Context, s *harvesterMachineScope, machine *capiMachine, clusterName string, t *clusterTarget, home *harvester.Home) (spec *harvester.MachineSpec, engine harvester.Cluster, own harvester.Place, err error) {
 	hm := s.hm
 	if spec, err = harvesterMachineSpec(hm, *machine, t.Target, r.managementCluster); err != nil {
 		return nil, nil, own, err
@@ -260,18 +262,24 @@ func (r *HarvesterMachineReconciler) machineOnHarvester(ctx context.Context, s *
 	spec.Owner = withHandOver(spec.Owner, hm, r.HandOverFrom)
 	spec.VMUID = types.UID(harvester.UIDOfProviderID(hm.Spec.ProviderID))
 	if home == nil {
-		engine, err = r.Harvester.ClusterFor(ctx, t.Credentials)
 		spec.Door = unrecordedHarvesterMachine{harvesterMachineDoor: door, s: s}
-		return spec, engine, own, err
+		if engine, err = r.Harvester.ClusterFor(ctx, t.Credentials); err != nil {
+			return nil, nil, own, err
+		}
+	} else {
+		if home.Elsewhere != nil {
+			return nil, nil, own, errkind.Waiting(infrav1.ReasonProviderConfigMoved, capiWaitingRetry,
+				"ProviderConfig %s's credentials now reach another Harvester cluster (%s) than the one VM %s/%s lives on (%s)",
+				t.Ref, home.Elsewhere.Server, home.Place.Namespace, home.Place.Name, home.Place.Server)
+		}
+		door.home, door.own = home, own
+		spec.Namespace, spec.Name = home.Place.Namespace, home.Place.Name
+		engine = home.Cluster
 	}
-	if home.Elsewhere != nil {
-		return nil, nil, own, errkind.Waiting(infrav1.ReasonProviderConfigMoved, capiWaitingRetry,
-			"ProviderConfig %s's credentials now reach another Harvester cluster (%s) than the one VM %s/%s lives on (%s)",
-			t.Ref, home.Elsewhere.Server, home.Place.Namespace, home.Place.Name, home.Place.Server)
+	if s.assigned, err = r.configureNICs(ctx, hm, spec, clusterName); err != nil {
+		return nil, nil, own, err
 	}
-	door.home, door.own = home, own
-	spec.Namespace, spec.Name = home.Place.Namespace, home.Place.Name
-	return spec, home.Cluster, own, nil
+	return spec, engine, own, nil
 }
 
 // reportObservation says what the engine observed of the machine: a take-over, its failure
@@ -286,13 +294,23 @@ func (r *HarvesterMachineReconciler) reportObservation(ctx context.Context, s *h
 		s.Event(corev1.EventTypeNormal, "Created", "Create", "Created "+vm+" on Harvester")
 	}
 	if obs.Running && obs.Addresses.Primary != "" {
-		hm.Status.Addresses = machineAddresses(spec.Name, obs.Addresses)
+		hm.Status.Addresses = machineAddresses(spec.Name, s.assigned, obs.Addresses)
 		hm.Status.Initialization.Provisioned = ptr.To(true)
 		msg := fmt.Sprintf("%s is running at %s", vm, obs.Addresses.Primary)
 		s.SetCondition(infrav1.ConditionReady, metav1.ConditionTrue, infrav1.ReasonVMRunning, msg)
 		s.SetCondition(infrav1.ConditionProgressing, metav1.ConditionFalse, infrav1.ReasonVMRunning, msg)
-		s.Healthy()
+		if want := primaryAssigned(s.assigned); want != "" && !slices.Contains(obs.Addresses.All, want) {
+			s.Degraded(infrav1.ReasonGuestAddressMismatch, fmt.Sprintf(
+				"the guest agent reports %s on the primary NIC of %s, not the address its pool assigned, %s (IPAddress %s): the image may ignore cloud-init's network configuration, or a DHCP server gave it another",
+				strings.Join(obs.Addresses.All, ", "), vm, want, s.assigned[0][0].Address))
+		} else {
+			s.Healthy()
+		}
 		return reconcile.Result{RequeueAfter: r.HealthCheckInterval}
+	}
+	if len(s.assigned) > 0 {
+		// Known before the guest says anything: the addresses its pools assigned.
+		hm.Status.Addresses = machineAddresses(spec.Name, s.assigned, harvester.Addresses{})
 	}
 	reason, message := infrav1.ReasonVMProvisioning, "Creating "+vm+" on Harvester; waiting for it to run and report an IPv4 address"
 	assessment := harvester.Assess(obs, r.StartLimits, time.Now())
@@ -487,19 +505,31 @@ func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *har
 	if !controllerutil.ContainsFinalizer(hm, infrav1.HarvesterMachineFinalizer) {
 		return reconcile.Result{}, nil
 	}
+	skipped := false
 	switch _, recorded := hm.Annotations[infrav1.AnnotationPlacement]; {
 	case releaseAsked(hm) && r.SkipCleanupAnytime:
-		reportCleanupSkipped(ctx, s)
+		skipped = true
 	case recorded || hm.Spec.ProviderID != "":
 		result, err := r.deleteOnHarvester(ctx, s, cluster)
 		if releasedWhenBlocked(hm, err) {
-			reportCleanupSkipped(ctx, s)
+			skipped = true
 			break
 		}
 		if err != nil || !result.IsZero() {
 			return result, err
 		}
 		reportReleaseNotNeeded(s)
+	}
+	// The addresses from pools go back once the VM is gone, never before; a VM left on Harvester
+	// keeps them claimed.
+	if skipped {
+		kept, err := r.keepAddressClaims(ctx, hm)
+		if err != nil {
+			return reconcile.Result{}, err
+		}
+		reportCleanupSkipped(ctx, s, kept)
+	} else if err := r.releaseAddressClaims(ctx, hm); err != nil {
+		return reconcile.Result{}, err
 	}
 	if err := objmeta.RemoveFinalizer(ctx, r.Client, s.Scope, hm, infrav1.HarvesterMachineFinalizer); err != nil {
 		return reconcile.Result{}, err
@@ -609,6 +639,8 @@ func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 	}
 	cluster := &unstructured.Unstructured{}
 	cluster.SetGroupVersionKind(capiClusterGVK)
+	claim := &unstructured.Unstructured{}
+	claim.SetGroupVersionKind(ipAddressClaimGVK)
 	b := ctrl.NewControllerManagedBy(mgr).Named("harvestermachine").
 		For(&infrav1.HarvesterMachine{}, builder.WithPredicates(harvesterMachineUpdatesThatMatter(infrav1.HarvesterMachineFinalizer))).
 		// A Machine's spec changing (its bootstrap data arriving, its failure domain), a
@@ -619,7 +651,9 @@ func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 		Watches(cluster, handler.EnqueueRequestsFromMapFunc(r.machinesOfCluster),
 			builder.WithPredicates(capiChangesThatMatter(capiClusterOf, nil))).
 		Watches(&infrav1.HarvesterCluster{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfHarvesterCluster),
-			builder.WithPredicates(predicate.GenerationChangedPredicate{}))
+			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		// An IPAM provider answering a machine's IPAddressClaim moves it on.
+		Owns(claim)
 	if r.HarvesterEvents != nil {
 		b = b.WatchesRawSource(r.HarvesterEvents.MachineSource(OwnerKindHarvesterMachine))
 	}

@@ -3,6 +3,7 @@ package clusterapi
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -23,10 +24,13 @@ import (
 
 // reportCleanupSkipped records that the HarvesterMachine is released without cleaning up, and what
 // may be left on Harvester.
-func reportCleanupSkipped(ctx context.Context, s *harvesterMachineScope) {
+func reportCleanupSkipped(ctx context.Context, s *harvesterMachineScope, keptClaims []string) {
 	left := "nothing was recorded as created"
 	if p, err := v1alpha1.DecodePlacement(s.hm.Annotations); err == nil && p != nil {
 		left = fmt.Sprintf("VM %s/%s on %s, its disks and cloud-init Secret (labelled %s=%s) may remain there", p.Namespace, p.Name, p.Server, harvester.LabelMachineRequestUID, s.hm.UID)
+	}
+	if len(keptClaims) > 0 {
+		left += fmt.Sprintf("; its IPAddressClaims %s stay, so that their addresses stay claimed for it: delete them once the VM is gone", strings.Join(keptClaims, ", "))
 	}
 	log.FromContext(ctx).Info("Released without deleting anything on Harvester (skip-cleanup annotation)")
 	s.Event(corev1.EventTypeWarning, infrav1.ReasonCleanupSkipped, "Delete",

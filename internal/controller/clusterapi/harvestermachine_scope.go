@@ -21,6 +21,8 @@ var harvesterMachineStatus = objstatus.Kind[*infrav1.HarvesterMachine, infrav1.H
 type harvesterMachineScope struct {
 	*objstatus.Scope[*infrav1.HarvesterMachine, infrav1.HarvesterMachineStatus]
 	hm *infrav1.HarvesterMachine
+	// assigned are the addresses the machine's NICs were given from pools, by NIC (configureNICs).
+	assigned [][]assignedAddress
 }
 
 // +kubebuilder:rbac:groups=infrastructure.butlerlabs.dev,resources=harvestermachines,verbs=get;list;watch;update;patch

@@ -49,7 +49,7 @@ func bootstrapUserData(secret *corev1.Secret) (string, error) {
 // after the HarvesterMachine: it is the guest's hostname and the tenant cluster's Node name, which
 // is how Harvester's cloud provider and CSI driver find the VM of a Node.
 func harvesterMachineSpec(hm *infrav1.HarvesterMachine, m capiMachine, t *target.Target, managementCluster string) (*harvester.MachineSpec, error) {
-	network, err := machineNetwork(hm, t)
+	nics, err := machineNICs(hm, t)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +70,7 @@ func harvesterMachineSpec(hm *infrav1.HarvesterMachine, m capiMachine, t *target
 		MemoryMB:            ceilUnits(hm.Spec.Memory, 1<<20),
 		DiskGB:              ceilUnits(hm.Spec.RootDisk.Size, 1<<30),
 		Image:               image,
-		Network:             network,
+		NICs:                nics,
 		DefaultStorageClass: t.StorageClass,
 		Labels:              hm.Spec.Labels,
 	}
@@ -110,6 +110,25 @@ func ceilUnits(q resource.Quantity, unit int64) int64 {
 	return (q.Value() + unit - 1) / unit
 }
 
+// machineNICs are the machine's NICs on their networks, their addressing still to come
+// (configureNICs): spec.interfaces', else one on spec.networks' first, else one on the
+// ProviderConfig's network.
+func machineNICs(hm *infrav1.HarvesterMachine, t *target.Target) ([]harvester.NIC, error) {
+	if len(hm.Spec.Interfaces) == 0 {
+		network, err := machineNetwork(hm, t)
+		return []harvester.NIC{{Network: network}}, err
+	}
+	nics := make([]harvester.NIC, 0, len(hm.Spec.Interfaces))
+	for i, iface := range hm.Spec.Interfaces {
+		ref, err := harvester.ParseObjectRef(iface.Network, "")
+		if err != nil {
+			return nil, errkind.Permanent(infrav1.ReasonInvalidSpec, "spec.interfaces[%d].network: %v", i, err)
+		}
+		nics = append(nics, harvester.NIC{Network: ref})
+	}
+	return nics, nil
+}
+
 // machineNetwork is the machine's network: its spec.networks' first, else the ProviderConfig's.
 func machineNetwork(hm *infrav1.HarvesterMachine, t *target.Target) (harvester.ObjectRef, error) {
 	if len(hm.Spec.Networks) == 0 {
@@ -143,11 +162,25 @@ func machineImage(hm *infrav1.HarvesterMachine, t *target.Target) (harvester.Obj
 }
 
 // machineAddresses are a running machine's addresses as Cluster API reads them: the VM's IPv4
-// addresses as InternalIP, the primary first, then its name as Hostname (the Node's name).
-func machineAddresses(vmName string, a harvester.Addresses) []infrav1.MachineAddress {
+// machineAddresses are a machine's addresses for Cluster API: the addresses its pools assigned
+// (the primary NIC's first), then those the guest agent reports on its primary NIC, each once, as
+// InternalIP; and the VM's name as Hostname.
+func machineAddresses(vmName string, assigned [][]assignedAddress, guest harvester.Addresses) []infrav1.MachineAddress {
 	var out []infrav1.MachineAddress
-	for _, ip := range a.All {
-		out = append(out, infrav1.MachineAddress{Type: infrav1.MachineInternalIP, Address: ip})
+	seen := map[string]bool{}
+	add := func(ip string) {
+		if !seen[ip] {
+			seen[ip] = true
+			out = append(out, infrav1.MachineAddress{Type: infrav1.MachineInternalIP, Address: ip})
+		}
+	}
+	for _, nic := range assigned {
+		for _, a := range nic {
+			add(a.Prefix.Addr().String())
+		}
+	}
+	for _, ip := range guest.All {
+		add(ip)
 	}
 	return append(out, infrav1.MachineAddress{Type: infrav1.MachineHostName, Address: vmName})
 }

@@ -2,6 +2,8 @@ package clusterapi
 
 import (
 	"maps"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,8 +51,8 @@ func TestHarvesterMachineSpec(t *testing.T) {
 				if s.Name != "tenant-md-0-abcde" || s.Namespace != "vms" || s.Role != "worker" || s.CPU != 4 || s.MemoryMB != 8192 || s.DiskGB != 40 {
 					t.Fatalf("spec %+v", s)
 				}
-				if s.Image != (harvester.ObjectRef{Namespace: "default", Name: "talos"}) || s.Network != (harvester.ObjectRef{Namespace: "default", Name: "vlan40"}) || s.DefaultStorageClass != "longhorn-ssd" {
-					t.Fatalf("image %v network %v storage class %q", s.Image, s.Network, s.DefaultStorageClass)
+				if s.Image != (harvester.ObjectRef{Namespace: "default", Name: "talos"}) || s.PrimaryNetwork() != (harvester.ObjectRef{Namespace: "default", Name: "vlan40"}) || s.DefaultStorageClass != "longhorn-ssd" {
+					t.Fatalf("image %v network %v storage class %q", s.Image, s.PrimaryNetwork(), s.DefaultStorageClass)
 				}
 				if s.Owner.Kind != OwnerKindHarvesterMachine || s.Owner.UID != "hm-uid" || s.Owner.Namespace != "tenants" || s.Owner.Cluster != "mgmt-uid" {
 					t.Fatalf("owner %+v", s.Owner)
@@ -68,8 +70,8 @@ func TestHarvesterMachineSpec(t *testing.T) {
 				m.ControlPlane = true
 			},
 			check: func(t *testing.T, s *harvester.MachineSpec) {
-				if s.Image != (harvester.ObjectRef{Namespace: "images", Name: "ubuntu"}) || s.Network != (harvester.ObjectRef{Namespace: "nets", Name: "vlan50"}) {
-					t.Fatalf("image %v network %v", s.Image, s.Network)
+				if s.Image != (harvester.ObjectRef{Namespace: "images", Name: "ubuntu"}) || s.PrimaryNetwork() != (harvester.ObjectRef{Namespace: "nets", Name: "vlan50"}) {
+					t.Fatalf("image %v network %v", s.Image, s.PrimaryNetwork())
 				}
 				// 1500M = 1430.5 MiB, 20G = 18.6 GiB: never less than asked for.
 				if s.MemoryMB != 1431 || s.DiskGB != 19 || s.Role != "control-plane" {
@@ -165,15 +167,25 @@ func TestBootstrapUserData(t *testing.T) {
 }
 
 func TestMachineAddresses(t *testing.T) {
-	got := machineAddresses("tenant-md-0-abcde", harvester.Addresses{Primary: "10.0.0.7", All: []string{"10.0.0.7", "10.0.0.8"}})
-	want := []infrav1.MachineAddress{{Type: infrav1.MachineInternalIP, Address: "10.0.0.7"}, {Type: infrav1.MachineInternalIP, Address: "10.0.0.8"},
-		{Type: infrav1.MachineHostName, Address: "tenant-md-0-abcde"}}
-	if len(got) != len(want) {
-		t.Fatalf("addresses %v", got)
+	ip := func(s string) infrav1.MachineAddress {
+		return infrav1.MachineAddress{Type: infrav1.MachineInternalIP, Address: s}
 	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("addresses %v, want %v", got, want)
+	host := infrav1.MachineAddress{Type: infrav1.MachineHostName, Address: "tenant-md-0-abcde"}
+	assigned := [][]assignedAddress{{{Prefix: netip.MustParsePrefix("10.0.0.7/24")}}, {{Prefix: netip.MustParsePrefix("192.168.0.9/24")}}}
+	for name, tc := range map[string]struct {
+		assigned [][]assignedAddress
+		guest    harvester.Addresses
+		want     []infrav1.MachineAddress
+	}{
+		"what the guest reports": {nil, harvester.Addresses{Primary: "10.0.0.7", All: []string{"10.0.0.7", "10.0.0.8"}},
+			[]infrav1.MachineAddress{ip("10.0.0.7"), ip("10.0.0.8"), host}},
+		"assigned before the guest says anything": {assigned, harvester.Addresses{},
+			[]infrav1.MachineAddress{ip("10.0.0.7"), ip("192.168.0.9"), host}},
+		"assigned, then what else the guest reports, each once": {assigned, harvester.Addresses{Primary: "10.0.0.7", All: []string{"10.0.0.7", "fd00::7"}},
+			[]infrav1.MachineAddress{ip("10.0.0.7"), ip("192.168.0.9"), ip("fd00::7"), host}},
+	} {
+		if got := machineAddresses("tenant-md-0-abcde", tc.assigned, tc.guest); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: addresses %v, want %v", name, got, tc.want)
 		}
 	}
 }

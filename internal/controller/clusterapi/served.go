@@ -12,13 +12,18 @@ import (
 
 // Unavailable says why the Cluster API front door (the HarvesterCluster and HarvesterMachine
 // reconcilers) cannot run on the management cluster ("" if it can): this provider's
-// infrastructure CRDs or Cluster API's Cluster and Machine not served, or list and watch of them
-// not granted. Where it cannot, its reconcilers stay off and MachineRequests are served as usual.
+// infrastructure CRDs, Cluster API's Cluster and Machine, or its IPAM contract's IPAddressClaim and
+// IPAddress (served by Cluster API core since its v1.5) not served, or list and watch of them not
+// granted. Where it cannot, its reconcilers stay off and MachineRequests are served as usual.
 func Unavailable(ctx context.Context, mgr ctrl.Manager) string {
 	why := management.KindsUnavailable(ctx, mgr, infrav1.GroupVersion, []management.ServedKind{{Kind: "HarvesterCluster", Resource: "harvesterclusters"}, {Kind: "HarvesterMachine", Resource: "harvestermachines"}})
 	if why == "" {
 		why = management.KindsUnavailable(ctx, mgr, schema.GroupVersion{Group: capiClusterGVK.Group, Version: capiClusterGVK.Version},
 			[]management.ServedKind{{Kind: "Cluster", Resource: "clusters"}, {Kind: "Machine", Resource: "machines"}})
+	}
+	if why == "" {
+		why = management.KindsUnavailable(ctx, mgr, ipAddressClaimGVK.GroupVersion(),
+			[]management.ServedKind{{Kind: "IPAddressClaim", Resource: "ipaddressclaims"}, {Kind: "IPAddress", Resource: "ipaddresses"}})
 	}
 	return why
 }

@@ -305,7 +305,7 @@ func TestVMCreate(t *testing.T) {
 	requireCondition(t, mr, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonVMCreating)
 	requireEvent(t, f.events(), "Normal Created")
 	if got.Namespace != "vms" || got.Name != "cluster-cp-0" || got.Image.String() != "default/talos" ||
-		got.Network.String() != "default/vlan40" || got.CPU != 4 || got.MemoryMB != 8192 || got.DiskGB != 50 || got.Owner.UID != mr.UID {
+		got.PrimaryNetwork().String() != "default/vlan40" || got.CPU != 4 || got.MemoryMB != 8192 || got.DiskGB != 50 || got.Owner.UID != mr.UID {
 		t.Fatalf("MachineSpec = %+v", got)
 	}
 

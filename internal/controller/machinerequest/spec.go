@@ -80,7 +80,7 @@ func machineSpecFor(mr *v1alpha1.MachineRequest, pc *v1alpha1.ProviderConfig, co
 		MemoryMB:            int64(mr.Spec.MemoryMB),
 		DiskGB:              int64(mr.Spec.DiskGB),
 		Image:               image,
-		Network:             network,
+		NICs:                []harvester.NIC{{Network: network}},
 		DefaultStorageClass: t.StorageClass,
 		UserData:            mr.Spec.UserData,
 		NetworkData:         mr.Spec.NetworkData,
