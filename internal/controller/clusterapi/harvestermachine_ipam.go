@@ -39,6 +39,7 @@ var claimReasons = map[string]string{
 
 // +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddressclaims,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=ipaddresses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=ipam.cluster.x-k8s.io,resources=inclusterippools;globalinclusterippools,verbs=get;list;watch
 
 // addressClaimName names the claim of the machine's i-th NIC from its j-th pool.
 func addressClaimName(machine string, nic, pool int) string {
@@ -152,13 +153,7 @@ func (r *HarvesterMachineReconciler) claimedAddress(ctx context.Context, hm *inf
 	where := fmt.Sprintf("IPAddressClaim %s/%s (pool %s %s)", claim.GetNamespace(), claim.GetName(), pool.Kind, pool.Name)
 	name, _, _ := unstructured.NestedString(claim.Object, "status", "addressRef", "name")
 	if name == "" {
-		reason, why := infrav1.ReasonIPAddressPending, "its IPAM provider has not given it an address yet"
-		if c := claimReadyCondition(claim); c != nil && c.Status == metav1.ConditionFalse {
-			if mapped, ok := claimReasons[c.Reason]; ok {
-				reason = mapped
-			}
-			why = fmt.Sprintf("its IPAM provider says %s: %s", c.Reason, c.Message)
-		}
+		reason, why := r.whyUnanswered(ctx, claim, pool)
 		return assignedAddress{}, errkind.Waiting(reason, capiWaitingRetry, "%s has no address: %s; nothing is made until it has one", where, why)
 	}
 	ip := &unstructured.Unstructured{}
@@ -169,6 +164,44 @@ func (r *HarvesterMachineReconciler) claimedAddress(ctx context.Context, hm *inf
 		return assignedAddress{}, err
 	}
 	return addressOf(claim, ip, pool)
+}
+
+// whyUnanswered says why a claim has no address: its Ready condition's reason where its IPAM
+// provider gives one; else what its pool shows, where the provider may read it (Cluster API's
+// in-cluster provider sets no condition, and counts its pools' addresses in
+// status.ipAddresses): that it does not exist, or has no address free; else that none is given
+// yet.
+func (r *HarvesterMachineReconciler) whyUnanswered(ctx context.Context, claim *unstructured.Unstructured, pool infrav1.IPPoolReference) (reason, why string) {
+	if c := claimReadyCondition(claim); c != nil && c.Status == metav1.ConditionFalse {
+		reason = infrav1.ReasonIPAddressPending
+		if mapped, ok := claimReasons[c.Reason]; ok {
+			reason = mapped
+		}
+		return reason, fmt.Sprintf("its IPAM provider says %s: %s", c.Reason, c.Message)
+	}
+	pending := "its IPAM provider has not given it an address yet"
+	mapping, err := r.RESTMapper().RESTMapping(schema.GroupKind{Group: pool.APIGroup, Kind: pool.Kind})
+	if err != nil {
+		return infrav1.ReasonIPAddressPending, pending
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(mapping.GroupVersionKind)
+	key := client.ObjectKey{Name: pool.Name}
+	if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+		key.Namespace = claim.GetNamespace()
+	}
+	switch err := r.Get(ctx, key, obj); {
+	case apierrors.IsNotFound(err):
+		return infrav1.ReasonIPPoolNotReady, fmt.Sprintf("its pool %s %s does not exist: create it, or correct spec.interfaces[].addressesFromPools in the HarvesterMachineTemplate", pool.Kind, key)
+	case err != nil:
+		return infrav1.ReasonIPAddressPending, pending
+	}
+	total, hasTotal, _ := unstructured.NestedInt64(obj.Object, "status", "ipAddresses", "total")
+	free, hasFree, _ := unstructured.NestedInt64(obj.Object, "status", "ipAddresses", "free")
+	if hasTotal && hasFree && free == 0 {
+		return infrav1.ReasonIPPoolExhausted, fmt.Sprintf("its pool %s %s has no address free (all %d are in use): add addresses to the pool, or free some", pool.Kind, key, total)
+	}
+	return infrav1.ReasonIPAddressPending, pending
 }
 
 // claimReadyCondition is a claim's Ready condition, nil if it has none.

@@ -1,0 +1,416 @@
+package testbed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Cluster API's IPAM contract, and the in-cluster IPAM provider's pool kind, as the player reads
+// and writes them.
+var (
+	IPAddressClaimGVK  = schema.GroupVersionKind{Group: "ipam.cluster.x-k8s.io", Version: "v1beta2", Kind: "IPAddressClaim"}
+	IPAddressGVK       = schema.GroupVersionKind{Group: "ipam.cluster.x-k8s.io", Version: "v1beta2", Kind: "IPAddress"}
+	InClusterIPPoolGVK = schema.GroupVersionKind{Group: "ipam.cluster.x-k8s.io", Version: "v1alpha2", Kind: "InClusterIPPool"}
+)
+
+// The in-cluster provider's finalizers (pkg/ipamutil/reconciler.go).
+const (
+	releaseAddressFinalizer = "ipam.cluster.x-k8s.io/ReleaseAddress"
+	protectAddressFinalizer = "ipam.cluster.x-k8s.io/ProtectAddress"
+)
+
+// InClusterIPPoolCRDs is the directory of the InClusterIPPool CRD the player serves.
+func InClusterIPPoolCRDs(repoRoot string) string {
+	return filepath.Join(repoRoot, "test", "testdata", "ipam-in-cluster", "crd")
+}
+
+// ipamTick is how often the player looks at the claims.
+const ipamTick = 200 * time.Millisecond
+
+// IPAM plays Cluster API's in-cluster IPAM provider (kubernetes-sigs/cluster-api-ipam-provider-in-cluster
+// at bc27dd7, pkg/ipamutil/reconciler.go and internal/controllers/ipaddressclaim_address.go) for
+// the IPAddressClaims of InClusterIPPools, as it does:
+//
+//   - a claim whose Cluster (spec.clusterName) is paused, or does not exist, is left alone;
+//   - it first gets the finalizer ipam.cluster.x-k8s.io/ReleaseAddress;
+//   - a claim of a pool that does not exist is left without address, and without a condition;
+//   - its address is an IPAddress of the claim's name and namespace: where one exists (a claim
+//     that clusterctl move carried, with its IPAddress, and no status) it is kept and linked
+//     again; else the first free address of the pool (its addresses, less the gateway, the
+//     excluded addresses, those in use, and the prefix's network and broadcast addresses unless
+//     allocateReservedIPAddresses), with the pool's prefix and gateway; a pool with none free
+//     leaves the claim without address (the provider sets no condition either);
+//   - the IPAddress is owned by the claim (controller) and the pool, carries the claim's cluster
+//     name label and the finalizer ipam.cluster.x-k8s.io/ProtectAddress;
+//   - the claim's status.addressRef names it;
+//   - a deleted claim has its IPAddress deleted (finalizer removed first), then its own finalizer
+//     removed;
+//   - a pool's status.ipAddresses counts its addresses: total, used, free.
+type IPAM struct {
+	c    client.Client
+	stop context.CancelFunc
+	done chan struct{}
+
+	mu  sync.Mutex
+	err error
+}
+
+// PlayIPAM starts the player against the management cluster c; Stop stops it.
+func PlayIPAM(ctx context.Context, c client.Client) *IPAM {
+	ctx, cancel := context.WithCancel(ctx)
+	p := &IPAM{c: c, stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		for {
+			err := p.sync(ctx)
+			p.mu.Lock()
+			p.err = err
+			p.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(ipamTick):
+			}
+		}
+	}()
+	return p
+}
+
+// Stop stops the player and waits until it has.
+func (p *IPAM) Stop() {
+	p.stop()
+	<-p.done
+}
+
+// Err is what went wrong in the player's last look, nil if nothing did.
+func (p *IPAM) Err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.err
+}
+
+// sync handles every claim of an InClusterIPPool, then the pools' status.
+func (p *IPAM) sync(ctx context.Context) error {
+	claims := &unstructured.UnstructuredList{}
+	claims.SetGroupVersionKind(IPAddressClaimGVK.GroupVersion().WithKind("IPAddressClaimList"))
+	if err := p.c.List(ctx, claims); err != nil {
+		return err
+	}
+	var errs []error
+	for i := range claims.Items {
+		claim := &claims.Items[i]
+		ref := poolRef(claim)
+		if ref["apiGroup"] != InClusterIPPoolGVK.Group || ref["kind"] != InClusterIPPoolGVK.Kind {
+			continue
+		}
+		if err := p.reconcileClaim(ctx, claim, ref["name"]); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("IPAddressClaim %s/%s: %w", claim.GetNamespace(), claim.GetName(), err))
+		}
+	}
+	errs = append(errs, p.poolsStatus(ctx))
+	return errors.Join(errs...)
+}
+
+func poolRef(obj *unstructured.Unstructured) map[string]string {
+	ref, _, _ := unstructured.NestedStringMap(obj.Object, "spec", "poolRef")
+	return ref
+}
+
+// reconcileClaim is the provider's reconcile of one claim.
+func (p *IPAM) reconcileClaim(ctx context.Context, claim *unstructured.Unstructured, poolName string) error {
+	deleting := claim.GetDeletionTimestamp() != nil
+	clusterName, _, _ := unstructured.NestedString(claim.Object, "spec", "clusterName")
+	if clusterName != "" {
+		cluster := &unstructured.Unstructured{}
+		cluster.SetGroupVersionKind(ClusterGVK)
+		err := p.c.Get(ctx, client.ObjectKey{Namespace: claim.GetNamespace(), Name: clusterName}, cluster)
+		switch {
+		case apierrors.IsNotFound(err) && !deleting:
+			return nil
+		case err != nil && !apierrors.IsNotFound(err):
+			return err
+		case err == nil && isPaused(cluster):
+			return nil
+		}
+	}
+	if !deleting && !slices.Contains(claim.GetFinalizers(), releaseAddressFinalizer) {
+		claim.SetFinalizers(append(claim.GetFinalizers(), releaseAddressFinalizer))
+		return p.c.Update(ctx, claim)
+	}
+	pool := &unstructured.Unstructured{}
+	pool.SetGroupVersionKind(InClusterIPPoolGVK)
+	poolErr := p.c.Get(ctx, client.ObjectKey{Namespace: claim.GetNamespace(), Name: poolName}, pool)
+	if deleting {
+		return p.release(ctx, claim)
+	}
+	if poolErr != nil {
+		return client.IgnoreNotFound(poolErr) // logged by the provider; no condition
+	}
+	address, err := p.ensureAddress(ctx, claim, pool)
+	if err != nil || address == nil {
+		return err
+	}
+	if name, _, _ := unstructured.NestedString(claim.Object, "status", "addressRef", "name"); name == address.GetName() {
+		return nil
+	}
+	if err := unstructured.SetNestedField(claim.Object, address.GetName(), "status", "addressRef", "name"); err != nil {
+		return err
+	}
+	return p.c.Status().Update(ctx, claim)
+}
+
+// isPaused is Cluster API's annotations.IsPaused of a Cluster: spec.paused, or the paused
+// annotation.
+func isPaused(cluster *unstructured.Unstructured) bool {
+	paused, _, _ := unstructured.NestedBool(cluster.Object, "spec", "paused")
+	_, annotated := cluster.GetAnnotations()["cluster.x-k8s.io/paused"]
+	return paused || annotated
+}
+
+// ensureAddress returns the claim's IPAddress, made from the pool's first free address if it has
+// none; nil when the pool has none free.
+func (p *IPAM) ensureAddress(ctx context.Context, claim, pool *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	address := &unstructured.Unstructured{}
+	address.SetGroupVersionKind(IPAddressGVK)
+	err := p.c.Get(ctx, client.ObjectKeyFromObject(claim), address)
+	if err == nil {
+		return address, nil // kept, and linked again if the claim lost its status
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	spec, err := poolSpecOf(pool)
+	if err != nil {
+		return nil, err
+	}
+	inUse, err := p.addressesInUse(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+	free, ok := spec.firstFree(inUse)
+	if !ok {
+		return nil, nil // "failed to find free address": retried, no condition
+	}
+	address.SetNamespace(claim.GetNamespace())
+	address.SetName(claim.GetName())
+	address.SetFinalizers([]string{protectAddressFinalizer})
+	if name := claim.GetLabels()[ClusterNameLabel]; name != "" {
+		address.SetLabels(map[string]string{ClusterNameLabel: name})
+	}
+	address.SetOwnerReferences([]metav1.OwnerReference{
+		{APIVersion: IPAddressClaimGVK.GroupVersion().String(), Kind: IPAddressClaimGVK.Kind, Name: claim.GetName(), UID: claim.GetUID(), Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)},
+		{APIVersion: InClusterIPPoolGVK.GroupVersion().String(), Kind: InClusterIPPoolGVK.Kind, Name: pool.GetName(), UID: pool.GetUID(), Controller: ptr.To(false), BlockOwnerDeletion: ptr.To(true)},
+	})
+	address.Object["spec"] = map[string]any{
+		"claimRef": map[string]any{"name": claim.GetName()},
+		"poolRef":  map[string]any{"apiGroup": InClusterIPPoolGVK.Group, "kind": InClusterIPPoolGVK.Kind, "name": pool.GetName()},
+		"address":  free.String(),
+		"prefix":   int64(spec.prefix),
+	}
+	if spec.gateway.IsValid() {
+		address.Object["spec"].(map[string]any)["gateway"] = spec.gateway.String()
+	}
+	if err := p.c.Create(ctx, address); err != nil {
+		return nil, err
+	}
+	return address, nil
+}
+
+// release deletes a deleted claim's IPAddress, then lets the claim go.
+func (p *IPAM) release(ctx context.Context, claim *unstructured.Unstructured) error {
+	address := &unstructured.Unstructured{}
+	address.SetGroupVersionKind(IPAddressGVK)
+	err := p.c.Get(ctx, client.ObjectKeyFromObject(claim), address)
+	if err == nil {
+		if slices.Contains(address.GetFinalizers(), protectAddressFinalizer) {
+			address.SetFinalizers(slices.DeleteFunc(address.GetFinalizers(), func(f string) bool { return f == protectAddressFinalizer }))
+			if err := p.c.Update(ctx, address); err != nil {
+				return err
+			}
+		}
+		if err := p.c.Delete(ctx, address); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+	} else if !apierrors.IsNotFound(err) {
+		return err
+	}
+	claim.SetFinalizers(slices.DeleteFunc(claim.GetFinalizers(), func(f string) bool { return f == releaseAddressFinalizer }))
+	return p.c.Update(ctx, claim)
+}
+
+// addressesInUse are the addresses of the IPAddresses of the pool, in its namespace.
+func (p *IPAM) addressesInUse(ctx context.Context, pool *unstructured.Unstructured) (map[netip.Addr]bool, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(IPAddressGVK.GroupVersion().WithKind("IPAddressList"))
+	if err := p.c.List(ctx, list, client.InNamespace(pool.GetNamespace())); err != nil {
+		return nil, err
+	}
+	inUse := map[netip.Addr]bool{}
+	for _, a := range list.Items {
+		if ref := poolRef(&a); ref["kind"] != InClusterIPPoolGVK.Kind || ref["name"] != pool.GetName() {
+			continue
+		}
+		raw, _, _ := unstructured.NestedString(a.Object, "spec", "address")
+		if addr, err := netip.ParseAddr(raw); err == nil {
+			inUse[addr] = true
+		}
+	}
+	return inUse, nil
+}
+
+// poolsStatus writes each pool's status.ipAddresses.
+func (p *IPAM) poolsStatus(ctx context.Context) error {
+	pools := &unstructured.UnstructuredList{}
+	pools.SetGroupVersionKind(InClusterIPPoolGVK.GroupVersion().WithKind("InClusterIPPoolList"))
+	if err := p.c.List(ctx, pools); err != nil {
+		return err
+	}
+	for i := range pools.Items {
+		pool := &pools.Items[i]
+		spec, err := poolSpecOf(pool)
+		if err != nil {
+			return err
+		}
+		inUse, err := p.addressesInUse(ctx, pool)
+		if err != nil {
+			return err
+		}
+		total := len(spec.addresses())
+		want := map[string]any{"total": int64(total), "used": int64(len(inUse)), "free": int64(max(total-len(inUse), 0)), "outOfRange": int64(0)}
+		if got, _, _ := unstructured.NestedMap(pool.Object, "status", "ipAddresses"); fmt.Sprint(got) == fmt.Sprint(want) {
+			continue
+		}
+		if err := unstructured.SetNestedMap(pool.Object, want, "status", "ipAddresses"); err != nil {
+			return err
+		}
+		if err := p.c.Status().Update(ctx, pool); client.IgnoreNotFound(err) != nil && !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// ipPoolSpec is an InClusterIPPool's spec.
+type ipPoolSpec struct {
+	ranges, excluded []addressRange
+	prefix           int
+	gateway          netip.Addr
+	reserved         bool
+}
+
+type addressRange struct{ first, last netip.Addr }
+
+func poolSpecOf(pool *unstructured.Unstructured) (ipPoolSpec, error) {
+	var s ipPoolSpec
+	what := fmt.Sprintf("InClusterIPPool %s/%s", pool.GetNamespace(), pool.GetName())
+	prefix, _, _ := unstructured.NestedInt64(pool.Object, "spec", "prefix")
+	s.prefix = int(prefix)
+	s.reserved, _, _ = unstructured.NestedBool(pool.Object, "spec", "allocateReservedIPAddresses")
+	if raw, _, _ := unstructured.NestedString(pool.Object, "spec", "gateway"); raw != "" {
+		gw, err := netip.ParseAddr(raw)
+		if err != nil {
+			return s, fmt.Errorf("%s: spec.gateway: %w", what, err)
+		}
+		s.gateway = gw
+	}
+	for field, into := range map[string]*[]addressRange{"addresses": &s.ranges, "excludedAddresses": &s.excluded} {
+		list, _, _ := unstructured.NestedStringSlice(pool.Object, "spec", field)
+		for _, raw := range list {
+			r, err := parseRange(raw)
+			if err != nil {
+				return s, fmt.Errorf("%s: spec.%s: %w", what, field, err)
+			}
+			*into = append(*into, r)
+		}
+	}
+	return s, nil
+}
+
+// parseRange reads an address, a range "first-last" or a CIDR.
+func parseRange(raw string) (addressRange, error) {
+	if first, last, ok := strings.Cut(raw, "-"); ok {
+		a, err1 := netip.ParseAddr(strings.TrimSpace(first))
+		b, err2 := netip.ParseAddr(strings.TrimSpace(last))
+		if err := errors.Join(err1, err2); err != nil {
+			return addressRange{}, err
+		}
+		return addressRange{a, b}, nil
+	}
+	if p, err := netip.ParsePrefix(raw); err == nil {
+		p = p.Masked()
+		return addressRange{p.Addr(), lastOf(p)}, nil
+	}
+	a, err := netip.ParseAddr(raw)
+	return addressRange{a, a}, err
+}
+
+// addresses are the pool's addresses it may hand out, in order.
+func (s ipPoolSpec) addresses() []netip.Addr {
+	var out []netip.Addr
+	for _, r := range s.ranges {
+		for a := r.first; a.IsValid() && a.Compare(r.last) <= 0; a = a.Next() {
+			if s.excludes(a) {
+				continue
+			}
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// excludes reports whether the pool never hands out a.
+func (s ipPoolSpec) excludes(a netip.Addr) bool {
+	if a == s.gateway {
+		return true
+	}
+	for _, r := range s.excluded {
+		if a.Compare(r.first) >= 0 && a.Compare(r.last) <= 0 {
+			return true
+		}
+	}
+	if !s.reserved && a.Is4() && s.prefix > 0 && s.prefix < 31 {
+		p, _ := a.Prefix(s.prefix)
+		return a == p.Addr() || a == lastOf(p)
+	}
+	return false
+}
+
+func (s ipPoolSpec) firstFree(inUse map[netip.Addr]bool) (netip.Addr, bool) {
+	for _, a := range s.addresses() {
+		if !inUse[a] {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// lastOf is the last address of a prefix (an IPv4 prefix's broadcast address).
+func lastOf(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As16()
+	bits := p.Bits()
+	if p.Addr().Is4() {
+		bits += 96
+	}
+	for i := bits; i < 128; i++ {
+		b[i/8] |= 1 << (7 - i%8)
+	}
+	last := netip.AddrFrom16(b)
+	if p.Addr().Is4() {
+		return last.Unmap()
+	}
+	return last
+}
