@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,6 +57,7 @@ func TestClusterAPIIPAMStaticAddresses(t *testing.T) {
 	_ = unstructured.SetNestedField(storage.Object, `{"cniVersion":"0.3.1","type":"bridge","bridge":"storage-br","vlan":60}`, "spec", "config")
 	w.must(hv.Client.Create(ctx, storage))
 
+	early := w.releasedWhileTheirVMsExist()
 	cluster := w.tenantCluster()
 	cpInfra, cp := tenant.ControlPlaneMachine("tenant-cp-0") // by DHCP, as before
 	w.must(testbed.CreateAll(ctx, c, cpInfra, cp))
@@ -199,6 +201,45 @@ func TestClusterAPIIPAMStaticAddresses(t *testing.T) {
 	})
 	if err := ipam.Err(); err != nil {
 		t.Errorf("the IPAM player: %v", err)
+	}
+	if released := early(); len(released) > 0 {
+		t.Errorf("claims released while their machine's VM was on Harvester: %v", released)
+	}
+}
+
+// releasedWhileTheirVMsExist watches the tests' IPAddressClaims until the test ends, and returns
+// what says which were deleted while the VM of their machine (the claim's name up to "-nic-") was
+// still on Harvester.
+func (w *capiWorld) releasedWhileTheirVMsExist() func() []string {
+	w.t.Helper()
+	c, err := client.NewWithWatch(w.cfg, client.Options{})
+	w.must(err)
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(testbed.IPAddressClaimGVK.GroupVersion().WithKind("IPAddressClaimList"))
+	watcher, err := c.Watch(w.ctx, list, client.InNamespace(ns))
+	w.must(err)
+	w.t.Cleanup(watcher.Stop)
+	var mu sync.Mutex
+	var early []string
+	go func() {
+		for ev := range watcher.ResultChan() {
+			claim, ok := ev.Object.(*unstructured.Unstructured)
+			if !ok || claim.GetDeletionTimestamp() == nil {
+				continue
+			}
+			machine, _, _ := strings.Cut(claim.GetName(), "-nic-")
+			err := w.hv.Client.Get(w.ctx, types.NamespacedName{Namespace: "vms", Name: machine}, &kubevirtv1.VirtualMachine{})
+			if err == nil {
+				mu.Lock()
+				early = append(early, claim.GetName())
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(early)
 	}
 }
 
