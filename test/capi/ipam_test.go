@@ -42,13 +42,7 @@ func TestClusterAPIIPAMStaticAddresses(t *testing.T) {
 	w.playTenant()
 	ipam := testbed.PlayIPAM(ctx, c)
 	t.Cleanup(ipam.Stop)
-	pool := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{
-		"addresses": []any{"10.40.0.100-10.40.0.102"}, "prefix": int64(24), "gateway": "10.40.0.1",
-	}}}
-	pool.SetGroupVersionKind(testbed.InClusterIPPoolGVK)
-	pool.SetNamespace(ns)
-	pool.SetName(staticPool.Name)
-	w.must(c.Create(ctx, pool))
+	createStaticPool(ctx, w)
 	storage := &unstructured.Unstructured{}
 	storage.SetGroupVersionKind(sim.NetworkAttachmentDefinitionGVK)
 	storage.SetNamespace("vms")

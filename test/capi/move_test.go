@@ -71,6 +71,8 @@ func (w *capiWorld) initLikeClusterctl(assets, config, kubeconfig string) {
 		switch {
 		case group == infrav1.GroupVersion.Group:
 			provider = "infrastructure-" + providerName
+		case crd.Name == "inclusterippools.ipam.cluster.x-k8s.io":
+			provider = "ipam-in-cluster"
 		case group == "cluster.x-k8s.io" || strings.HasSuffix(group, ".cluster.x-k8s.io"):
 			provider = "cluster-api"
 		default:
@@ -295,13 +297,29 @@ type moveScene struct {
 	vms                          *vmWatch
 }
 
+// moveSetup is what a move scene has besides what every one has.
+type moveSetup struct {
+	// moreCRDs are served by both management clusters.
+	moreCRDs []string
+	// beforeMachines, if set, runs once the source holds the tenant Cluster, before its machines.
+	beforeMachines func(m *moveScene)
+	// workers, if set, is the spec of the MachineDeployment's machines.
+	workers *infrav1.HarvesterMachineSpec
+}
+
 // newMoveScene starts it; the target's provider runs with dstOptions.
 func newMoveScene(ctx context.Context, t *testing.T, dstOptions ...providerOption) *moveScene {
 	t.Helper()
+	return newMoveSceneWith(ctx, t, moveSetup{}, dstOptions...)
+}
+
+// newMoveSceneWith starts a move scene with setup.
+func newMoveSceneWith(ctx context.Context, t *testing.T, setup moveSetup, dstOptions ...providerOption) *moveScene {
+	t.Helper()
 	m := &moveScene{assets: requireAssets(t)}
 	m.hv = startSimulatedHarvester(ctx, t)
-	m.src = startManagementCluster(ctx, t, m.hv, nil)
-	m.dst = startManagementCluster(ctx, t, m.hv, nil, dstOptions...)
+	m.src = startManagementCluster(ctx, t, m.hv, setup.moreCRDs)
+	m.dst = startManagementCluster(ctx, t, m.hv, setup.moreCRDs, dstOptions...)
 	m.config = emptyClusterctlConfig(t)
 	m.srcKubeconfig, m.dstKubeconfig = m.src.kubeconfigFile(), m.dst.kubeconfigFile()
 	m.src.initLikeClusterctl(m.assets, m.config, m.srcKubeconfig)
@@ -333,8 +351,15 @@ func newMoveScene(ctx context.Context, t *testing.T, dstOptions ...providerOptio
 	ownedByCluster := fmt.Sprintf(`{"metadata":{"ownerReferences":[{"apiVersion":%q,"kind":"Cluster","name":%q,"uid":%q}]}}`,
 		testbed.ClusterGVK.GroupVersion().String(), cluster.GetName(), cluster.GetUID())
 	m.src.must(m.src.c.Patch(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: m.tc.BootstrapSecretName()}}, client.RawPatch(types.MergePatchType, []byte(ownedByCluster))))
+	if setup.beforeMachines != nil {
+		setup.beforeMachines(m)
+	}
 	cpInfra, cp := m.tc.ControlPlaneMachine("tenant-cp-0")
-	template, md := m.tc.MachineDeployment("tenant-md-0", 1)
+	workers := m.tc
+	if setup.workers != nil {
+		workers.MachineSpec = *setup.workers
+	}
+	template, md := workers.MachineDeployment("tenant-md-0", 1)
 	m.md = md
 	m.src.must(testbed.CreateAll(ctx, m.src.c, cpInfra, cp, template, m.md))
 	m.before = m.src.machinesRunning(2)
