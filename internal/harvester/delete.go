@@ -182,10 +182,32 @@ func (m *machines) deleteDisks(ctx context.Context, ref MachineRef, live, withDa
 	return remaining, inUse, nil
 }
 
-// deleteVM makes sure the VM's removed-claims annotation names exactly its disks that are ours
-// (set at creation, so usually nothing to do; a disk someone hot-plugged is never named), then
-// deletes the VM (only this UID).
+// deleteVM deletes the VM as read (deleteVMAsRead). KubeVirt and Harvester write a running VM
+// often, so a copy from the cache is easily a version behind: on that conflict the VM is read
+// live and deleted as it is now, once, so that a deletion like any other costs no retry (and no
+// status write saying it was held up).
 func (m *machines) deleteVM(ctx context.Context, vm *kubevirtv1.VirtualMachine, o Owner) error {
+	err := m.deleteVMAsRead(ctx, vm, o)
+	if !apierrors.IsConflict(err) {
+		return err
+	}
+	fresh := &kubevirtv1.VirtualMachine{}
+	if rerr := m.live(ctx, client.ObjectKeyFromObject(vm), fresh); rerr != nil {
+		if apierrors.IsNotFound(rerr) {
+			return nil
+		}
+		return err
+	}
+	if fresh.UID != vm.UID || !isOwnedBy(fresh.Labels, o) {
+		return err // another VM under the name now: looked at again from the start
+	}
+	return m.deleteVMAsRead(ctx, fresh, o)
+}
+
+// deleteVMAsRead makes sure the VM's removed-claims annotation names exactly its disks that are
+// ours (set at creation, so usually nothing to do; a disk someone hot-plugged is never named),
+// then deletes the VM (only this UID, only this version).
+func (m *machines) deleteVMAsRead(ctx context.Context, vm *kubevirtv1.VirtualMachine, o Owner) error {
 	what := describe("VirtualMachine", vm.Namespace, vm.Name)
 	m.forgetDiagnosis(vm)
 	if vm.DeletionTimestamp != nil {

@@ -88,3 +88,80 @@ func TestObservationAndDeletionSayWhetherTheMachineIsWatched(t *testing.T) {
 		})
 	}
 }
+
+// snapshotReader serves what a lagging cache would: the objects as they were when it was made.
+type snapshotReader struct {
+	client.Reader
+	objects map[client.ObjectKey]*kubevirtv1.VirtualMachine
+}
+
+func (r snapshotReader) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if vm, ok := r.objects[key]; ok {
+		vm.DeepCopyInto(obj.(*kubevirtv1.VirtualMachine))
+		return nil
+	}
+	return r.Reader.Get(ctx, key, obj, opts...)
+}
+
+// KubeVirt and Harvester write a running VM often, so the cache's copy is easily a version
+// behind when the deletion comes: the VM is deleted all the same, in one step and without an
+// error to retry on, as it is now (its live version); a VM that is no longer the one read (a new
+// UID under the name) is not deleted on the strength of the old one.
+func TestDeletionOfAVMTheCacheHasAnOlderVersionOf(t *testing.T) {
+	for name, replaced := range map[string]bool{"written since": false, "replaced since": true} {
+		t.Run(name, func(t *testing.T) {
+			spec := testSpec()
+			spec.UserData = ""
+			vm := BuildVirtualMachine(spec)
+			vm.UID = "vm-uid-1"
+			// No disks here, and the annotation says so: nothing to patch before the delete,
+			// which goes with the version as read.
+			delete(vm.Annotations, AnnotationRemovedPVCs)
+			vm.Finalizers = []string{kubevirtv1.VirtualMachineControllerFinalizer}
+			c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(vm).Build()
+			ctx := context.Background()
+			cached := &kubevirtv1.VirtualMachine{}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(vm), cached); err != nil {
+				t.Fatal(err)
+			}
+			now := cached.DeepCopy()
+			if replaced {
+				now.Finalizers = nil
+				if err := c.Update(ctx, now); err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Delete(ctx, now); err != nil {
+					t.Fatal(err)
+				}
+				now = BuildVirtualMachine(spec)
+				now.UID = "vm-uid-2"
+				if err := c.Create(ctx, now); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				now.Status.PrintableStatus = kubevirtv1.VirtualMachineStatusRunning // KubeVirt's write
+				if err := c.Update(ctx, now); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stale := snapshotReader{Reader: c, objects: map[client.ObjectKey]*kubevirtv1.VirtualMachine{client.ObjectKeyFromObject(vm): cached}}
+			m := NewCluster(clustercache.NewCluster(c, map[string]client.Reader{ownedCache: stale}, nil, "https://harvester.example:6443", spec.Namespace)).(*engine)
+			ref := MachineRef{Owner: spec.Owner, Namespace: spec.Namespace, Name: spec.Name}
+
+			d, err := m.Delete(ctx, ref)
+			left := &kubevirtv1.VirtualMachine{}
+			if gerr := c.Get(ctx, client.ObjectKeyFromObject(vm), left); gerr != nil {
+				t.Fatal(gerr)
+			}
+			if replaced {
+				if err == nil || left.DeletionTimestamp != nil {
+					t.Fatalf("Delete = %+v, %v; VM %s deleting %t: want the new VM untouched and the conflict returned", d, err, left.UID, left.DeletionTimestamp != nil)
+				}
+				return
+			}
+			if err != nil || d.Done || left.DeletionTimestamp == nil {
+				t.Fatalf("Delete = %+v, %v; VM deleting %t: want it deleted in one step", d, err, left.DeletionTimestamp != nil)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ package integration
 // Secrets, CDI images, quotas and the VM mutator.
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -90,18 +91,27 @@ func watchClient(t *testing.T, harvesterSide bool) client.WithWatch {
 
 // statusWrites counts the versions of a MachineRequest whose status differs from the one before.
 func statusWrites(versions []client.Object) (writes int, reasons []string) {
+	writes, reasons, _ = statusChanges(versions)
+	return writes, reasons
+}
+
+// statusChanges is statusWrites with each changed status, as written, for a failure to show.
+func statusChanges(versions []client.Object) (writes int, reasons []string, changed []string) {
 	var last *v1alpha1.MachineRequestStatus
 	for _, o := range versions {
 		mr := o.(*v1alpha1.MachineRequest)
 		if last != nil && !equality.Semantic.DeepEqual(*last, mr.Status) {
 			writes++
+			before, _ := json.Marshal(last)
+			after, _ := json.Marshal(mr.Status)
+			changed = append(changed, fmt.Sprintf("generation %d, deleting %t: %s -> %s", mr.Generation, mr.DeletionTimestamp != nil, before, after))
 		}
 		last = mr.Status.DeepCopy()
 		if c := meta.FindStatusCondition(mr.Status.Conditions, v1alpha1.ConditionProgressing); c != nil && (len(reasons) == 0 || reasons[len(reasons)-1] != c.Reason) {
 			reasons = append(reasons, c.Reason)
 		}
 	}
-	return writes, reasons
+	return writes, reasons, changed
 }
 
 // warnings lists the reasons of the Warning events about the MachineRequest.
@@ -170,19 +180,29 @@ func TestHealthyBootIsQuiet(t *testing.T) {
 	if warnings := w.warnings(mr); len(warnings) > 0 {
 		t.Errorf("Warning events on a healthy boot: %q", warnings)
 	}
+	// Harvester records the VM's MAC addresses once the VMI runs, on its own time: the machine may
+	// be Running before it does.
 	vm := &kubevirtv1.VirtualMachine{}
-	w.must(hv.Get(w.ctx, client.ObjectKey{Namespace: w.hvNs, Name: "quiet-0"}, vm))
+	eventually(t, 30*time.Second, func() error {
+		if err := hv.Get(w.ctx, client.ObjectKey{Namespace: w.hvNs, Name: "quiet-0"}, vm); err != nil {
+			return err
+		}
+		if vm.Annotations["harvesterhci.io/mac-address"] == "" {
+			return fmt.Errorf("Harvester has not recorded the VM's MAC addresses yet (annotations %v)", vm.Annotations)
+		}
+		return nil
+	})
 	requests := vm.Spec.Template.Spec.Domain.Resources.Requests
-	if vm.Generation != 1 || requests.Cpu().MilliValue() != 200 || vm.Annotations["harvesterhci.io/mac-address"] == "" {
-		t.Errorf("VM generation %d, requests %v, annotations %v: want Harvester's defaults, untouched", vm.Generation, requests, vm.Annotations)
+	if vm.Generation != 1 || requests.Cpu().MilliValue() != 200 {
+		t.Errorf("VM generation %d, requests %v: want Harvester's defaults, untouched", vm.Generation, requests)
 	}
 	// A deletion that goes as it should is not reported in the status (the API server's raise of
 	// the generation included): the finalizer's removal is the only write.
 	deletion := recordVersions(t, watchClient(t, false), &v1alpha1.MachineRequestList{}, w.ns)
 	w.deleteAndWait(mr)
 	deletion.end()
-	if writes, reasons := statusWrites(deletion.seen()); writes != 0 {
-		t.Errorf("%d status writes during a quick deletion (Progressing reasons %v), want none", writes, reasons)
+	if writes, reasons, changed := statusChanges(deletion.seen()); writes != 0 {
+		t.Errorf("%d status writes during a quick deletion (Progressing reasons %v), want none:\n%s", writes, reasons, strings.Join(changed, "\n"))
 	}
 	w.requireHarvesterEmpty("left on Harvester")
 }
