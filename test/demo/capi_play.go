@@ -75,21 +75,17 @@ func startPlayers(ctx context.Context, c client.Client, namespace, clusterName, 
 		if err != nil {
 			return
 		}
-		t := time.NewTicker(playTick)
-		defer t.Stop()
-		for {
-			err := errors.Join(p.steward(ctx), p.kubeadmBootstrap(ctx))
-			p.mu.Lock()
-			p.err = err
-			p.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
+		testbed.PlayEvery(ctx, playTick, func(ctx context.Context) error {
+			return errors.Join(p.steward(ctx), p.kubeadmBootstrap(ctx))
+		}, p.record)
 	}()
 	return p
+}
+
+func (p *played) record(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.err = err
 }
 
 // Stop stops the players and waits for them.

@@ -99,21 +99,15 @@ func PlayCloudProvider(ctx context.Context, mgmt client.Reader, namespace, clust
 	}
 	go func() {
 		defer close(p.done)
-		t := time.NewTicker(cloudProviderTick)
-		defer t.Stop()
-		for {
-			err := p.sync(ctx)
-			p.mu.Lock()
-			p.err = err
-			p.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
+		PlayEvery(ctx, cloudProviderTick, p.sync, p.record)
 	}()
 	return p
+}
+
+func (p *CloudProvider) record(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.err = err
 }
 
 // Stop stops the player and waits for it.

@@ -75,19 +75,15 @@ func PlayIPAM(ctx context.Context, c client.Client) *IPAM {
 	p := &IPAM{c: c, stop: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
-		for {
-			err := p.sync(ctx)
-			p.mu.Lock()
-			p.err = err
-			p.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(ipamTick):
-			}
-		}
+		PlayEvery(ctx, ipamTick, p.sync, p.record)
 	}()
 	return p
+}
+
+func (p *IPAM) record(err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.err = err
 }
 
 // Stop stops the player and waits until it has.
