@@ -158,6 +158,9 @@ const (
 	IPAddressClaimConflict = "IPAddressClaimConflict"
 	// GuestAddressMismatch: the guest reports another address than the one assigned.
 	GuestAddressMismatch = "GuestAddressMismatch"
+	// ManagementNetworkMismatch: the machine's first NIC is not on the network Harvester's cloud
+	// provider reads Node addresses from.
+	ManagementNetworkMismatch = "ManagementNetworkMismatch"
 )
 
 // Reasons of a machine's image, disks and VM.
@@ -327,6 +330,7 @@ var behaviours = map[string]Behaviour{
 	IPAddressInvalid:          Attention,
 	IPAddressClaimConflict:    Attention,
 	GuestAddressMismatch:      Attention,
+	ManagementNetworkMismatch: Attention,
 
 	InvalidSpec:             Permanent,
 	ImageNotFound:           Permanent,

@@ -54,7 +54,11 @@ func clusterAPIAssets(ctx context.Context, repoRoot string) (string, error) {
 
 // machineDeployment is the front door of the Cluster API run.
 type machineDeployment struct {
-	timeout  time.Duration
+	timeout time.Duration
+	// static gives the machines their addresses from benchPool, which ipam (the in-cluster IPAM
+	// provider's player) serves.
+	static   bool
+	ipam     *testbed.IPAM
 	tenant   *testbed.Tenant
 	kubelets *testbed.Kubelets
 	// createdAt and deletedAt are when the MachineDeployment was created and deleted.
@@ -95,7 +99,25 @@ func (m *machineDeployment) prepare(ctx context.Context, tb *testbed.Testbed) er
 	if err := waitFor(ctx, 2*time.Minute, tb, func() (bool, error) { return controlPlaneInitialized(ctx, tb.Mgmt) }); err != nil {
 		return fmt.Errorf("waiting for the control plane Machine %s to run and Cluster API to count the control plane initialized: %w", capiControlPlane, err)
 	}
+	if m.static {
+		if err := tb.Mgmt.Create(ctx, benchPool()); err != nil {
+			return err
+		}
+		m.ipam = testbed.PlayIPAM(ctx, tb.Mgmt)
+	}
 	return m.watch(ctx, tb)
+}
+
+// benchPool is the InClusterIPPool of the static-address run: 1,024 addresses of the machines'
+// /20, above the leases the simulated DHCP server gives first (the control plane Machine's).
+func benchPool() *unstructured.Unstructured {
+	pool := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{
+		"addresses": []any{"10.40.8.0-10.40.11.255"}, "prefix": int64(20), "gateway": "10.40.0.1",
+	}}}
+	pool.SetGroupVersionKind(testbed.InClusterIPPoolGVK)
+	pool.SetNamespace(benchTenant.Namespace)
+	pool.SetName("bench-static")
+	return pool
 }
 
 // watch starts the informers that time the MachineDeployment's machines.
@@ -145,6 +167,9 @@ func (m *machineDeployment) close() {
 	for _, stop := range m.stops {
 		stop()
 	}
+	if m.ipam != nil {
+		m.ipam.Stop()
+	}
 	if m.kubelets != nil {
 		m.kubelets.Stop()
 	}
@@ -154,7 +179,12 @@ func (m *machineDeployment) close() {
 }
 
 func (m *machineDeployment) create(ctx context.Context, tb *testbed.Testbed, n int) error {
-	template, md := benchTenant.MachineDeployment(capiMachineDeployment, n)
+	tenant := benchTenant
+	if m.static {
+		tenant.MachineSpec.Interfaces = []infrav1.NetworkInterface{{Network: "default/vlan40-workloads", Nameservers: []string{"10.40.0.2"},
+			AddressesFromPools: []infrav1.IPPoolReference{{APIGroup: testbed.InClusterIPPoolGVK.Group, Kind: testbed.InClusterIPPoolGVK.Kind, Name: benchPool().GetName()}}}}
+	}
+	template, md := tenant.MachineDeployment(capiMachineDeployment, n)
 	var err error
 	if m.coreAtCreate, err = scrapeCoreWork(ctx, tb.ClusterAPI.MetricsURL, m.coreHosts(tb)); err != nil {
 		return err
@@ -300,6 +330,20 @@ func (m *machineDeployment) finish(ctx context.Context, tb *testbed.Testbed) (st
 		return "", fmt.Errorf("deleting the Cluster (%d objects left on Harvester): %w", left, err)
 	}
 	teardown := fmt.Sprintf("Deleting the Cluster afterwards took %s and left Harvester empty.", time.Since(start).Round(10*time.Millisecond))
+	if m.static {
+		claims := &unstructured.UnstructuredList{}
+		claims.SetGroupVersionKind(testbed.IPAddressClaimGVK.GroupVersion().WithKind("IPAddressClaimList"))
+		if err := tb.Mgmt.List(ctx, claims, client.InNamespace(benchTenant.Namespace)); err != nil {
+			return "", err
+		}
+		if len(claims.Items) > 0 {
+			return "", fmt.Errorf("deleting the Cluster left %d IPAddressClaims", len(claims.Items))
+		}
+		if err := m.ipam.Err(); err != nil {
+			return "", fmt.Errorf("the IPAM player: %w", err)
+		}
+		teardown += " No IPAddressClaim was left."
+	}
 	return strings.Join([]string{m.breakdown, m.deletionBreakdown(), core, usage, teardown}, " "), nil
 }
 

@@ -67,7 +67,7 @@ func main() {
 	flag.StringVar(&o.repoRoot, "repo", ".", "Root of the repository.")
 	flag.StringVar(&o.report, "report", ".bench/report.md", "Markdown file the results are added to, relative to -repo (empty: none). The default is in the work directory, which git ignores: figures worth keeping go into docs by hand, with the commit they were measured at.")
 	flag.StringVar(&o.profileDir, "profile-dir", "", "If set, the first run writes CPU profiles of both API servers, the manager and the simulator, taken 5s to 35s after the first create and again after the deletion starts, and the manager's heap when all are Running and when all are deleted, to this directory.")
-	flag.IntVar(&o.runs, "runs", 4, "How many of the four runs (zero boot delay, realistic boot, no userData, Cluster API MachineDeployment) to do, in that order.")
+	flag.IntVar(&o.runs, "runs", 5, "How many of the five runs (zero boot delay, realistic boot, no userData, Cluster API MachineDeployment, the same with static addresses from an IP pool) to do, in that order.")
 	flag.IntVar(&o.repeat, "repeat", 1, "Do the chosen runs this many times, one after the other, and print the median of each run's vs floor ratios over the repeats: on a shared 2-CPU machine the floor's own times vary by 10% and more from one run to the next, as much as the margins measured.")
 	flag.StringVar(&o.only, "only", "", "If set, do only the runs among those -runs chooses whose names contain this (case-insensitive), e.g. -only 'cluster api'.")
 	flag.DurationVar(&o.spread, "spread", 0, "Create the MachineRequests one after another over this long instead of all at once, and delete them so (the runs of MachineRequests only, not their direct twins or floors: use -direct=false), e.g. at the pace Cluster API core hands a MachineDeployment's machines to the provider and takes them back: what the provider costs per machine when its machines come and go a few at a time.")
@@ -102,6 +102,7 @@ func run(ctx context.Context, o options) error {
 		{name: fmt.Sprintf("boot %s + IP %s", o.realisticBoot, o.realisticIP), boot: o.realisticBoot, ip: o.realisticIP},
 		{name: "zero boot delay, no userData", noUserData: true},
 		{name: "Cluster API MachineDeployment, zero boot delay", clusterAPI: true},
+		{name: "Cluster API MachineDeployment, static addresses from an IP pool, zero boot delay", clusterAPI: true, staticAddresses: true},
 	}
 	if o.runs < 1 || o.runs > len(scenarios) {
 		return fmt.Errorf("-runs must be 1 to %d", len(scenarios))

@@ -30,6 +30,9 @@ type scenario struct {
 	// clusterAPI asks for the machines through a Cluster API MachineDeployment (clusterapi.go)
 	// rather than MachineRequests.
 	clusterAPI bool
+	// staticAddresses gives the Cluster API run's machines their addresses from an IP pool
+	// through the IPAM contract instead of DHCP.
+	staticAddresses bool
 }
 
 // frontDoor is how a scenario asks for its machines, watches them and deletes them: MachineRequests
@@ -66,7 +69,7 @@ type frontDoor interface {
 
 func frontDoorOf(o options, sc scenario) frontDoor {
 	if sc.clusterAPI {
-		return &machineDeployment{timeout: o.timeout}
+		return &machineDeployment{timeout: o.timeout, static: sc.staticAddresses}
 	}
 	return &machineRequests{userData: !sc.noUserData, spread: o.spread}
 }
@@ -442,6 +445,9 @@ func startSeededWithClusterAPI(ctx context.Context, o options, sc scenario, opts
 	var err error
 	if opts.ClusterAPI, err = clusterAPIAssets(ctx, o.repoRoot); err != nil {
 		return &testbed.Testbed{}, err // nothing started: stopping it does nothing
+	}
+	if sc.staticAddresses {
+		opts.CRDDirectories = append(opts.CRDDirectories, testbed.InClusterIPPoolCRDs(o.repoRoot))
 	}
 	return startSeeded(ctx, o, sc, opts)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -91,28 +92,41 @@ func checkAddons(ctx context.Context, t *testing.T, c client.Client, flavour str
 	if len(resources) == 0 || resources[0].Kind != "Secret" || resources[0].Name != cluster.GetName()+cloudConfigSecretSuffix {
 		t.Errorf("%s: ClusterResourceSet resources %v, want Secret %s%s first (the credentials the provider writes)", flavour, resources, cluster.GetName(), cloudConfigSecretSuffix)
 	}
+	// Every ConfigMap of the flavour is listed, but for the cloud provider's variants
+	// (<cluster>-harvester-cloud-provider-<HARVESTER_LOAD_BALANCERS>), of which it lists one.
 	var configMaps []string
+	variants := map[string]bool{}
 	for _, o := range objs {
 		if o.GetKind() == "ConfigMap" {
-			configMaps = append(configMaps, o.GetName())
+			if strings.HasPrefix(o.GetName(), cluster.GetName()+cloudProviderVariant) {
+				variants[o.GetName()] = true
+			} else {
+				configMaps = append(configMaps, o.GetName())
+			}
 			if o.GetNamespace() != crs.GetNamespace() {
 				t.Errorf("%s: ConfigMap %s in namespace %q, want the ClusterResourceSet's %q", flavour, o.GetName(), o.GetNamespace(), crs.GetNamespace())
 			}
 		}
 	}
 	var listed []string
+	chosen := 0
 	for _, r := range resources[min(1, len(resources)):] {
 		if r.Kind != "ConfigMap" {
 			t.Errorf("%s: ClusterResourceSet lists %s %s: only the credentials Secret and the flavour's ConfigMaps belong there", flavour, r.Kind, r.Name)
 		}
+		if variants[r.Name] {
+			chosen++
+			continue
+		}
 		listed = append(listed, r.Name)
 	}
-	if slices.Sort(listed); !slices.Equal(listed, slices.Sorted(slices.Values(configMaps))) {
-		t.Errorf("%s: ClusterResourceSet lists ConfigMaps %v, the flavour has %v", flavour, listed, configMaps)
+	if slices.Sort(listed); !slices.Equal(listed, slices.Sorted(slices.Values(configMaps))) || chosen != 1 {
+		t.Errorf("%s: ClusterResourceSet lists ConfigMaps %v and %d of the cloud provider's variants %v, want %v and one variant", flavour, listed, chosen, slices.Sorted(maps.Keys(variants)), configMaps)
 	}
 
 	tenant := addonObjects(t, flavour, objs)
-	var ccm, csi *corev1.PodSpec
+	var ccms []*corev1.PodSpec
+	var csi *corev1.PodSpec
 	for _, o := range tenant {
 		if o.GetNamespace() != "" && o.GetNamespace() != "kube-system" {
 			t.Errorf("%s: the tenant cluster's %s %s is in namespace %q, want kube-system (where the Secret cloud-config is)", flavour, o.GetKind(), o.GetName(), o.GetNamespace())
@@ -138,24 +152,115 @@ func checkAddons(ctx context.Context, t *testing.T, c client.Client, flavour str
 				t.Errorf("%s: %s %s runs image %q: not pinned by version", flavour, o.GetKind(), o.GetName(), ct.Image)
 			}
 			if slices.Contains(ct.Command, "harvester-cloud-provider") {
-				ccm = spec
+				ccms = append(ccms, spec)
 			}
 			if strings.Contains(ct.Image, "/harvester-csi-driver:") {
 				csi = spec
 			}
 		}
 	}
-	if ccm == nil || csi == nil {
-		t.Fatalf("%s: the ClusterResourceSet applies no Harvester cloud provider (%v) or CSI plugin (%v)", flavour, ccm != nil, csi != nil)
+	if len(ccms) != len(variants) || csi == nil {
+		t.Fatalf("%s: the ConfigMaps hold %d Harvester cloud providers for %d variants, and a CSI plugin: %v", flavour, len(ccms), len(variants), csi != nil)
 	}
-	requireCloudConfig(t, flavour+": Harvester's cloud provider", ccm, "/etc/kubernetes", "--cloud-config=/etc/kubernetes/cloud-config")
 	requireCloudConfig(t, flavour+": the Harvester CSI plugin", csi, "/etc/csi", "--kubeconfig=/etc/csi/cloud-config")
-	for _, taint := range []corev1.Taint{
-		{Key: "node.cloudprovider.kubernetes.io/uninitialized", Value: "true", Effect: corev1.TaintEffectNoSchedule},
-		{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule},
-	} {
-		if !slices.ContainsFunc(ccm.Tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), &taint, false) }) {
-			t.Errorf("%s: Harvester's cloud provider does not tolerate taint %s=%s:%s (tolerations %+v)", flavour, taint.Key, taint.Value, taint.Effect, ccm.Tolerations)
+	for _, ccm := range ccms {
+		requireCloudConfig(t, flavour+": Harvester's cloud provider", ccm, "/etc/kubernetes", "--cloud-config=/etc/kubernetes/cloud-config")
+		for _, taint := range []corev1.Taint{
+			{Key: "node.cloudprovider.kubernetes.io/uninitialized", Value: "true", Effect: corev1.TaintEffectNoSchedule},
+			{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule},
+		} {
+			if !slices.ContainsFunc(ccm.Tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), &taint, false) }) {
+				t.Errorf("%s: Harvester's cloud provider does not tolerate taint %s=%s:%s (tolerations %+v)", flavour, taint.Key, taint.Value, taint.Effect, ccm.Tolerations)
+			}
+		}
+	}
+}
+
+// expandedArgs are a container's args as the kubelet gives them: $(NAME) replaced by the
+// container's environment variable NAME (left as it is when there is none).
+func expandedArgs(c corev1.Container) []string {
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	var out []string
+	for _, a := range c.Args {
+		out = append(out, envReference.ReplaceAllStringFunc(a, func(ref string) string {
+			if v, ok := env[ref[2:len(ref)-1]]; ok {
+				return v
+			}
+			return ref
+		}))
+	}
+	return out
+}
+
+// envReference is a reference to an environment variable in a container's args.
+var envReference = regexp.MustCompile(`\$\([A-Za-z_][A-Za-z0-9_]*\)`)
+
+// cloudProviderVariant begins the names of the cloud provider's ConfigMaps after the cluster's:
+// one per value of HARVESTER_LOAD_BALANCERS.
+const cloudProviderVariant = "-harvester-cloud-provider-"
+
+// checkLoadBalancers checks what HARVESTER_LOAD_BALANCERS chooses in a flavour generated with
+// mode: off lists the variant whose cloud provider runs without its load balancer controller
+// (--controllers=*,-service-lb-controller) and nothing that announces addresses; kube-vip lists
+// the variant with the controller on and kube-vip's DaemonSet announcing Services, on every Node
+// (no node affinity: a hosted control plane has no control plane Nodes), its metrics off the
+// kubeadm flavour's control plane kube-vip's port. Both pass the cluster's address variables to the
+// cloud provider: want are the flags expected.
+func checkLoadBalancers(t *testing.T, flavour, mode string, objs []*unstructured.Unstructured, want ...string) {
+	t.Helper()
+	cluster := only(t, flavour, objs, "Cluster")
+	crs := only(t, flavour, objs, "ClusterResourceSet")
+	list, _, _ := unstructured.NestedSlice(crs.Object, "spec", "resources")
+	chosen := cluster.GetName() + cloudProviderVariant + mode
+	if !slices.ContainsFunc(list, func(r any) bool { m, _ := r.(map[string]any); return m["name"] == chosen }) {
+		t.Fatalf("%s with HARVESTER_LOAD_BALANCERS=%s: the ClusterResourceSet lists %v, not ConfigMap %s", flavour, mode, list, chosen)
+	}
+	var applied []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" && o.GetName() == chosen {
+			applied = addonObjects(t, flavour, []*unstructured.Unstructured{o})
+		}
+	}
+	var args []string
+	var announcer *appsv1.DaemonSet
+	for _, o := range applied {
+		switch o.GetKind() {
+		case "Deployment":
+			d := &appsv1.Deployment{}
+			convert(t, o, d)
+			args = expandedArgs(d.Spec.Template.Spec.Containers[0])
+		case "DaemonSet":
+			announcer = &appsv1.DaemonSet{}
+			convert(t, o, announcer)
+		}
+	}
+	for _, flag := range want {
+		if !slices.Contains(args, flag) {
+			t.Errorf("%s with HARVESTER_LOAD_BALANCERS=%s: the cloud provider's args %v lack %s", flavour, mode, args, flag)
+		}
+	}
+	lbOff := slices.Contains(args, "--controllers=*,-service-lb-controller")
+	switch mode {
+	case "off":
+		if !lbOff || announcer != nil {
+			t.Errorf("%s with HARVESTER_LOAD_BALANCERS=off: cloud provider args %v (want its load balancer controller off), an announcer %v (want none)", flavour, args, announcer != nil)
+		}
+	case "kube-vip":
+		if lbOff || announcer == nil {
+			t.Fatalf("%s with HARVESTER_LOAD_BALANCERS=kube-vip: cloud provider args %v (want its load balancer controller on), an announcer %v (want kube-vip's DaemonSet)", flavour, args, announcer != nil)
+		}
+		env := map[string]string{}
+		for _, e := range announcer.Spec.Template.Spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		if env["svc_enable"] != "true" || env["svc_election"] != "true" || env["cp_enable"] != "false" || env["prometheus_server"] == ":2112" || env["prometheus_server"] == "" {
+			t.Errorf("%s: kube-vip's env %v: want Services announced with an election per Service, no control plane VIP, metrics off :2112", flavour, env)
+		}
+		if announcer.Spec.Template.Spec.Affinity != nil || !announcer.Spec.Template.Spec.HostNetwork {
+			t.Errorf("%s: kube-vip's DaemonSet has affinity %+v and hostNetwork %v: want every Node's host network", flavour, announcer.Spec.Template.Spec.Affinity, announcer.Spec.Template.Spec.HostNetwork)
 		}
 	}
 }
@@ -231,10 +336,10 @@ func requireSameAddons(t *testing.T, flavours map[string][]*unstructured.Unstruc
 // checkTalosVIP checks that the talos flavour puts the API on Talos's own VIP: the control plane
 // configuration's machine.network.interfaces[].vip.ip is CONTROL_PLANE_ENDPOINT_IP, as is the
 // HarvesterCluster's endpoint.
-func checkTalosVIP(t *testing.T, objs []*unstructured.Unstructured) {
+func checkTalosVIP(t *testing.T, flavour string, objs []*unstructured.Unstructured) {
 	t.Helper()
-	tcp := only(t, "talos flavour", objs, "TalosControlPlane")
-	hc := only(t, "talos flavour", objs, "HarvesterCluster")
+	tcp := only(t, flavour, objs, "TalosControlPlane")
+	hc := only(t, flavour, objs, "HarvesterCluster")
 	endpoint, _, _ := unstructured.NestedString(hc.Object, "spec", "controlPlaneEndpoint", "host")
 	patches, _, _ := unstructured.NestedStringSlice(tcp.Object, "spec", "controlPlaneConfig", "controlplane", "strategicPatches")
 	for _, p := range patches {
@@ -250,7 +355,7 @@ func checkTalosVIP(t *testing.T, objs []*unstructured.Unstructured) {
 			} `json:"machine"`
 		}
 		if err := yaml.Unmarshal([]byte(p), &patch); err != nil {
-			t.Fatalf("talos flavour: a control plane patch does not parse: %v\n%s", err, p)
+			t.Fatalf("%s: a control plane patch does not parse: %v\n%s", flavour, err, p)
 		}
 		for _, iface := range patch.Machine.Network.Interfaces {
 			if iface.VIP != nil && iface.VIP.IP == endpoint && endpoint != "" {
@@ -258,7 +363,62 @@ func checkTalosVIP(t *testing.T, objs []*unstructured.Unstructured) {
 			}
 		}
 	}
-	t.Errorf("talos flavour: no control plane patch sets machine.network.interfaces[].vip.ip to the endpoint %q:\n%s", endpoint, strings.Join(patches, "\n"))
+	t.Errorf("%s: no control plane patch sets machine.network.interfaces[].vip.ip to the endpoint %q:\n%s", flavour, endpoint, strings.Join(patches, "\n"))
+}
+
+// checkStaticFlavour checks the talos-static flavour: every machine template addresses its one
+// NIC, on HARVESTER_NETWORK, from the pool HARVESTER_IP_POOL names (an InClusterIPPool by
+// default) with HARVESTER_NAMESERVER; and Talos's configuration, of the control plane and the
+// workers, runs no DHCP on any NIC it configures.
+func checkStaticFlavour(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	want := infrav1.NetworkInterface{Network: "vms/vlan40", Nameservers: []string{"10.40.0.2"},
+		AddressesFromPools: []infrav1.IPPoolReference{{APIGroup: "ipam.cluster.x-k8s.io", Kind: "InClusterIPPool", Name: "vlan40-static"}}}
+	templates := 0
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "HarvesterMachineTemplate":
+			templates++
+			hmt := &infrav1.HarvesterMachineTemplate{}
+			convert(t, o, hmt)
+			if got := hmt.Spec.Template.Spec.Interfaces; len(got) != 1 || !reflect.DeepEqual(got[0], want) {
+				t.Errorf("talos-static flavour: HarvesterMachineTemplate %s has interfaces %+v, want %+v", o.GetName(), got, want)
+			}
+		case "TalosControlPlane", "TalosConfigTemplate":
+			path := []string{"spec", "template", "spec", "strategicPatches"}
+			if o.GetKind() == "TalosControlPlane" {
+				path = []string{"spec", "controlPlaneConfig", "controlplane", "strategicPatches"}
+			}
+			patches, _, _ := unstructured.NestedStringSlice(o.Object, path...)
+			configured := 0
+			for _, p := range patches {
+				var patch struct {
+					Machine struct {
+						Network struct {
+							Interfaces []struct {
+								DHCP *bool `json:"dhcp"`
+							} `json:"interfaces"`
+						} `json:"network"`
+					} `json:"machine"`
+				}
+				if err := yaml.Unmarshal([]byte(p), &patch); err != nil {
+					t.Fatalf("talos-static flavour: a %s patch does not parse: %v", o.GetKind(), err)
+				}
+				for _, iface := range patch.Machine.Network.Interfaces {
+					configured++
+					if iface.DHCP == nil || *iface.DHCP {
+						t.Errorf("talos-static flavour: %s %s configures an interface with dhcp %v, want false", o.GetKind(), o.GetName(), iface.DHCP)
+					}
+				}
+			}
+			if configured == 0 {
+				t.Errorf("talos-static flavour: %s %s configures no interface: Talos would run DHCP", o.GetKind(), o.GetName())
+			}
+		}
+	}
+	if templates != 2 {
+		t.Errorf("talos-static flavour: %d HarvesterMachineTemplates, want 2", templates)
+	}
 }
 
 // checkHostedFlavour checks the hosted flavour's shape: the Cluster's control plane is a
@@ -403,7 +563,8 @@ var clusterResourceSetGVK = schema.GroupVersionKind{Group: "addons.cluster.x-k8s
 // (<cluster>-harvester-cloud-config, type addons.cluster.x-k8s.io/resource-set, key
 // cloud-config.yaml holding the tenant's Secret kube-system/cloud-config). The tenant cluster then
 // has that Secret with its kubeconfig, Harvester's cloud provider and CSI driver (created by
-// the API server, not dry-run) and the ClusterResourceSet reports ResourcesApplied; a renewed
+// the API server, not dry-run) and the ClusterResourceSet reports ResourcesApplied; by default the
+// cloud provider's load balancer controller is off and no kube-vip announces Services; a renewed
 // kubeconfig reaches the tenant's Secret (strategy Reconcile).
 func TestClusterAPIClusterResourceSetInstallsHarvesterAddons(t *testing.T) {
 	assets := requireAssets(t)
@@ -497,6 +658,16 @@ func TestClusterAPIClusterResourceSetInstallsHarvesterAddons(t *testing.T) {
 		}
 		return fmt.Errorf("ClusterResourceSet conditions %v", conditions)
 	})
+	// The default (HARVESTER_LOAD_BALANCERS off): the cloud provider's load balancer controller is
+	// off, and nothing announces addresses.
+	ccm := &appsv1.Deployment{}
+	w.must(tc.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "harvester-cloud-provider"}, ccm))
+	if args := ccm.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--controllers=*,-service-lb-controller") {
+		t.Errorf("the tenant's cloud provider runs with args %v: want its load balancer controller off by default", args)
+	}
+	if err := tc.Get(ctx, client.ObjectKey{Namespace: "kube-system", Name: "kube-vip"}, &appsv1.DaemonSet{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the tenant has a kube-vip DaemonSet by default (%v): want none", err)
+	}
 
 	// The provider renews the kubeconfig: strategy Reconcile applies it again.
 	renewed := first + "# renewed\n"

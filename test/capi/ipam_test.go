@@ -1,6 +1,7 @@
 package capi
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -26,20 +27,25 @@ import (
 var staticPool = infrav1.IPPoolReference{APIGroup: testbed.InClusterIPPoolGVK.Group, Kind: testbed.InClusterIPPoolGVK.Kind, Name: "vlan40-static"}
 
 // TestClusterAPIIPAMStaticAddresses runs a MachineDeployment whose machines take their addresses
-// from an InClusterIPPool through Cluster API's IPAM contract (the real core manager and its
+// from an InClusterIPPool through Cluster API's IPAM contract, their NIC as the talos-static
+// flavour describes it (rendered by clusterctl) (the real core manager and its
 // webhooks; testbed.PlayIPAM plays the in-cluster IPAM provider). Each machine's IPAddressClaim is
 // owned by its HarvesterMachine and carries the cluster's name; its VM is made with the NIC's MAC
 // the provider chose, the guest gets the address as network configuration matched by that MAC,
-// and the Machine reaches Running with its Node and the pool's address. One machine more than the
+// and the Machine reaches Running with its Node and the pool's address, which is the Node's
+// InternalIP. One machine more than the
 // pool has addresses waits, saying the pool is exhausted, and gets no VM; scaling down releases the
 // addresses of the machines deleted, once their VMs are gone, and the waiting machine takes one. A
-// machine with a second NIC on another network gets both, the second by DHCP. A pool kind no CRD
-// serves is refused before anything is claimed. Deleting the Cluster leaves no claim, address or
+// machine with a second NIC on another network gets both, the second by DHCP, and its Node the
+// first's only (testbed.CloudProvider selects Node addresses as Harvester's cloud provider does);
+// with the HarvesterCluster's management network set to the second's, the machine is Degraded
+// (ManagementNetworkMismatch) and a cloud provider run with it gives the Node the second's. A pool
+// kind no CRD serves is refused before anything is claimed. Deleting the Cluster leaves no claim, address or
 // VM.
 func TestClusterAPIIPAMStaticAddresses(t *testing.T) {
 	w := startCAPIWorld(t, testbed.InClusterIPPoolCRDs(repoRoot()))
 	ctx, c, hv := w.ctx, w.c, w.hv
-	w.playTenant()
+	tenantAPI, cloudProvider := w.playTenant()
 	ipam := testbed.PlayIPAM(ctx, c)
 	t.Cleanup(ipam.Stop)
 	createStaticPool(ctx, w)
@@ -56,7 +62,7 @@ func TestClusterAPIIPAMStaticAddresses(t *testing.T) {
 	cpInfra, cp := tenant.ControlPlaneMachine("tenant-cp-0") // by DHCP, as before
 	w.must(testbed.CreateAll(ctx, c, cpInfra, cp))
 	static := tenant
-	static.MachineSpec.Interfaces = []infrav1.NetworkInterface{{Network: "vms/vlan40", AddressesFromPools: []infrav1.IPPoolReference{staticPool}, Nameservers: []string{"10.40.0.2"}}}
+	static.MachineSpec.Interfaces = talosStaticInterfaces(ctx, t)
 	template, md := static.MachineDeployment("tenant-static", 2)
 	w.must(testbed.CreateAll(ctx, c, template, md))
 
@@ -101,6 +107,7 @@ func TestClusterAPIIPAMStaticAddresses(t *testing.T) {
 		}
 		addresses[addr] = true
 		w.checkStaticMachine(machine, addr)
+		w.nodeInternalIP(tenantAPI, machine, addr)
 	}
 
 	// One machine more than the pool has addresses: the fourth waits, and says why.
@@ -148,13 +155,14 @@ func TestClusterAPIIPAMStaticAddresses(t *testing.T) {
 	}
 	hm, machine := twoNICs.Machine("tenant-two-nics", "")
 	w.must(testbed.CreateAll(ctx, c, hm, machine))
+	var first, second harvester.Addresses
 	waitFor(ctx, t, w.capi, "the two-NIC machine running with both addresses", func() error {
 		vmi := &kubevirtv1.VirtualMachineInstance{}
 		if err := hv.Client.Get(ctx, types.NamespacedName{Namespace: "vms", Name: hm.Name}, vmi); err != nil {
 			return err
 		}
-		first := harvester.SelectAddresses(vmi.Status.Interfaces, harvester.NICName)
-		second := harvester.SelectAddresses(vmi.Status.Interfaces, "nic-2")
+		first = harvester.SelectAddresses(vmi.Status.Interfaces, harvester.NICName)
+		second = harvester.SelectAddresses(vmi.Status.Interfaces, "nic-2")
 		if a, err := netip.ParseAddr(first.Primary); err != nil || !inPool.Contains(a) {
 			return fmt.Errorf("first NIC %+v, want an address of the pool", first)
 		}
@@ -163,6 +171,20 @@ func TestClusterAPIIPAMStaticAddresses(t *testing.T) {
 		}
 		return nil
 	})
+	// Its Node gets the first NIC's address only, as Harvester's cloud provider reads one NIC.
+	w.nodeInternalIP(tenantAPI, hm.Name, first.Primary, second.Primary)
+
+	// A management network that is not the first NIC's: the machine says so, and a cloud provider
+	// run with it gives the Node the second NIC's address.
+	w.must(c.Patch(ctx, &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tenant.Name}},
+		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"managementNetwork":"vms/storage"}}`))))
+	w.waitCondition(hm, func() []metav1.Condition { return hm.Status.Conditions }, infrav1.ConditionDegraded, infrav1.ReasonManagementNetworkMismatch,
+		"on network vms/vlan40", "spec.managementNetwork", "is vms/storage")
+	w.must(cloudProvider.RestartWith("--management-network=vms/storage"))
+	w.nodeInternalIP(tenantAPI, hm.Name, second.Primary, first.Primary)
+	w.must(c.Patch(ctx, &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tenant.Name}},
+		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"managementNetwork":"vms/vlan40"}}`))))
+	w.waitCondition(hm, func() []metav1.Condition { return hm.Status.Conditions }, infrav1.ConditionDegraded, infrav1.ReasonAsExpected)
 
 	// A pool of a kind nothing serves: refused before anything is claimed.
 	unserved := tenant
@@ -301,4 +323,47 @@ func (w *capiWorld) checkStaticMachine(name, addr string) {
 	if got := harvester.SelectAddresses(vmi.Status.Interfaces, harvester.NICName); got.Primary != addr {
 		w.t.Errorf("VM %s: the guest reports %+v, want %s", name, got, addr)
 	}
+}
+
+// nodeInternalIP waits for the tenant's Node name to have InternalIP addr and none of absent.
+func (w *capiWorld) nodeInternalIP(tenantAPI *testbed.Tenant, name, addr string, absent ...string) {
+	w.t.Helper()
+	waitFor(w.ctx, w.t, w.capi, fmt.Sprintf("Node %s with InternalIP %s", name, addr), func() error {
+		node := &corev1.Node{}
+		if err := tenantAPI.Client.Get(w.ctx, client.ObjectKey{Name: name}, node); err != nil {
+			return err
+		}
+		internal := ""
+		for _, a := range node.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP && internal == "" {
+				internal = a.Address
+			}
+			if slices.Contains(absent, a.Address) {
+				return fmt.Errorf("Node %s has address %s (addresses %v)", name, a.Address, node.Status.Addresses)
+			}
+		}
+		if internal != addr {
+			return fmt.Errorf("Node %s: addresses %v, want InternalIP %s", name, node.Status.Addresses, addr)
+		}
+		return nil
+	})
+}
+
+// talosStaticInterfaces are the NICs of the talos-static flavour's workers, as clusterctl renders
+// them for vms/vlan40, the pool staticPool and nameserver 10.40.0.2.
+func talosStaticInterfaces(ctx context.Context, t *testing.T) []infrav1.NetworkInterface {
+	t.Helper()
+	_, config := clusterctlRepository(ctx, t)
+	for _, o := range generateFlavour(ctx, t, requireAssets(t), config, "talos-static") {
+		if o.GetKind() == "HarvesterMachineTemplate" && strings.HasSuffix(o.GetName(), "-md-0") {
+			hmt := &infrav1.HarvesterMachineTemplate{}
+			convert(t, o, hmt)
+			if pools := hmt.Spec.Template.Spec.Interfaces; len(pools) != 1 || len(pools[0].AddressesFromPools) != 1 || pools[0].AddressesFromPools[0] != staticPool {
+				t.Fatalf("the talos-static flavour's workers have interfaces %+v, want one on pool %+v", pools, staticPool)
+			}
+			return hmt.Spec.Template.Spec.Interfaces
+		}
+	}
+	t.Fatal("the talos-static flavour has no workers' HarvesterMachineTemplate")
+	return nil
 }

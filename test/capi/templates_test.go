@@ -55,11 +55,12 @@ func TestClusterAPITemplatesRenderWithClusterctl(t *testing.T) {
 	}
 
 	flavours := map[string][]*unstructured.Unstructured{}
-	for _, flavour := range []string{"", "talos", "hosted"} {
+	for _, flavour := range allFlavours {
 		flavours[flavour] = generateFlavour(ctx, t, assets, config, flavour)
 	}
 	requireKinds(t, "the kubeadm flavour", flavours[""], "Cluster", "HarvesterCluster", "HarvesterMachineTemplate", "KubeadmControlPlane", "KubeadmConfigTemplate", "MachineDeployment", "ClusterResourceSet", "ConfigMap")
 	requireKinds(t, "the talos flavour", flavours["talos"], "Cluster", "HarvesterCluster", "HarvesterMachineTemplate", "TalosControlPlane", "TalosConfigTemplate", "MachineDeployment", "ClusterResourceSet", "ConfigMap")
+	requireKinds(t, "the talos-static flavour", flavours["talos-static"], "Cluster", "HarvesterCluster", "HarvesterMachineTemplate", "TalosControlPlane", "TalosConfigTemplate", "MachineDeployment", "ClusterResourceSet", "ConfigMap")
 	requireKinds(t, "the hosted flavour", flavours["hosted"], "Cluster", "HarvesterCluster", "StewardControlPlane", "HarvesterMachineTemplate", "KubeadmConfigTemplate", "MachineDeployment", "ClusterResourceSet", "ConfigMap")
 
 	env := &envtest.Environment{ErrorIfCRDPathMissing: true, CRDDirectoryPaths: []string{
@@ -77,7 +78,7 @@ func TestClusterAPITemplatesRenderWithClusterctl(t *testing.T) {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tenants"}}); err != nil {
 		t.Fatal(err)
 	}
-	for _, flavour := range []string{"", "talos", "hosted"} {
+	for _, flavour := range allFlavours {
 		name := flavourName(flavour)
 		for _, o := range flavours[flavour] {
 			if o.GetAPIVersion() == "controlplane.cluster.x-k8s.io/v1alpha3" || o.GetAPIVersion() == "bootstrap.cluster.x-k8s.io/v1alpha3" {
@@ -90,14 +91,34 @@ func TestClusterAPITemplatesRenderWithClusterctl(t *testing.T) {
 		checkAddons(ctx, t, c, name, flavours[flavour])
 	}
 	requireSameAddons(t, flavours)
-	checkTalosVIP(t, flavours["talos"])
+	checkTalosVIP(t, "talos flavour", flavours["talos"])
+	checkTalosVIP(t, "talos-static flavour", flavours["talos-static"])
+	checkStaticFlavour(t, flavours["talos-static"])
 	checkHostedFlavour(t, flavours["hosted"])
+
+	// The cluster-level network variables: unset, the cloud provider runs on its defaults and its
+	// load balancer controller off; set, they reach its flags and the HarvesterCluster.
+	unset := []string{"--cluster-name=tenant", "--management-network=", "--node-ip-cidr=", "--node-exclude-ip-ranges="}
+	for _, flavour := range allFlavours {
+		checkLoadBalancers(t, flavourName(flavour), "off", flavours[flavour], unset...)
+	}
+	set := generateFlavour(ctx, t, assets, config, "", "HARVESTER_LOAD_BALANCERS=kube-vip", "HARVESTER_MANAGEMENT_NETWORK=vms/vlan40",
+		"HARVESTER_NODE_IP_CIDR=10.40.0.0/24", "HARVESTER_NODE_EXCLUDE_IP_RANGES=10.40.0.250,10.40.0.251")
+	checkLoadBalancers(t, "kubeadm flavour", "kube-vip", set, "--cluster-name=tenant", "--management-network=vms/vlan40",
+		"--node-ip-cidr=10.40.0.0/24", "--node-exclude-ip-ranges=10.40.0.250,10.40.0.251")
+	hc := only(t, "kubeadm flavour", set, "HarvesterCluster")
+	if network, _, _ := unstructured.NestedString(hc.Object, "spec", "managementNetwork"); network != "vms/vlan40" {
+		t.Errorf("the HarvesterCluster's spec.managementNetwork is %q, want HARVESTER_MANAGEMENT_NETWORK's vms/vlan40", network)
+	}
+	if err := c.Create(ctx, hc, client.DryRunAll, client.FieldValidation("Strict")); err != nil {
+		t.Errorf("the API server refuses the HarvesterCluster with a management network: %v", err)
+	}
 }
 
 // generateFlavour has the real clusterctl generate cluster "tenant" in namespace "tenants" from a
 // flavour ("" is the default, kubeadm) with only the variables the templates' headers call
-// required, and checks that nothing is left unset.
-func generateFlavour(ctx context.Context, t *testing.T, assets, config, flavour string) []*unstructured.Unstructured {
+// required (and extra ones), and checks that nothing is left unset.
+func generateFlavour(ctx context.Context, t *testing.T, assets, config, flavour string, extra ...string) []*unstructured.Unstructured {
 	t.Helper()
 	args := []string{"generate", "cluster", "tenant", "--infrastructure", providerName + ":" + providerVersion,
 		"--kubernetes-version", "v1.33.1", "--control-plane-machine-count", "3", "--worker-machine-count", "2", "--target-namespace", "tenants"}
@@ -106,10 +127,13 @@ func generateFlavour(ctx context.Context, t *testing.T, assets, config, flavour 
 	}
 	// Only the variables each flavour's header calls required.
 	env := map[string][]string{
-		"":       {"CONTROL_PLANE_ENDPOINT_IP=10.40.0.250", "HARVESTER_PROVIDER_CONFIG=harvester", "HARVESTER_IMAGE=vms/ubuntu"},
-		"talos":  {"CONTROL_PLANE_ENDPOINT_IP=10.40.0.250", "HARVESTER_PROVIDER_CONFIG=harvester", "HARVESTER_IMAGE=vms/talos", "TALOS_VERSION=v1.9"},
+		"":      {"CONTROL_PLANE_ENDPOINT_IP=10.40.0.250", "HARVESTER_PROVIDER_CONFIG=harvester", "HARVESTER_IMAGE=vms/ubuntu"},
+		"talos": {"CONTROL_PLANE_ENDPOINT_IP=10.40.0.250", "HARVESTER_PROVIDER_CONFIG=harvester", "HARVESTER_IMAGE=vms/talos", "TALOS_VERSION=v1.9"},
+		"talos-static": {"CONTROL_PLANE_ENDPOINT_IP=10.40.0.250", "HARVESTER_PROVIDER_CONFIG=harvester", "HARVESTER_IMAGE=vms/talos", "TALOS_VERSION=v1.9",
+			"HARVESTER_NETWORK=vms/vlan40", "HARVESTER_IP_POOL=vlan40-static", "HARVESTER_NAMESERVER=10.40.0.2"},
 		"hosted": {"HARVESTER_PROVIDER_CONFIG=harvester", "HARVESTER_IMAGE=vms/ubuntu"},
 	}[flavour]
+	env = append(env, extra...)
 	out := runClusterctl(ctx, t, assets, config, env, args...)
 	if strings.Contains(string(out), "${") {
 		t.Fatalf("flavour %q left a variable unset:\n%s", flavour, out)
@@ -120,6 +144,9 @@ func generateFlavour(ctx context.Context, t *testing.T, assets, config, flavour 
 	}
 	return objs
 }
+
+// allFlavours are the flavours of templates/ ("" is the default, kubeadm).
+var allFlavours = []string{"", "talos", "talos-static", "hosted"}
 
 func flavourName(flavour string) string {
 	if flavour == "" {

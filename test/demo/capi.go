@@ -81,13 +81,17 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 		return err
 	}
 	c := &capiDemo{demo: d, assets: assets}
+	crdDirectories := []string{kubeadmCRDs, filepath.Join(o.repoRoot, "test", "testdata", "steward", "crd")}
+	if o.static {
+		crdDirectories = append(crdDirectories, testbed.InClusterIPPoolCRDs(o.repoRoot)) // the in-cluster IPAM provider's
+	}
 	d.say("Cluster API %s from %s (built by hack/tools/capi.sh)", clusterAPIVersion(assets), assets)
 	d.tb, err = testbed.Start(ctx, testbed.Options{
 		RepoRoot: o.repoRoot, WorkDir: work, ClusterAPI: assets,
 		// Besides Cluster API core's CRDs (the ClusterResourceSet's among them) and this provider's:
 		// the kubeadm bootstrap and control plane providers' CRDs, and Steward's StewardControlPlane
 		// CRD as its release installs it.
-		CRDDirectories: []string{kubeadmCRDs, filepath.Join(o.repoRoot, "test", "testdata", "steward", "crd")},
+		CRDDirectories: crdDirectories,
 		Sim:            sim.Config{BootDelay: o.bootDelay, IPDelay: o.ipDelay, ImportDelay: time.Second, CloneDelay: o.cloneDelay, GCDelay: o.gcDelay},
 		ManagerArgs:    []string{"--metrics-bind-address=0"},
 		Progress:       d.say,
@@ -113,6 +117,17 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 		return err
 	}
 
+	if o.static {
+		if err := c.useStaticAddresses(); err != nil {
+			return err
+		}
+		if err := d.tb.Mgmt.Create(ctx, demoPool()); err != nil {
+			return err
+		}
+		ipam := testbed.PlayIPAM(ctx, d.tb.Mgmt)
+		defer ipam.Stop()
+		d.say("  InClusterIPPool %s/%s created; Cluster API's in-cluster IPAM provider is played (testbed.PlayIPAM)", testbed.Namespace, demoPoolName)
+	}
 	d.say("Starting the tenant cluster's API server (what Steward would host), and playing its kubelets and Harvester's cloud provider ...")
 	if c.tenant, err = testbed.StartTenant(ctx, d.tb.Mgmt, testbed.Namespace, capiCluster); err != nil {
 		return err
@@ -146,6 +161,11 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 		return err
 	}
 	d.say("All %d Machines Running with their Nodes, providerIDs and distinct IPs from %s, %s after creation.", capiWorkers, testbed.NetworkCIDR, time.Since(began).Round(100*time.Millisecond))
+	if o.static {
+		if err := c.checkStaticAddresses(ctx); err != nil {
+			return err
+		}
+	}
 	if err := c.waitClusterAvailable(ctx); err != nil {
 		return err
 	}
@@ -163,6 +183,12 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 	}
 	if err := c.deleteCluster(ctx); err != nil {
 		return err
+	}
+	if o.static {
+		if left, err := c.claimsLeft(ctx); err != nil || left > 0 {
+			return fmt.Errorf("%d IPAddressClaims left after the Cluster (%v)", left, err)
+		}
+		d.say("No IPAddressClaim is left: each was released once its machine's VM was gone.")
 	}
 	d.say("Demo passed in %s.", time.Since(d.start).Round(100*time.Millisecond))
 	return nil

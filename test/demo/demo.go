@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
@@ -268,6 +269,17 @@ func (d *demo) waitRunning(ctx context.Context) error {
 			return fmt.Errorf("MachineRequests %s and %s have the same IP %s", other, mr.Name, ip)
 		}
 		seen[ip.String()] = mr.Name
+		if mr.Spec.NetworkData == "" {
+			continue
+		}
+		static, err := staticAddress(mr.Spec.NetworkData)
+		if err != nil {
+			return fmt.Errorf("MachineRequest %s: %w", mr.Name, err)
+		}
+		if ip != static {
+			return fmt.Errorf("MachineRequest %s has IP %s, not %s, the static address of its networkData", mr.Name, ip, static)
+		}
+		d.say("MachineRequest %s runs at %s, the static address its networkData gives (no DHCP lease), as its guest agent reports it.", mr.Name, ip)
 	}
 	d.say("All %d machines Running with distinct IPs from %s, %s after creation.", len(items), testbed.NetworkCIDR, time.Since(began).Round(100*time.Millisecond))
 	return nil
@@ -333,4 +345,24 @@ Explore with kubectl (no kubectl at hand? 'make kubectl' builds one and prints i
   kubectl --kubeconfig %[2]s -n %[5]s get virtualmachines,virtualmachineinstances,pvc,secrets
   kubectl --kubeconfig %[1]s -n %[4]s delete mr --all    # and watch Harvester empty
 `, mk, hk, d.tb.Path("manager.log"), testbed.Namespace, testbed.HarvesterNamespace)
+}
+
+// staticAddress is the first static address of a cloud-init network configuration (version 2).
+func staticAddress(networkData string) (netip.Addr, error) {
+	var config struct {
+		Ethernets map[string]struct {
+			Addresses []string `json:"addresses"`
+		} `json:"ethernets"`
+	}
+	if err := yaml.Unmarshal([]byte(networkData), &config); err != nil {
+		return netip.Addr{}, fmt.Errorf("networkData: %w", err)
+	}
+	for _, nic := range config.Ethernets {
+		for _, a := range nic.Addresses {
+			if p, err := netip.ParsePrefix(a); err == nil {
+				return p.Addr(), nil
+			}
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("networkData names no static address")
 }

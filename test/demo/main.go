@@ -33,6 +33,7 @@ import (
 type options struct {
 	keep       bool
 	capi       bool
+	static     bool
 	timeout    time.Duration
 	bootDelay  time.Duration
 	ipDelay    time.Duration
@@ -45,6 +46,7 @@ type options struct {
 func main() {
 	o := options{}
 	flag.BoolVar(&o.capi, "capi", false, "The Cluster API door instead (make demo-capi): the real Cluster API core manager and clusterctl (CAPI_ASSETS, from hack/tools/capi.sh), a tenant cluster of the hosted flavour with a MachineDeployment of 3 workers, scaled to 1, then deleted.")
+	flag.BoolVar(&o.static, "static-addresses", false, "With --capi: the workers take their addresses from an InClusterIPPool through Cluster API's IPAM contract (the in-cluster IPAM provider played), not from DHCP.")
 	flag.BoolVar(&o.keep, "keep", false, "Leave both control planes, the simulator and the manager running once the machines are Running, and print how to explore them (Ctrl-C ends).")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "Give up if the machines are not all Running, or not all deleted, within this time.")
 	flag.DurationVar(&o.cloneDelay, "clone-delay", 5*time.Second, "Simulated time Longhorn takes to clone the image into a VM's root disk (the disk is Pending meanwhile).")

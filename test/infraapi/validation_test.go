@@ -100,6 +100,7 @@ func TestValidObjectsAreAcceptedWithDefaults(t *testing.T) {
 			{Name: "zone-a", NodeSelector: map[string]string{"topology.kubernetes.io/zone": "a"}},
 			{Name: "zone-b", ControlPlane: ptr.To(false), NodeSelector: map[string]string{"topology.kubernetes.io/zone": "b"}},
 		}
+		s.ManagementNetwork = "default/vlan40"
 	})
 	mustCreate(t, c)
 	if c.Spec.ControlPlaneEndpoint.Port != 6443 {
@@ -258,6 +259,8 @@ func TestBadObjectsAreRefused(t *testing.T) {
 		{"a failure domain without node selector", func(s *infrav1.HarvesterClusterSpec) {
 			s.FailureDomains = []infrav1.HarvesterFailureDomain{{Name: "zone-a"}}
 		}, []string{"spec.failureDomains[0].nodeSelector"}},
+		{"a management network without namespace", func(s *infrav1.HarvesterClusterSpec) { s.ManagementNetwork = "vlan40" }, []string{"spec.managementNetwork", "should match"}},
+		{"a management network with two slashes", func(s *infrav1.HarvesterClusterSpec) { s.ManagementNetwork = "a/b/c" }, []string{"spec.managementNetwork", "should match"}},
 		{"two failure domains of one name", func(s *infrav1.HarvesterClusterSpec) {
 			s.FailureDomains = []infrav1.HarvesterFailureDomain{{Name: "a", NodeSelector: map[string]string{"z": "1"}}, {Name: "a", NodeSelector: map[string]string{"z": "2"}}}
 		}, []string{"spec.failureDomains[1]", "Duplicate value"}},

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -45,8 +46,13 @@ const (
 	TenantSecretMount = "/var/run/secrets/harvester" //nolint:gosec // G101: a path, not a credential
 )
 
-// cloudProviderTick is how often the player looks at the tenant's Nodes.
-const cloudProviderTick = 200 * time.Millisecond
+// cloudProviderTick is how often the player looks at the tenant's Nodes, and
+// addressRefreshInterval how often it looks at their VMIs' addresses again (the real node
+// controller's period is five minutes: the tests do not wait that long).
+const (
+	cloudProviderTick      = 200 * time.Millisecond
+	addressRefreshInterval = time.Second
+)
 
 // CloudProvider plays, for one tenant cluster, two parts that stand between the provider's
 // delivered credentials and a Node's providerID, each acting only on what that part really has:
@@ -63,7 +69,10 @@ const cloudProviderTick = 200 * time.Millisecond
 //     namespace, "default" if none, is where VMs are looked up; a tokenFile in the mounted
 //     directory is read again every minute, as client-go does), finds each Node's VM by the
 //     Node's name, and sets spec.providerID harvester://<VM UID> on a Node that has none,
-//     removing the uninitialized taint as the cloud node controller does.
+//     removing the uninitialized taint as the cloud node controller does; and it keeps each
+//     Node's status.addresses those of its VMI that NodeAddresses selects with the flags it was
+//     started with (RestartWith), as the cloud node controller does at initialization and then
+//     periodically.
 //
 // It never uses the harness's own view of Harvester: a missing, wrong or revoked credential, or a
 // wrong namespace, leaves the Nodes without providerID (Err says why), as on a real tenant.
@@ -84,6 +93,10 @@ type CloudProvider struct {
 	// namespace; nil until it starts, and after Restart.
 	harvester   client.Client
 	vmNamespace string
+	// flags are the address flags it runs with; refreshed is when it last looked at the Nodes'
+	// addresses.
+	flags     CloudProviderFlags
+	refreshed time.Time
 }
 
 // PlayCloudProvider starts the player for Cluster clusterName of namespace on the management
@@ -124,6 +137,19 @@ func (p *CloudProvider) Restart() {
 	p.harvester = nil
 }
 
+// RestartWith plays the cloud provider's pod restarting with other args (its Deployment changed):
+// it reads its cloud-config again, and selects Node addresses with the address flags of args.
+func (p *CloudProvider) RestartWith(args ...string) error {
+	flags, err := ParseCloudProviderFlags(args)
+	if err != nil {
+		return err // the real one exits at start
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.harvester, p.flags, p.refreshed = nil, flags, time.Time{}
+	return nil
+}
+
 // Err is what kept the player from initializing a Node in its last pass (nil: every Node it saw
 // has its providerID).
 func (p *CloudProvider) Err() error {
@@ -143,10 +169,19 @@ func (p *CloudProvider) sync(ctx context.Context) error {
 	if err := p.tenant.List(ctx, nodes); err != nil {
 		return err
 	}
+	p.mu.Lock()
+	refresh := time.Since(p.refreshed) >= addressRefreshInterval
+	if refresh {
+		p.refreshed = time.Now()
+	}
+	p.mu.Unlock()
 	var errs []error
 	for i := range nodes.Items {
-		if node := &nodes.Items[i]; node.Spec.ProviderID == "" {
+		switch node := &nodes.Items[i]; {
+		case node.Spec.ProviderID == "":
 			errs = append(errs, p.initialize(ctx, node))
+		case refresh:
+			errs = append(errs, p.updateAddresses(ctx, node))
 		}
 	}
 	return errors.Join(errs...)
@@ -296,5 +331,31 @@ func (p *CloudProvider) initialize(ctx context.Context, node *corev1.Node) error
 		}
 	}
 	node.Spec.Taints = taints
-	return p.tenant.Patch(ctx, node, patch)
+	if err := p.tenant.Patch(ctx, node, patch); err != nil {
+		return err
+	}
+	return p.updateAddresses(ctx, node)
+}
+
+// updateAddresses sets the Node's status.addresses to those NodeAddresses selects from its VMI,
+// when they differ.
+func (p *CloudProvider) updateAddresses(ctx context.Context, node *corev1.Node) error {
+	hv, namespace, err := p.harvesterClient(ctx)
+	if err != nil {
+		return err
+	}
+	vmi := &kubevirtv1.VirtualMachineInstance{}
+	if err := hv.Get(ctx, client.ObjectKey{Namespace: namespace, Name: node.Name}, vmi); err != nil {
+		return client.IgnoreNotFound(err) // stopped: the addresses stay as they were
+	}
+	p.mu.Lock()
+	flags := p.flags
+	p.mu.Unlock()
+	want := NodeAddresses(node.Name, vmi, flags)
+	if slices.Equal(node.Status.Addresses, want) {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	node.Status.Addresses = want
+	return p.tenant.Status().Patch(ctx, node, patch)
 }

@@ -265,6 +265,11 @@ const (
 	// address on the primary NIC than the one its pool assigned (the image ignores cloud-init's
 	// network configuration, or DHCP gave it another): the message names both.
 	ReasonGuestAddressMismatch = reasons.GuestAddressMismatch
+	// ReasonManagementNetworkMismatch (HarvesterMachine, Degraded): the HarvesterCluster's
+	// spec.managementNetwork, which Harvester's cloud provider reads Node addresses from, is not
+	// the network of the machine's first NIC: its Node gets another NIC's address, or none. The
+	// message names both networks.
+	ReasonManagementNetworkMismatch = reasons.ManagementNetworkMismatch
 	// ReasonPlacementNotRecorded: the API server did not keep the record of where the
 	// machine lives; nothing is created, and a deletion waits, until it is kept.
 	ReasonPlacementNotRecorded = reasons.PlacementNotRecorded

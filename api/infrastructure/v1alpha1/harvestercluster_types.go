@@ -57,6 +57,18 @@ type HarvesterClusterSpec struct {
 	// +optional
 	// +kubebuilder:default=Managed
 	GuestCredentials GuestCredentialsPolicy `json:"guestCredentials,omitempty"`
+
+	// ManagementNetwork is the Harvester network (the NetworkAttachmentDefinition
+	// "namespace/name") that Harvester's cloud provider reads the Nodes' addresses from: its
+	// --management-network flag, which the cluster templates set from the same variable
+	// (HARVESTER_MANAGEMENT_NETWORK). It must be the network of every machine's first NIC, whose
+	// address is the machine's: a machine whose first NIC is on another network is reported
+	// Degraded (ManagementNetworkMismatch), since its Node would get another NIC's address, or
+	// none. Empty (the default): the cloud provider reads the first NIC's, whatever its network.
+	// +optional
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$`
+	ManagementNetwork string `json:"managementNetwork,omitempty"`
 }
 
 // GuestCredentialsPolicy says who gives a tenant cluster its Harvester cloud-config.

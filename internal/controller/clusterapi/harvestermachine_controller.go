@@ -279,7 +279,28 @@ func (r *HarvesterMachineReconciler) machineOnHarvester(ctx context.Context, s *
 	if s.assigned, err = r.configureNICs(ctx, hm, spec, clusterName); err != nil {
 		return nil, nil, own, err
 	}
+	s.networkMismatch = managementNetworkMismatch(t.hc, spec)
 	return spec, engine, own, nil
+}
+
+// managementNetworkMismatch says how the machine's first NIC is not on the network its cluster
+// names as the one Harvester's cloud provider reads Node addresses from (its
+// --management-network): that cloud provider reads only that network's NIC, so the Node would
+// get another NIC's address than the machine's, or none. Empty when they agree or no network is
+// named.
+func managementNetworkMismatch(hc *infrav1.HarvesterCluster, spec *harvester.MachineSpec) string {
+	want := hc.Spec.ManagementNetwork
+	if want == "" {
+		return ""
+	}
+	if have := spec.PrimaryNetwork().String(); have != want {
+		return fmt.Sprintf("the first NIC of VirtualMachine %s/%s is on network %s, but HarvesterCluster %s/%s's spec.managementNetwork, "+
+			"the network Harvester's cloud provider reads Node addresses from (--management-network), is %s: its Node gets another NIC's address, or none. "+
+			"Put the machine's first NIC on %s (spec.interfaces[0].network, spec.networks[0] or the ProviderConfig's network), or set spec.managementNetwork "+
+			"and the cloud provider's --management-network (HARVESTER_MANAGEMENT_NETWORK) to the first NIC's network",
+			spec.Namespace, spec.Name, have, hc.Namespace, hc.Name, want, want)
+	}
+	return ""
 }
 
 // reportObservation says what the engine observed of the machine: a take-over, its failure
@@ -303,6 +324,8 @@ func (r *HarvesterMachineReconciler) reportObservation(ctx context.Context, s *h
 			s.Degraded(infrav1.ReasonGuestAddressMismatch, fmt.Sprintf(
 				"the guest agent reports %s on the primary NIC of %s, not the address its pool assigned, %s (IPAddress %s): the image may ignore cloud-init's network configuration, or a DHCP server gave it another",
 				strings.Join(obs.Addresses.All, ", "), vm, want, s.assigned[0][0].Address))
+		} else if s.networkMismatch != "" {
+			s.Degraded(infrav1.ReasonManagementNetworkMismatch, s.networkMismatch)
 		} else {
 			s.Healthy()
 		}

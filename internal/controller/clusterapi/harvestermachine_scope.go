@@ -23,6 +23,9 @@ type harvesterMachineScope struct {
 	hm *infrav1.HarvesterMachine
 	// assigned are the addresses the machine's NICs were given from pools, by NIC (configureNICs).
 	assigned [][]assignedAddress
+	// networkMismatch says how the machine's first NIC is not on its cluster's management
+	// network (managementNetworkMismatch); empty when it is, or when the cluster names none.
+	networkMismatch string
 }
 
 // +kubebuilder:rbac:groups=infrastructure.butlerlabs.dev,resources=harvestermachines,verbs=get;list;watch;update;patch

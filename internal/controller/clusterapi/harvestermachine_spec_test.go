@@ -234,3 +234,32 @@ func TestFailureDomainNodes(t *testing.T) {
 		})
 	}
 }
+
+// TestManagementNetworkMismatch: a machine whose first NIC is on another network than the one its
+// cluster's cloud provider reads Node addresses from is named, with both networks; no network
+// named, no finding.
+func TestManagementNetworkMismatch(t *testing.T) {
+	spec := &harvester.MachineSpec{Namespace: "vms", Name: "m", NICs: []harvester.NIC{
+		{Network: harvester.ObjectRef{Namespace: "default", Name: "vlan40"}},
+		{Network: harvester.ObjectRef{Namespace: "vms", Name: "storage"}},
+	}}
+	for _, tc := range []struct {
+		network string
+		want    []string // in the message; none: no mismatch
+	}{
+		{network: ""},
+		{network: "default/vlan40"},
+		{network: "vms/storage", want: []string{"default/vlan40", "vms/storage", "HarvesterCluster vms/c", "spec.interfaces[0].network", "HARVESTER_MANAGEMENT_NETWORK"}},
+	} {
+		hc := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "c"}, Spec: infrav1.HarvesterClusterSpec{ManagementNetwork: tc.network}}
+		got := managementNetworkMismatch(hc, spec)
+		if (got == "") != (len(tc.want) == 0) {
+			t.Errorf("management network %q: mismatch %q, want one: %v", tc.network, got, len(tc.want) > 0)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("management network %q: %q does not name %s", tc.network, got, w)
+			}
+		}
+	}
+}
