@@ -185,8 +185,12 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 		return err
 	}
 	if o.static {
-		if left, err := c.claimsLeft(ctx); err != nil || left > 0 {
-			return fmt.Errorf("%d IPAddressClaims left after the Cluster (%v)", left, err)
+		left, err := c.claimsLeft(ctx)
+		if err != nil {
+			return err
+		}
+		if left > 0 {
+			return fmt.Errorf("%d IPAddressClaims left after the Cluster", left)
 		}
 		d.say("No IPAddressClaim is left: each was released once its machine's VM was gone.")
 	}

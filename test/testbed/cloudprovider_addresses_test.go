@@ -26,8 +26,9 @@ func vmiOn(networks []string, ips ...[]string) *kubevirtv1.VirtualMachineInstanc
 
 func addrs(pairs ...string) []corev1.NodeAddress {
 	var out []corev1.NodeAddress
-	for i := 0; i < len(pairs); i += 2 {
-		out = append(out, corev1.NodeAddress{Type: corev1.NodeAddressType(pairs[i]), Address: pairs[i+1]})
+	for len(pairs) >= 2 {
+		out = append(out, corev1.NodeAddress{Type: corev1.NodeAddressType(pairs[0]), Address: pairs[1]})
+		pairs = pairs[2:]
 	}
 	return append(out, corev1.NodeAddress{Type: corev1.NodeHostName, Address: "n"})
 }
