@@ -73,11 +73,19 @@ func (c *capiDemo) checkStaticAddresses(ctx context.Context) error {
 			return fmt.Errorf("the Node %s has InternalIP %q, its Machine %s's address is %s", r.Node, internal, r.Machine, r.IP)
 		}
 	}
-	c.say("Every Machine runs at an address of InClusterIPPool %s, by an IPAddressClaim it owns, and its Node has it as InternalIP.", demoPoolName)
+	claims, err := c.claimsLeft(ctx)
+	if err != nil {
+		return err
+	}
+	if claims != len(rows) {
+		return fmt.Errorf("%d IPAddressClaims for %d Machines, want one each", claims, len(rows))
+	}
+	c.say("Every Machine runs at an address of InClusterIPPool %s, by an IPAddressClaim of its own, and its Node has it as InternalIP.", demoPoolName)
 	return nil
 }
 
-// claimsLeft counts the IPAddressClaims of the demo's namespace.
+// claimsLeft counts the IPAddressClaims of the demo's namespace (one per worker: the hosted
+// control plane has no machines).
 func (c *capiDemo) claimsLeft(ctx context.Context) (int, error) {
 	claims := &unstructured.UnstructuredList{}
 	claims.SetGroupVersionKind(testbed.IPAddressClaimGVK.GroupVersion().WithKind("IPAddressClaimList"))
