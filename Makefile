@@ -152,7 +152,7 @@ demo-capi: ## The Cluster API door end to end on a simulated Harvester: the real
 
 N ?= 100
 .PHONY: bench
-bench: ## Benchmark N machines end to end, as MachineRequests and as a Cluster API MachineDeployment (default 100; N=1000 documented), and add the table to .bench/report.md (git ignores it; BENCH_FLAGS=-report=PATH for another file).
+bench: ## Benchmark N machines end to end, as MachineRequests and as a Cluster API MachineDeployment, by DHCP and from an IP pool (default 100; N=1000 documented), and add the table to .bench/report.md (git ignores it; BENCH_FLAGS=-report=PATH for another file).
 	@$(CONTROLPLANE_ASSETS) && $(CAPI_BUILT) && \
 		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) run ./test/bench -n $(N) $(BENCH_FLAGS)
 	@echo "Go benchmarks of the object builders, IP selection and decoding a VM watch event:"
