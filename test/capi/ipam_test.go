@@ -40,7 +40,9 @@ var staticPool = infrav1.IPPoolReference{APIGroup: testbed.InClusterIPPoolGVK.Gr
 // first's only (testbed.CloudProvider selects Node addresses as Harvester's cloud provider does);
 // with the HarvesterCluster's management network set to the second's, the machine is Degraded
 // (ManagementNetworkMismatch) and a cloud provider run with it gives the Node the second's. A pool
-// kind no CRD serves is refused before anything is claimed. Deleting the Cluster leaves no claim, address or
+// kind no CRD serves is refused before anything is claimed. A machine whose image ignores the
+// network configuration (the simulated guest takes a DHCP lease) runs, Degraded with
+// GuestAddressMismatch. Deleting the Cluster leaves no claim, address or
 // VM.
 func TestClusterAPIIPAMStaticAddresses(t *testing.T) {
 	w := startCAPIWorld(t, testbed.InClusterIPPoolCRDs(repoRoot()))
@@ -185,6 +187,16 @@ func TestClusterAPIIPAMStaticAddresses(t *testing.T) {
 	w.must(c.Patch(ctx, &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: tenant.Name}},
 		client.RawPatch(types.MergePatchType, []byte(`{"spec":{"managementNetwork":"vms/vlan40"}}`))))
 	w.waitCondition(hm, func() []metav1.Condition { return hm.Status.Conditions }, infrav1.ConditionDegraded, infrav1.ReasonAsExpected)
+
+	// An image that ignores cloud-init's network configuration takes a DHCP lease instead of the
+	// pool's address: the machine runs, and says so.
+	ignoring := tenant
+	ignoring.MachineSpec.Interfaces = []infrav1.NetworkInterface{{Network: "vms/vlan40", AddressesFromPools: []infrav1.IPPoolReference{staticPool}}}
+	ignoring.MachineSpec.Labels = map[string]string{sim.AnnotationFault: sim.FaultIgnoreNetworkConfig}
+	ignored, ignoredMachine := ignoring.Machine("tenant-ignores-network-config", "")
+	w.must(testbed.CreateAll(ctx, c, ignored, ignoredMachine))
+	w.waitCondition(ignored, func() []metav1.Condition { return ignored.Status.Conditions }, infrav1.ConditionDegraded, infrav1.ReasonGuestAddressMismatch,
+		"not the address its pool assigned", "IPAddress "+ignored.Name+"-nic-1-1")
 
 	// A pool of a kind nothing serves: refused before anything is claimed.
 	unserved := tenant

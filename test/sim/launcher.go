@@ -172,6 +172,9 @@ func (r *vmReconciler) guestAgent(ctx context.Context, vm *kubevirtv1.VirtualMac
 	if err != nil {
 		r.sim.event(componentKubeVirt, vm, corev1.EventTypeWarning, "GuestNetworkConfig", err.Error())
 	}
+	if r.sim.hasFault(vm, FaultIgnoreNetworkConfig) {
+		config = guestNetwork{} // as if none were given: DHCP on the first NIC
+	}
 	var out []kubevirtv1.VirtualMachineInstanceNetworkInterface
 	for i, nic := range nics {
 		guestName := fmt.Sprintf("eth%d", i)

@@ -81,9 +81,9 @@ import (
 )
 
 // AnnotationFault injects a fault into the VirtualMachine or VirtualMachineImage that carries it,
-// as an annotation or a label, and into that object alone: "unschedulable", "no-dhcp" or
-// "slow-boot" on VMs, "import-failed" on images. (As a label it can be set through a
-// MachineRequest's spec.labels.)
+// as an annotation or a label, and into that object alone: "unschedulable", "no-dhcp",
+// "slow-boot" or "ignore-network-config" on VMs, "import-failed" on images. (As a label it can be
+// set through a MachineRequest's or a HarvesterMachine's spec.labels.)
 const AnnotationFault = "sim.butler.butlerlabs.dev/fault"
 
 // Fault names accepted by AnnotationFault.
@@ -92,6 +92,10 @@ const (
 	FaultNoDHCP        = "no-dhcp"
 	FaultSlowBoot      = "slow-boot"
 	FaultImportFailed  = "import-failed"
+	// FaultIgnoreNetworkConfig: the guest's image does not read the NoCloud disk's network
+	// configuration (an image without cloud-init's network stage): it configures its first NIC by
+	// DHCP, whatever the configuration says. Per VM only.
+	FaultIgnoreNetworkConfig = "ignore-network-config"
 )
 
 // Config sets the simulator's timing and defaults.

@@ -121,6 +121,9 @@ func (r *HarvesterMachineReconciler) Reconcile(ctx context.Context, req ctrl.Req
 		}
 	}()
 	res, err := r.reconcile(ctx, s)
+	if wait, held := holdAddressWait(s, err, time.Now()); held {
+		return ctrl.Result{RequeueAfter: wait + objstatus.TimerSlack}, nil
+	}
 	return requeue.AsPoll(s.Outcome(ctx, res, outcome.FromEngineIn(err, harvesterMachineTerms)))
 }
 

@@ -373,6 +373,9 @@ func (r *HarvesterMachineReconciler) releaseAddressClaims(ctx context.Context, h
 		return err
 	}
 	for _, claim := range claims {
+		if claim.GetDeletionTimestamp() != nil {
+			continue // released already: its IPAM provider is letting the address go
+		}
 		if err := r.Delete(ctx, claim, client.Preconditions{UID: ptr.To(claim.GetUID())}); client.IgnoreNotFound(err) != nil {
 			return fmt.Errorf("release IPAddressClaim %s/%s: %w", hm.Namespace, claim.GetName(), err)
 		}

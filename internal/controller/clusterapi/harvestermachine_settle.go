@@ -6,6 +6,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
 
 // progressReportDelay is how long normal progress goes unreported after the provider wrote the
@@ -58,3 +61,20 @@ func (w *recentWrites) settling(obj client.Object, now time.Time) (time.Duration
 
 // forget drops what is remembered of the HarvesterMachine of that key.
 func (w *recentWrites) forget(key types.NamespacedName) { w.m.Delete(key) }
+
+// holdAddressWait says whether a new machine's wait for the addresses of its pools goes
+// unreported, and for how long: an IPAM provider answers a claim within moments, so, like other
+// normal progress, the wait is written only once the HarvesterMachine is progressReportDelay old,
+// or at once over a status that says something else. A claim answered sooner costs no status
+// write (its answer wakes the machine: the controller owns its claims).
+func holdAddressWait(s *harvesterMachineScope, err error, now time.Time) (time.Duration, bool) {
+	w, ok := errkind.AsWaiting(err)
+	if !ok || w.Reason != infrav1.ReasonIPAddressPending {
+		return 0, false
+	}
+	left := progressReportDelay - now.Sub(s.hm.CreationTimestamp.Time)
+	if left <= 0 || !s.HoldProgress(w.Reason) {
+		return 0, false
+	}
+	return min(left, w.RetryAfter), true
+}

@@ -9,6 +9,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/objstatus"
 )
 
 // Normal progress waits progressReportDelay after the provider's last write of the machine's
@@ -44,5 +46,40 @@ func TestRecentWritesSettling(t *testing.T) {
 	w.forget(client.ObjectKeyFromObject(hm))
 	if _, ok := w.settling(hm, now); ok {
 		t.Fatal("settling after forget; want not")
+	}
+}
+
+// A new machine's wait for its pools' addresses goes unreported for progressReportDelay from its
+// creation, as other normal progress; not a wait for something else, not an older machine's, and
+// not over a status that says something else.
+func TestHoldAddressWait(t *testing.T) {
+	now := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+	pending := errkind.Waiting(infrav1.ReasonIPAddressPending, time.Minute, "claim has no address yet")
+	for name, tc := range map[string]struct {
+		age      time.Duration
+		err      error
+		stored   string // the reason of the stored Progressing condition
+		want     bool
+		wantWait time.Duration
+	}{
+		"new, pending":           {age: 2 * time.Second, err: pending, want: true, wantWait: progressReportDelay - 2*time.Second},
+		"new, pending again":     {age: 2 * time.Second, err: pending, stored: infrav1.ReasonIPAddressPending, want: true, wantWait: progressReportDelay - 2*time.Second},
+		"old enough":             {age: progressReportDelay, err: pending},
+		"over another status":    {age: time.Second, err: pending, stored: infrav1.ReasonVMProvisioning},
+		"an exhausted pool":      {age: time.Second, err: errkind.Waiting(infrav1.ReasonIPPoolExhausted, time.Minute, "no address free")},
+		"no wait":                {age: time.Second},
+		"a sooner retry is kept": {age: time.Second, err: errkind.Waiting(infrav1.ReasonIPAddressPending, time.Second, "x"), want: true, wantWait: time.Second},
+	} {
+		t.Run(name, func(t *testing.T) {
+			hm := &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hm-0", CreationTimestamp: metav1.NewTime(now.Add(-tc.age))}}
+			if tc.stored != "" {
+				hm.Status.Conditions = []metav1.Condition{{Type: infrav1.ConditionProgressing, Status: metav1.ConditionTrue, Reason: tc.stored}}
+			}
+			s := &harvesterMachineScope{hm: hm, Scope: objstatus.New(hm, harvesterMachineStatus, objstatus.Policy{}, nil, &objstatus.Memory[infrav1.HarvesterMachineStatus]{})}
+			wait, held := holdAddressWait(s, tc.err, now)
+			if held != tc.want || wait != tc.wantWait {
+				t.Fatalf("holdAddressWait = %s, %v; want %s, %v", wait, held, tc.wantWait, tc.want)
+			}
+		})
 	}
 }
