@@ -324,21 +324,19 @@ func (m *machineDeployment) finish(ctx context.Context, tb *testbed.Testbed) (st
 		}
 		vms, vmis, pvcs, secrets, err := tb.HarvesterLeft(ctx)
 		left = vms + vmis + pvcs + secrets
-		return left == 0, err
+		if err != nil || left > 0 || !m.static {
+			return left == 0, err
+		}
+		// The claims are deleted with their machines; the IPAM provider then lets them go.
+		claims, err := m.addressClaims(ctx, tb)
+		left = claims
+		return claims == 0, err
 	})
 	if err != nil {
-		return "", fmt.Errorf("deleting the Cluster (%d objects left on Harvester): %w", left, err)
+		return "", fmt.Errorf("deleting the Cluster (%d objects left on Harvester, or IPAddressClaims): %w", left, err)
 	}
 	teardown := fmt.Sprintf("Deleting the Cluster afterwards took %s and left Harvester empty.", time.Since(start).Round(10*time.Millisecond))
 	if m.static {
-		claims := &unstructured.UnstructuredList{}
-		claims.SetGroupVersionKind(testbed.IPAddressClaimGVK.GroupVersion().WithKind("IPAddressClaimList"))
-		if err := tb.Mgmt.List(ctx, claims, client.InNamespace(benchTenant.Namespace)); err != nil {
-			return "", err
-		}
-		if len(claims.Items) > 0 {
-			return "", fmt.Errorf("deleting the Cluster left %d IPAddressClaims", len(claims.Items))
-		}
 		if err := m.ipam.Err(); err != nil {
 			return "", fmt.Errorf("the IPAM player: %w", err)
 		}
@@ -397,4 +395,12 @@ func getCAPI(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, 
 func machinePhase(u *unstructured.Unstructured) string {
 	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
 	return phase
+}
+
+// addressClaims counts the IPAddressClaims of the run's namespace.
+func (m *machineDeployment) addressClaims(ctx context.Context, tb *testbed.Testbed) (int, error) {
+	claims := &unstructured.UnstructuredList{}
+	claims.SetGroupVersionKind(testbed.IPAddressClaimGVK.GroupVersion().WithKind("IPAddressClaimList"))
+	err := tb.Mgmt.List(ctx, claims, client.InNamespace(benchTenant.Namespace))
+	return len(claims.Items), err
 }

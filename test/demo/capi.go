@@ -185,12 +185,17 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 		return err
 	}
 	if o.static {
-		left, err := c.claimsLeft(ctx)
+		// Deleted with their machines, the claims go once the IPAM provider lets their addresses go.
+		var left int
+		deadline := time.Now().Add(30 * time.Second)
+		for left, err = c.claimsLeft(ctx); err == nil && left > 0 && time.Now().Before(deadline); left, err = c.claimsLeft(ctx) {
+			time.Sleep(200 * time.Millisecond)
+		}
 		if err != nil {
 			return err
 		}
 		if left > 0 {
-			return fmt.Errorf("%d IPAddressClaims left after the Cluster", left)
+			return fmt.Errorf("%d IPAddressClaims left 30s after the Cluster was deleted", left)
 		}
 		d.say("No IPAddressClaim is left: each was released once its machine's VM was gone.")
 	}
