@@ -60,6 +60,10 @@ const ipamTick = 200 * time.Millisecond
 //   - a deleted claim has its IPAddress deleted (finalizer removed first), then its own finalizer
 //     removed;
 //   - a pool's status.ipAddresses counts its addresses: total, used, free.
+//
+// It polls where the provider is driven by events from its cache: each pass reads the claims and,
+// once per pool, the addresses in use, and leaves alone the claims that are bound (finalizer and
+// address, not deleted), whose reconcile would change nothing.
 type IPAM struct {
 	c    client.Client
 	stop context.CancelFunc
@@ -107,18 +111,37 @@ func (p *IPAM) sync(ctx context.Context) error {
 		return err
 	}
 	var errs []error
+	pass := &ipamPass{inUse: map[client.ObjectKey]map[netip.Addr]bool{}}
 	for i := range claims.Items {
 		claim := &claims.Items[i]
 		ref := poolRef(claim)
 		if ref["apiGroup"] != InClusterIPPoolGVK.Group || ref["kind"] != InClusterIPPoolGVK.Kind {
 			continue
 		}
-		if err := p.reconcileClaim(ctx, claim, ref["name"]); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		if bound(claim) {
+			continue // the provider's reconcile of it changes nothing
+		}
+		if err := p.reconcileClaim(ctx, claim, ref["name"], pass); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("IPAddressClaim %s/%s: %w", claim.GetNamespace(), claim.GetName(), err))
 		}
 	}
 	errs = append(errs, p.poolsStatus(ctx))
 	return errors.Join(errs...)
+}
+
+// ipamPass is what one pass over the claims has read of the pools' addresses in use, and the
+// addresses it gave since: the provider reads them from its cache, where the player would read
+// them again for every claim.
+type ipamPass struct {
+	inUse map[client.ObjectKey]map[netip.Addr]bool
+}
+
+// bound reports whether a claim has its finalizer and its address, and is not being deleted: the
+// provider's reconcile of it (on a resync) changes nothing, so the player skips it without a
+// request. A claim clusterctl move carried has no status and is not skipped.
+func bound(claim *unstructured.Unstructured) bool {
+	name, _, _ := unstructured.NestedString(claim.Object, "status", "addressRef", "name")
+	return name != "" && claim.GetDeletionTimestamp() == nil && slices.Contains(claim.GetFinalizers(), releaseAddressFinalizer)
 }
 
 func poolRef(obj *unstructured.Unstructured) map[string]string {
@@ -127,7 +150,7 @@ func poolRef(obj *unstructured.Unstructured) map[string]string {
 }
 
 // reconcileClaim is the provider's reconcile of one claim.
-func (p *IPAM) reconcileClaim(ctx context.Context, claim *unstructured.Unstructured, poolName string) error {
+func (p *IPAM) reconcileClaim(ctx context.Context, claim *unstructured.Unstructured, poolName string, pass *ipamPass) error {
 	deleting := claim.GetDeletionTimestamp() != nil
 	clusterName, _, _ := unstructured.NestedString(claim.Object, "spec", "clusterName")
 	if clusterName != "" {
@@ -144,8 +167,12 @@ func (p *IPAM) reconcileClaim(ctx context.Context, claim *unstructured.Unstructu
 		}
 	}
 	if !deleting && !slices.Contains(claim.GetFinalizers(), releaseAddressFinalizer) {
+		// The provider's reconcile ends here, and its own patch starts the next one at once
+		// (ipamutil/reconciler.go): the player goes on with the claim as updated.
 		claim.SetFinalizers(append(claim.GetFinalizers(), releaseAddressFinalizer))
-		return p.c.Update(ctx, claim)
+		if err := p.c.Update(ctx, claim); err != nil {
+			return err
+		}
 	}
 	pool := &unstructured.Unstructured{}
 	pool.SetGroupVersionKind(InClusterIPPoolGVK)
@@ -156,7 +183,7 @@ func (p *IPAM) reconcileClaim(ctx context.Context, claim *unstructured.Unstructu
 	if poolErr != nil {
 		return client.IgnoreNotFound(poolErr) // logged by the provider; no condition
 	}
-	address, err := p.ensureAddress(ctx, claim, pool)
+	address, err := p.ensureAddress(ctx, claim, pool, pass)
 	if err != nil || address == nil {
 		return err
 	}
@@ -179,7 +206,7 @@ func isPaused(cluster *unstructured.Unstructured) bool {
 
 // ensureAddress returns the claim's IPAddress, made from the pool's first free address if it has
 // none; nil when the pool has none free.
-func (p *IPAM) ensureAddress(ctx context.Context, claim, pool *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+func (p *IPAM) ensureAddress(ctx context.Context, claim, pool *unstructured.Unstructured, pass *ipamPass) (*unstructured.Unstructured, error) {
 	address := &unstructured.Unstructured{}
 	address.SetGroupVersionKind(IPAddressGVK)
 	err := p.c.Get(ctx, client.ObjectKeyFromObject(claim), address)
@@ -193,9 +220,12 @@ func (p *IPAM) ensureAddress(ctx context.Context, claim, pool *unstructured.Unst
 	if err != nil {
 		return nil, err
 	}
-	inUse, err := p.addressesInUse(ctx, pool)
-	if err != nil {
-		return nil, err
+	inUse, read := pass.inUse[client.ObjectKeyFromObject(pool)]
+	if !read {
+		if inUse, err = p.addressesInUse(ctx, pool); err != nil {
+			return nil, err
+		}
+		pass.inUse[client.ObjectKeyFromObject(pool)] = inUse
 	}
 	free, ok := spec.firstFree(inUse)
 	if !ok {
@@ -223,6 +253,7 @@ func (p *IPAM) ensureAddress(ctx context.Context, claim, pool *unstructured.Unst
 	if err := p.c.Create(ctx, address); err != nil {
 		return nil, err
 	}
+	inUse[free] = true
 	return address, nil
 }
 
