@@ -311,16 +311,25 @@ func (p *CloudProvider) harvesterClient(ctx context.Context) (client.Client, str
 	return c, namespace, nil
 }
 
-// initialize sets the Node's providerID from its VM, as the cloud node controller does with
-// instance.go's InstanceMetadata, and removes the uninitialized taint.
-func (p *CloudProvider) initialize(ctx context.Context, node *corev1.Node) error {
+// getNodesObject reads, with the cloud provider's own client, the object of the Node's name (its VM
+// or VMI) in the namespace of that client's kubeconfig.
+func (p *CloudProvider) getNodesObject(ctx context.Context, node *corev1.Node, obj client.Object) error {
 	hv, namespace, err := p.harvesterClient(ctx)
 	if err != nil {
 		return err
 	}
+	if err := hv.Get(ctx, client.ObjectKey{Namespace: namespace, Name: node.Name}, obj); err != nil {
+		return fmt.Errorf("node %s: get %T %s/%s on Harvester: %w", node.Name, obj, namespace, node.Name, err)
+	}
+	return nil
+}
+
+// initialize sets the Node's providerID from its VM, as the cloud node controller does with
+// instance.go's InstanceMetadata, and removes the uninitialized taint.
+func (p *CloudProvider) initialize(ctx context.Context, node *corev1.Node) error {
 	vm := &kubevirtv1.VirtualMachine{}
-	if err := hv.Get(ctx, client.ObjectKey{Namespace: namespace, Name: node.Name}, vm); err != nil {
-		return fmt.Errorf("node %s: get VirtualMachine %s/%s on Harvester: %w", node.Name, namespace, node.Name, err)
+	if err := p.getNodesObject(ctx, node, vm); err != nil {
+		return err
 	}
 	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
 	node.Spec.ProviderID = "harvester://" + string(vm.UID)
@@ -340,12 +349,8 @@ func (p *CloudProvider) initialize(ctx context.Context, node *corev1.Node) error
 // updateAddresses sets the Node's status.addresses to those NodeAddresses selects from its VMI,
 // when they differ.
 func (p *CloudProvider) updateAddresses(ctx context.Context, node *corev1.Node) error {
-	hv, namespace, err := p.harvesterClient(ctx)
-	if err != nil {
-		return err
-	}
 	vmi := &kubevirtv1.VirtualMachineInstance{}
-	if err := hv.Get(ctx, client.ObjectKey{Namespace: namespace, Name: node.Name}, vmi); err != nil {
+	if err := p.getNodesObject(ctx, node, vmi); err != nil {
 		return client.IgnoreNotFound(err) // stopped: the addresses stay as they were
 	}
 	p.mu.Lock()
