@@ -103,7 +103,9 @@ func (m *machineDeployment) prepare(ctx context.Context, tb *testbed.Testbed) er
 		if err := tb.Mgmt.Create(ctx, benchPool()); err != nil {
 			return err
 		}
-		m.ipam = testbed.PlayIPAM(ctx, tb.Mgmt)
+		if m.ipam, err = testbed.PlayIPAM(ctx, tb.MgmtConfig); err != nil {
+			return err
+		}
 	}
 	return m.watch(ctx, tb)
 }

@@ -36,8 +36,7 @@ func TestClusterAPIMoveKeepsAddresses(t *testing.T) {
 		workers:  &workers,
 		beforeMachines: func(m *moveScene) {
 			createStaticPool(ctx, m.src)
-			srcIPAM := testbed.PlayIPAM(ctx, m.src.c)
-			t.Cleanup(srcIPAM.Stop)
+			m.src.playIPAM()
 		},
 	})
 	claimsBefore, addressesBefore := m.src.claimsAndAddresses()
@@ -60,8 +59,7 @@ func TestClusterAPIMoveKeepsAddresses(t *testing.T) {
 			secret.ResourceVersion, secretBefore.ResourceVersion, vm.UID, vm.Generation, vmBefore.UID, vmBefore.Generation)
 	}
 
-	dstIPAM := testbed.PlayIPAM(ctx, m.dst.c)
-	t.Cleanup(dstIPAM.Stop)
+	dstIPAM := m.dst.playIPAM()
 	m.carriedOn(ctx, t, time.Now())
 	claimsAfter, addressesAfter := m.dst.claimsAndAddresses()
 	if !maps.Equal(claimsAfter, claimsBefore) || !maps.Equal(addressesAfter, addressesBefore) {
@@ -82,6 +80,15 @@ func TestClusterAPIMoveKeepsAddresses(t *testing.T) {
 	if err := dstIPAM.Err(); err != nil {
 		t.Errorf("the target's IPAM player: %v", err)
 	}
+}
+
+// playIPAM plays the in-cluster IPAM provider on w until the test ends.
+func (w *capiWorld) playIPAM() *testbed.IPAM {
+	w.t.Helper()
+	ipam, err := testbed.PlayIPAM(w.ctx, w.cfg)
+	w.must(err)
+	w.t.Cleanup(ipam.Stop)
+	return ipam
 }
 
 // createStaticPool creates the InClusterIPPool staticPool on w: three addresses of vlan40.

@@ -48,8 +48,7 @@ func TestClusterAPIIPAMStaticAddresses(t *testing.T) {
 	w := startCAPIWorld(t, testbed.InClusterIPPoolCRDs(repoRoot()))
 	ctx, c, hv := w.ctx, w.c, w.hv
 	tenantAPI, cloudProvider := w.playTenant()
-	ipam := testbed.PlayIPAM(ctx, c)
-	t.Cleanup(ipam.Stop)
+	ipam := w.playIPAM()
 	createStaticPool(ctx, w)
 	storage := &unstructured.Unstructured{}
 	storage.SetGroupVersionKind(sim.NetworkAttachmentDefinitionGVK)

@@ -124,7 +124,10 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 		if err := d.tb.Mgmt.Create(ctx, demoPool()); err != nil {
 			return err
 		}
-		ipam := testbed.PlayIPAM(ctx, d.tb.Mgmt)
+		ipam, err := testbed.PlayIPAM(ctx, d.tb.MgmtConfig)
+		if err != nil {
+			return err
+		}
 		defer ipam.Stop()
 		d.say("  InClusterIPPool %s/%s created; Cluster API's in-cluster IPAM provider is played (testbed.PlayIPAM)", testbed.Namespace, demoPoolName)
 	}

@@ -15,7 +15,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -38,8 +43,12 @@ func InClusterIPPoolCRDs(repoRoot string) string {
 	return filepath.Join(repoRoot, "test", "testdata", "ipam-in-cluster", "crd")
 }
 
-// ipamTick is how often the player looks at the claims.
-const ipamTick = 200 * time.Millisecond
+// ipamResync is how often the player looks at the claims when no event wakes it: the provider's
+// resync, and the retry of a claim a pool could not serve.
+const ipamResync = 2 * time.Second
+
+// ipamCacheWait bounds the wait for an IPAddress the player made to reach its cache.
+const ipamCacheWait = 5 * time.Second
 
 // IPAM plays Cluster API's in-cluster IPAM provider (kubernetes-sigs/cluster-api-ipam-provider-in-cluster
 // at bc27dd7, pkg/ipamutil/reconciler.go and internal/controllers/ipaddressclaim_address.go) for
@@ -55,33 +64,89 @@ const ipamTick = 200 * time.Millisecond
 //     allocateReservedIPAddresses), with the pool's prefix and gateway; a pool with none free
 //     leaves the claim without address (the provider sets no condition either);
 //   - the IPAddress is owned by the claim (controller) and the pool, carries the claim's cluster
-//     name label and the finalizer ipam.cluster.x-k8s.io/ProtectAddress;
+//     name label and the finalizer ipam.cluster.x-k8s.io/ProtectAddress; the player waits until
+//     its cache holds it before the next claim, so that no address is given twice;
 //   - the claim's status.addressRef names it;
 //   - a deleted claim has its IPAddress deleted (finalizer removed first), then its own finalizer
 //     removed;
 //   - a pool's status.ipAddresses counts its addresses: total, used, free.
 //
-// It polls where the provider is driven by events from its cache: each pass reads the claims and,
-// once per pool, the addresses in use, and leaves alone the claims that are bound (finalizer and
-// address, not deleted), whose reconcile would change nothing.
+// Like the provider, it reads claims, Clusters, pools and addresses from an informer cache, is
+// woken by the cache's events, and handles one claim at a time. Where the provider queues each
+// claim, each pass of the player goes over all of them and leaves alone the bound ones (finalizer
+// and address, not deleted), whose reconcile would change nothing.
 type IPAM struct {
-	c    client.Client
-	stop context.CancelFunc
-	done chan struct{}
+	c     client.Client // reads from the cache, writes to the API server
+	cache cache.Cache
+	kick  chan struct{}
+	stop  context.CancelFunc
+	done  chan struct{}
 
 	mu  sync.Mutex
 	err error
 }
 
-// PlayIPAM starts the player against the management cluster c; Stop stops it.
-func PlayIPAM(ctx context.Context, c client.Client) *IPAM {
+// PlayIPAM starts the player against the management cluster cfg reaches; Stop stops it.
+func PlayIPAM(ctx context.Context, cfg *rest.Config) (*IPAM, error) {
+	cfg = rest.CopyConfig(cfg)
+	cfg.UserAgent = "testbed-ipam-in-cluster"
+	informers, err := cache.New(cfg, cache.Options{Scheme: clientgoscheme.Scheme})
+	if err != nil {
+		return nil, fmt.Errorf("the IPAM player's cache: %w", err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme, Cache: &client.CacheOptions{Reader: informers, Unstructured: true}})
+	if err != nil {
+		return nil, fmt.Errorf("the IPAM player's client: %w", err)
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	p := &IPAM{c: c, stop: cancel, done: make(chan struct{})}
+	p := &IPAM{c: c, cache: informers, kick: make(chan struct{}, 1), stop: cancel, done: make(chan struct{})}
+	for _, gvk := range []schema.GroupVersionKind{IPAddressClaimGVK, IPAddressGVK, InClusterIPPoolGVK, ClusterGVK} {
+		obj := &unstructured.Unstructured{}
+		obj.SetGroupVersionKind(gvk)
+		informer, err := informers.GetInformer(ctx, obj, cache.BlockUntilSynced(false))
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("the IPAM player's informer of %s: %w", gvk.Kind, err)
+		}
+		if _, err := informer.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { p.wake() },
+			UpdateFunc: func(any, any) { p.wake() },
+			DeleteFunc: func(any) { p.wake() },
+		}); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	cacheDone := make(chan struct{})
+	go func() {
+		defer close(cacheDone)
+		_ = informers.Start(ctx)
+	}()
 	go func() {
 		defer close(p.done)
-		PlayEvery(ctx, ipamTick, p.sync, p.record)
+		defer func() { <-cacheDone }()
+		if !informers.WaitForCacheSync(ctx) {
+			return
+		}
+		for {
+			p.record(p.sync(ctx))
+			select {
+			case <-ctx.Done():
+				return
+			case <-p.kick:
+			case <-time.After(ipamResync):
+			}
+		}
 	}()
-	return p
+	return p, nil
+}
+
+// wake asks for a pass; events that come during one ask for one more.
+func (p *IPAM) wake() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
 }
 
 func (p *IPAM) record(err error) {
@@ -254,6 +319,17 @@ func (p *IPAM) ensureAddress(ctx context.Context, claim, pool *unstructured.Unst
 		return nil, err
 	}
 	inUse[free] = true
+	// The provider waits, too: a later pass reads the addresses in use from the cache.
+	key := client.ObjectKeyFromObject(address)
+	err = wait.PollUntilContextTimeout(ctx, 5*time.Millisecond, ipamCacheWait, true, func(ctx context.Context) (bool, error) {
+		seen := &unstructured.Unstructured{}
+		seen.SetGroupVersionKind(IPAddressGVK)
+		err := p.c.Get(ctx, key, seen)
+		return err == nil, client.IgnoreNotFound(err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("waiting for IPAddress %s to reach the cache after its create: %w", key, err)
+	}
 	return address, nil
 }
 

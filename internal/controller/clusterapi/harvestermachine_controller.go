@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -106,6 +107,9 @@ func (r *HarvesterMachineReconciler) Reconcile(ctx context.Context, req ctrl.Req
 			r.written.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.written.letGoOf(hm) {
+		return ctrl.Result{}, nil
 	}
 	s := &harvesterMachineScope{hm: hm, Scope: objstatus.New(hm, harvesterMachineStatus, objstatus.Policy{
 		Action: "Provision", FailAction: "Fail", Degrading: reasons.Degrading,
@@ -563,7 +567,7 @@ func (r *HarvesterMachineReconciler) reconcileDelete(ctx context.Context, s *har
 	s.Release()
 	r.statuses.Forget(hm)
 	r.stalls.Forget(client.ObjectKeyFromObject(hm))
-	r.written.forget(client.ObjectKeyFromObject(hm))
+	r.written.releasedFinalizer(hm)
 	return reconcile.Result{}, nil
 }
 
@@ -623,6 +627,26 @@ func (r *HarvesterMachineReconciler) machinesOfCluster(ctx context.Context, o cl
 	return r.machinesOfClusterNamed(ctx, o.GetNamespace(), o.GetName())
 }
 
+// machineOfClaim names the HarvesterMachine that owns an IPAddressClaim (its controller), unless
+// the claim is going while its machine is going or gone: the machine released it once its VM was
+// gone and waits for nothing of it, and a reconcile of the machine's cached copy would patch an
+// object deleted already.
+func (r *HarvesterMachineReconciler) machineOfClaim(ctx context.Context, claim client.Object) []ctrl.Request {
+	ref := metav1.GetControllerOf(claim)
+	if ref == nil || ref.Kind != "HarvesterMachine" || ref.APIVersion != infrav1.GroupVersion.String() {
+		return nil
+	}
+	key := client.ObjectKey{Namespace: claim.GetNamespace(), Name: ref.Name}
+	if claim.GetDeletionTimestamp() != nil {
+		hm := &infrav1.HarvesterMachine{}
+		err := r.Get(ctx, key, hm)
+		if apierrors.IsNotFound(err) || (err == nil && (hm.UID != ref.UID || hm.DeletionTimestamp != nil)) {
+			return nil
+		}
+	}
+	return []ctrl.Request{{NamespacedName: key}}
+}
+
 // machinesOfHarvesterCluster names the HarvesterMachines of a HarvesterCluster's Cluster (Cluster
 // API labels the HarvesterCluster with its name): a failure domain added or changed there moves
 // on the machines that wait for it.
@@ -679,7 +703,7 @@ func (r *HarvesterMachineReconciler) SetupWithManager(ctx context.Context, mgr c
 		Watches(&infrav1.HarvesterCluster{}, handler.EnqueueRequestsFromMapFunc(r.machinesOfHarvesterCluster),
 			builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		// An IPAM provider answering a machine's IPAddressClaim moves it on.
-		Owns(claim)
+		Watches(claim, handler.EnqueueRequestsFromMapFunc(r.machineOfClaim), builder.WithPredicates(claimChangesThatMatter))
 	if r.HarvesterEvents != nil {
 		b = b.WatchesRawSource(r.HarvesterEvents.MachineSource(OwnerKindHarvesterMachine))
 	}

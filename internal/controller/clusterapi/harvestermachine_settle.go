@@ -28,10 +28,17 @@ import (
 // to boot, so its progress still shows within seconds of mattering.
 const progressReportDelay = 10 * time.Second
 
-// recentWrites remembers when the provider last wrote each HarvesterMachine's metadata or spec.
-// It is memory only: after a restart the first status is written at once, as before.
+// recentWrites remembers when the provider last wrote each HarvesterMachine's metadata or spec,
+// and which ones it let go (its finalizer removed). It is memory only: after a restart the first
+// status is written at once, as before.
 type recentWrites struct {
 	m sync.Map // types.NamespacedName -> recentWrite
+	// let go holds the UIDs of the HarvesterMachines whose finalizer the provider removed, until a
+	// reconcile finds them gone. Events that came while it removed it (a VM's disks going on
+	// Harvester, its claims released) reconcile the machine once more, often before the cache has
+	// seen it go: that reconcile, on the cached copy that still has the finalizer, would patch an
+	// object the API server deleted already.
+	letGo sync.Map // types.NamespacedName -> types.UID
 }
 
 type recentWrite struct {
@@ -59,8 +66,28 @@ func (w *recentWrites) settling(obj client.Object, now time.Time) (time.Duration
 	return left, true
 }
 
-// forget drops what is remembered of the HarvesterMachine of that key.
-func (w *recentWrites) forget(key types.NamespacedName) { w.m.Delete(key) }
+// forget drops what is remembered of the HarvesterMachine of that key: a reconcile found it gone.
+func (w *recentWrites) forget(key types.NamespacedName) {
+	w.m.Delete(key)
+	w.letGo.Delete(key)
+}
+
+// releasedFinalizer records that the provider removed its finalizer from obj.
+func (w *recentWrites) releasedFinalizer(obj client.Object) {
+	key := client.ObjectKeyFromObject(obj)
+	w.m.Delete(key)
+	w.letGo.Store(key, obj.GetUID())
+}
+
+// letGoOf reports whether obj is a HarvesterMachine being deleted whose finalizer the provider
+// removed already: a copy of it the cache still holds, with nothing left to do.
+func (w *recentWrites) letGoOf(obj client.Object) bool {
+	if obj.GetDeletionTimestamp() == nil {
+		return false
+	}
+	uid, ok := w.letGo.Load(client.ObjectKeyFromObject(obj))
+	return ok && uid == obj.GetUID()
+}
 
 // holdAddressWait says whether a new machine's wait for the addresses of its pools goes
 // unreported, and for how long: an IPAM provider answers a claim within moments, so, like other

@@ -6,6 +6,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
@@ -46,6 +47,37 @@ func TestRecentWritesSettling(t *testing.T) {
 	w.forget(client.ObjectKeyFromObject(hm))
 	if _, ok := w.settling(hm, now); ok {
 		t.Fatal("settling after forget; want not")
+	}
+}
+
+// A machine whose finalizer the provider removed is let go: the cache's copy of it, still being
+// deleted, is left alone until a reconcile finds it gone; not a live one, not a new one of the
+// same name.
+func TestRecentWritesLetGo(t *testing.T) {
+	deleting := &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hm-0", UID: "a",
+		Finalizers: []string{infrav1.HarvesterMachineFinalizer}, DeletionTimestamp: ptr.To(metav1.Now())}}
+	var w recentWrites
+	if w.letGoOf(deleting) {
+		t.Fatal("let go before its finalizer was removed; want not")
+	}
+	w.wrote(deleting, time.Now())
+	w.releasedFinalizer(deleting)
+	if !w.letGoOf(deleting) {
+		t.Fatal("the cached copy of a machine let go is reconciled; want it left alone")
+	}
+	if _, ok := w.settling(deleting, time.Now()); ok {
+		t.Fatal("a machine let go is still settling; want its writes forgotten")
+	}
+	newOne := deleting.DeepCopy()
+	newOne.UID = "b"
+	live := newOne.DeepCopy()
+	live.DeletionTimestamp = nil
+	if w.letGoOf(newOne) || w.letGoOf(live) {
+		t.Fatal("a new machine of the same name is let go; want it reconciled")
+	}
+	w.forget(client.ObjectKeyFromObject(deleting))
+	if w.letGoOf(deleting) {
+		t.Fatal("let go after a reconcile found it gone; want forgotten")
 	}
 }
 

@@ -88,3 +88,19 @@ var capiMachineChangesThatMatter = predicate.Funcs{UpdateFunc: func(e event.Upda
 	return o.GetResourceVersion() == n.GetResourceVersion() || o.GetGeneration() != n.GetGeneration() ||
 		!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) || wasControlPlane != isControlPlane
 }}
+
+// claimChangesThatMatter passes the updates of an IPAddressClaim that its machine reads: its spec
+// (the generation), its status (the address, the IPAM provider's conditions), its deletion, its owners (a machine
+// released without cleanup gives its claims up), and resyncs. It drops the IPAM provider adding
+// its finalizer, which comes before every answer.
+var claimChangesThatMatter = predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+	o, oldOK := e.ObjectOld.(*unstructured.Unstructured)
+	n, newOK := e.ObjectNew.(*unstructured.Unstructured)
+	if !oldOK || !newOK {
+		return true
+	}
+	return o.GetResourceVersion() == n.GetResourceVersion() || o.GetGeneration() != n.GetGeneration() ||
+		!o.GetDeletionTimestamp().Equal(n.GetDeletionTimestamp()) ||
+		!equality.Semantic.DeepEqual(o.Object["status"], n.Object["status"]) ||
+		!equality.Semantic.DeepEqual(o.GetOwnerReferences(), n.GetOwnerReferences())
+}}

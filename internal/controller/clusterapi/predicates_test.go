@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -38,7 +39,17 @@ func TestCAPIChangesThatMatter(t *testing.T) {
 	set := func(value any, path ...string) func(u *unstructured.Unstructured) {
 		return func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, value, path...) }
 	}
+	claimOf := object(ipAddressClaimGVK, "hm-0-nic-1-1", map[string]any{"poolRef": map[string]any{"kind": "InClusterIPPool", "name": "p"}})
+	claim := func(rv string, f func(u *unstructured.Unstructured)) *unstructured.Unstructured {
+		return claimOf(rv, func(u *unstructured.Unstructured) {
+			u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: infrav1.GroupVersion.String(), Kind: "HarvesterMachine", Name: "hm-0", UID: "u", Controller: ptr.To(true)}})
+			if f != nil {
+				f(u)
+			}
+		})
+	}
 	now := metav1.Now()
+	claims := claimChangesThatMatter
 	clusters := capiChangesThatMatter(capiClusterOf, nil)
 	machines := capiMachineChangesThatMatter
 	for name, tc := range map[string]struct {
@@ -60,6 +71,14 @@ func TestCAPIChangesThatMatter(t *testing.T) {
 		"machine control plane label":   {machines, machine("1", nil), machine("2", func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{capiControlPlaneLabel: ""}) }), true},
 		"machine another label":         {machines, machine("1", nil), machine("2", func(u *unstructured.Unstructured) { u.SetLabels(map[string]string{"team": "a"}) }), false},
 		"machine deleted":               {machines, machine("1", nil), machine("2", func(u *unstructured.Unstructured) { u.SetDeletionTimestamp(&now) }), true},
+		// Claims: the IPAM provider's finalizer comes before its answer and wakes nobody.
+		"claim resync":              {claims, claim("1", nil), claim("1", nil), true},
+		"claim finalizer of IPAM":   {claims, claim("1", nil), claim("2", func(u *unstructured.Unstructured) { u.SetFinalizers([]string{"ipam.cluster.x-k8s.io/ReleaseAddress"}) }), false},
+		"claim answered":            {claims, claim("1", nil), claim("2", set("hm-0-nic-1-1", "status", "addressRef", "name")), true},
+		"claim refused":             {claims, claim("1", nil), claim("2", set([]any{map[string]any{"type": "Ready", "status": "False", "reason": "PoolExhausted"}}, "status", "conditions")), true},
+		"claim deleted":             {claims, claim("1", nil), claim("2", func(u *unstructured.Unstructured) { u.SetDeletionTimestamp(&now) }), true},
+		"claim given up by machine": {claims, claim("1", nil), claim("2", func(u *unstructured.Unstructured) { u.SetOwnerReferences(nil) }), true},
+		"claim spec changed":        {claims, claim("1", nil), claim("2", func(u *unstructured.Unstructured) { u.SetGeneration(2) }), true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if got := tc.pred.Update(event.UpdateEvent{ObjectOld: tc.old, ObjectNew: tc.new}); got != tc.want {
@@ -147,6 +166,53 @@ func TestClusterOfMachineOnlyWhileDeleted(t *testing.T) {
 	got := r.clusterOfMachine(context.Background(), &infrav1.HarvesterMachine{ObjectMeta: labelled("hm-0")})
 	if len(got) != 1 || got[0].Name != "deleting" {
 		t.Fatalf("requests %v, want the deleting HarvesterCluster alone", got)
+	}
+}
+
+// A claim wakes the HarvesterMachine it is controlled by, unless it is going while that machine
+// is going or gone (the machine released it and waits for nothing of it).
+func TestMachineOfClaim(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := infrav1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	live := &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "live", UID: "live-uid"}}
+	going := &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "going", UID: "going-uid",
+		Finalizers: []string{infrav1.HarvesterMachineFinalizer}, DeletionTimestamp: ptr.To(metav1.Now())}}
+	r := &HarvesterMachineReconciler{Client: fake.NewClientBuilder().WithScheme(scheme).WithObjects(live, going).Build()}
+	claim := func(owner, uid string, deleting bool, kind string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(ipAddressClaimGVK)
+		u.SetNamespace("ns")
+		u.SetName(owner + "-nic-1-1")
+		u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: infrav1.GroupVersion.String(), Kind: kind, Name: owner, UID: types.UID(uid), Controller: ptr.To(true)}})
+		if deleting {
+			u.SetFinalizers([]string{"ipam.cluster.x-k8s.io/ReleaseAddress"})
+			u.SetDeletionTimestamp(ptr.To(metav1.Now()))
+		}
+		return u
+	}
+	for name, tc := range map[string]struct {
+		claim *unstructured.Unstructured
+		want  string
+	}{
+		"a live machine's claim":              {claim("live", "live-uid", false, "HarvesterMachine"), "live"},
+		"a live machine's claim going":        {claim("live", "live-uid", true, "HarvesterMachine"), "live"},
+		"a going machine's claim":             {claim("going", "going-uid", false, "HarvesterMachine"), "going"},
+		"a going machine's claim going":       {claim("going", "going-uid", true, "HarvesterMachine"), ""},
+		"a gone machine's claim going":        {claim("gone", "gone-uid", true, "HarvesterMachine"), ""},
+		"a claim going of a machine's former": {claim("live", "other-uid", true, "HarvesterMachine"), ""},
+		"a claim of another kind":             {claim("live", "live-uid", false, "VSphereVM"), ""},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := r.machineOfClaim(context.Background(), tc.claim)
+			switch {
+			case tc.want == "" && len(got) != 0:
+				t.Fatalf("requests %v, want none", got)
+			case tc.want != "" && (len(got) != 1 || got[0].Name != tc.want || got[0].Namespace != "ns"):
+				t.Fatalf("requests %v, want ns/%s", got, tc.want)
+			}
+		})
 	}
 }
 
