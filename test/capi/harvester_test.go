@@ -561,8 +561,8 @@ func containsAll(s string, subs []string) bool {
 }
 
 // startProvider starts this provider's controllers in the test's process, as
-// internal/controller/setup wires them (ProviderConfig checks, HarvesterCluster and
-// HarvesterMachine), each start with nothing in memory. It returns a function that stops them and waits until they have stopped.
+// internal/controller/setup wires them (ProviderConfig checks, HarvesterCluster, HarvesterMachine
+// and HarvesterMachineTemplate), each start with nothing in memory. It returns a function that stops them and waits until they have stopped.
 // guestTokenOverlap is how long the token a re-issue replaced keeps working in the tests'
 // providers: short, so that tests that re-issue see the old one refused soon; the rotation test
 // makes it long enough for the new one to reach a running cloud provider.
@@ -599,6 +599,9 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 		t.Fatal(err)
 	}
 	if err := hcr.SetupWithManager(ctx, mgr, controller.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := (&clusterapi.HarvesterMachineTemplateReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr, controller.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	mgrCtx, cancel := context.WithCancel(ctx)

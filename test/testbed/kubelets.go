@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -148,7 +149,7 @@ func (k *Kubelets) next(ctx context.Context) bool {
 
 // sync brings the Node of the VM name in line with the VM.
 func (k *Kubelets) sync(ctx context.Context, name string) error {
-	uid, running, err := k.runningVM(ctx, name)
+	uid, vmi, running, err := k.runningVM(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -176,6 +177,8 @@ func (k *Kubelets) sync(ctx context.Context, name string) error {
 	}
 	switch status := readyStatus(node); {
 	case running && status == "":
+		node.Status.Capacity = guestCapacity(vmi)
+		node.Status.Allocatable = node.Status.Capacity
 		if err := k.setReady(ctx, node, corev1.ConditionTrue, "KubeletReady"); err != nil {
 			return err
 		}
@@ -187,16 +190,36 @@ func (k *Kubelets) sync(ctx context.Context, name string) error {
 }
 
 // runningVM reports whether the VM name runs (its VMI is Running and the VM is not being deleted),
-// and its UID.
-func (k *Kubelets) runningVM(ctx context.Context, name string) (string, bool, error) {
+// its UID and its VMI.
+func (k *Kubelets) runningVM(ctx context.Context, name string) (string, *kubevirtv1.VirtualMachineInstance, bool, error) {
 	key := client.ObjectKey{Namespace: k.namespace, Name: name}
 	vm, vmi := &kubevirtv1.VirtualMachine{}, &kubevirtv1.VirtualMachineInstance{}
 	for _, obj := range []client.Object{vm, vmi} {
 		if err := k.vms.Get(ctx, key, obj); err != nil {
-			return "", false, client.IgnoreNotFound(err)
+			return "", nil, false, client.IgnoreNotFound(err)
 		}
 	}
-	return string(vm.UID), vm.DeletionTimestamp == nil && vmi.Status.Phase == kubevirtv1.Running, nil
+	return string(vm.UID), vmi, vm.DeletionTimestamp == nil && vmi.Status.Phase == kubevirtv1.Running, nil
+}
+
+// guestCapacity is what the guest's kubelet counts of its hardware, as it registers its Node: the
+// VMI's vCPUs (cores x sockets x threads) and its guest memory (domain.memory.guest, which
+// Harvester's VM mutator sets, else the memory limit). A real kubelet counts the memory the guest
+// kernel reports, which is a few percent less: that share is not played. Allocatable is the same
+// (no reservations are played).
+func guestCapacity(vmi *kubevirtv1.VirtualMachineInstance) corev1.ResourceList {
+	domain := vmi.Spec.Domain
+	capacity := corev1.ResourceList{}
+	if cpu := domain.CPU; cpu != nil {
+		capacity[corev1.ResourceCPU] = *resource.NewQuantity(int64(max(cpu.Cores, 1)*max(cpu.Sockets, 1)*max(cpu.Threads, 1)), resource.DecimalSI)
+	}
+	switch {
+	case domain.Memory != nil && domain.Memory.Guest != nil:
+		capacity[corev1.ResourceMemory] = domain.Memory.Guest.DeepCopy()
+	case !domain.Resources.Limits.Memory().IsZero():
+		capacity[corev1.ResourceMemory] = domain.Resources.Limits.Memory().DeepCopy()
+	}
+	return capacity
 }
 
 // setReady writes the Node's conditions as a kubelet posts them (Ready, and the memory, disk and

@@ -27,3 +27,10 @@ func Unavailable(ctx context.Context, mgr ctrl.Manager) string {
 	}
 	return why
 }
+
+// TemplatesUnavailable says why the HarvesterMachineTemplate reconciler cannot run ("" if it can):
+// the kind not served, or list and watch of it not granted. Where it cannot, templates report no
+// capacity and the rest of the Cluster API front door runs as usual.
+func TemplatesUnavailable(ctx context.Context, mgr ctrl.Manager) string {
+	return management.KindsUnavailable(ctx, mgr, infrav1.GroupVersion, []management.ServedKind{{Kind: "HarvesterMachineTemplate", Resource: "harvestermachinetemplates"}})
+}

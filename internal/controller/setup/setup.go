@@ -118,6 +118,11 @@ func clusterAPI(ctx context.Context, mgr ctrl.Manager, o *options.Options, share
 	if err := machines.SetupWithManager(ctx, mgr, machineOptions(o)); err != nil {
 		return err
 	}
+	if why := clusterapi.TemplatesUnavailable(ctx, mgr); why != "" {
+		logOff(mgr.GetLogger(), "The HarvesterMachineTemplate controller (capacity for scaling from zero) is", why, "harvestermachinetemplate")
+	} else if err := (&clusterapi.HarvesterMachineTemplateReconciler{Client: mgr.GetClient()}).SetupWithManager(mgr, controller.Options{}); err != nil {
+		return err
+	}
 	clusters := &clusterapi.HarvesterClusterReconciler{Client: mgr.GetClient(), Recorder: shared.Recorder, Preflight: preflight, Harvester: shared.Harvester, LiveReader: mgr.GetAPIReader(),
 		SkipCleanupAnytime: o.SkipCleanupAnytime}
 	return clusters.SetupWithManager(ctx, mgr, controller.Options{})
