@@ -21,10 +21,11 @@ TEST_FLAGS ?= -count=1 -timeout=15m
 # The end-to-end scenarios, which take a minute or two each: two management clusters on one
 # Harvester with the real clusterctl move (directly and through a backup directory), forgeries
 # across them, what move leaves behind, clusterctl delete, a hosted control plane, and the tenant
-# isolation, restore and rotation scenarios, and static addresses from an IPAM provider's pools.
+# isolation, restore and rotation scenarios, static addresses from an IPAM provider's pools, and a
+# MachineDeployment scaled from zero by its template's capacity.
 # make test-e2e runs them and make test does not; a new scenario joins them by its name
-# (TestClusterAPIMove..., TestClusterAPI...Tenant..., ...Restore..., ...Rotation..., ...IPAM...).
-E2E_TESTS ?= ^TestClusterAPI(Move|HostedControlPlane|.*(Tenant|Restore|Rotation|IPAM))
+# (TestClusterAPIMove..., TestClusterAPI...Tenant..., ...Restore..., ...Rotation..., ...IPAM..., ...Capacity...).
+E2E_TESTS ?= ^TestClusterAPI(Move|HostedControlPlane|.*(Tenant|Restore|Rotation|IPAM|Capacity))
 E2E_PKGS ?= ./test/capi/
 E2E_FLAGS ?= -count=1 -timeout=30m
 # The test control plane (kube-apiserver, etcd): KUBEBUILDER_ASSETS when it is set (as
