@@ -22,10 +22,10 @@ TEST_FLAGS ?= -count=1 -timeout=15m
 # Harvester with the real clusterctl move (directly and through a backup directory), forgeries
 # across them, what move leaves behind, clusterctl delete, a hosted control plane, and the tenant
 # isolation, restore and rotation scenarios, static addresses from an IPAM provider's pools, and a
-# MachineDeployment scaled from zero by its template's capacity.
+# MachineDeployment scaled from zero by its template's capacity, and machines with dedicated CPUs.
 # make test-e2e runs them and make test does not; a new scenario joins them by its name
-# (TestClusterAPIMove..., TestClusterAPI...Tenant..., ...Restore..., ...Rotation..., ...IPAM..., ...Capacity...).
-E2E_TESTS ?= ^TestClusterAPI(Move|HostedControlPlane|.*(Tenant|Restore|Rotation|IPAM|Capacity))
+# (TestClusterAPIMove..., TestClusterAPI...Tenant..., ...Restore..., ...Rotation..., ...IPAM..., ...Capacity..., ...Devices...).
+E2E_TESTS ?= ^TestClusterAPI(Move|HostedControlPlane|.*(Tenant|Restore|Rotation|IPAM|Capacity|Devices))
 E2E_PKGS ?= ./test/capi/
 E2E_FLAGS ?= -count=1 -timeout=30m
 # The test control plane (kube-apiserver, etcd): KUBEBUILDER_ASSETS when it is set (as

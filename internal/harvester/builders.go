@@ -192,14 +192,9 @@ func BuildVirtualMachine(s *MachineSpec) *kubevirtv1.VirtualMachine {
 				ObjectMeta: metav1.ObjectMeta{Labels: templateLabels, Annotations: ownerAnnotations(s.Owner)},
 				Spec: kubevirtv1.VirtualMachineInstanceSpec{
 					Domain: kubevirtv1.DomainSpec{
-						CPU: &kubevirtv1.CPU{Cores: s.CPU, Sockets: 1, Threads: 1},
-						// Limits only: Harvester's mutating webhook derives requests and guest
-						// memory from its overcommit settings.
-						Resources: kubevirtv1.ResourceRequirements{Limits: corev1.ResourceList{
-							corev1.ResourceCPU:    *resource.NewQuantity(int64(s.CPU), resource.DecimalSI),
-							corev1.ResourceMemory: *resource.NewQuantity(s.MemoryMB<<20, resource.BinarySI),
-						}},
-						Devices: kubevirtv1.Devices{Disks: disks, Interfaces: interfaces},
+						CPU:       &kubevirtv1.CPU{Cores: s.CPU, Sockets: 1, Threads: 1, DedicatedCPUPlacement: s.DedicatedCPUs, Model: s.CPUModel},
+						Resources: vmResources(s),
+						Devices:   kubevirtv1.Devices{Disks: disks, Interfaces: interfaces},
 					},
 					Networks: networks,
 					Volumes:  volumes,
@@ -211,6 +206,23 @@ func BuildVirtualMachine(s *MachineSpec) *kubevirtv1.VirtualMachine {
 			},
 		},
 	}
+}
+
+// vmResources are the VM's limits: Harvester's mutating webhook derives the requests and the
+// guest memory from its overcommit settings. With dedicated CPUs the requests are the limits
+// too, as KubeVirt requires of pinned CPUs (whole CPUs, requests equal to limits for CPU and
+// memory) and as Harvester's mutator from v1.5.0 sets them; an older mutator overcommits them,
+// and KubeVirt refuses the VM with its own message.
+func vmResources(s *MachineSpec) kubevirtv1.ResourceRequirements {
+	limits := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewQuantity(int64(s.CPU), resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(s.MemoryMB<<20, resource.BinarySI),
+	}
+	r := kubevirtv1.ResourceRequirements{Limits: limits}
+	if s.DedicatedCPUs {
+		r.Requests = limits.DeepCopy()
+	}
+	return r
 }
 
 // cloudInitSource reads the user data, and network data if any, from the machine's Secret.

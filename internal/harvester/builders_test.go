@@ -59,6 +59,23 @@ func TestBuildVirtualMachine(t *testing.T) {
 				t.Fatal("no soft anti-affinity")
 			}
 		}},
+		"shared CPUs of KubeVirt's default model": {nil, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			if cpu := vm.Spec.Template.Spec.Domain.CPU; cpu.DedicatedCPUPlacement || cpu.Model != "" {
+				t.Fatalf("cpu %+v, want shared CPUs and no model", cpu)
+			}
+		}},
+		"dedicated CPUs with requests equal to limits, and a model": {func(s *MachineSpec) { s.DedicatedCPUs, s.CPUModel = true, "EPYC-Rome" }, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			d := vm.Spec.Template.Spec.Domain
+			if !d.CPU.DedicatedCPUPlacement || d.CPU.Model != "EPYC-Rome" || d.CPU.Cores != 4 || d.CPU.Threads != 1 {
+				t.Fatalf("cpu %+v", d.CPU)
+			}
+			if !equality.Semantic.DeepEqual(d.Resources.Requests, d.Resources.Limits) {
+				t.Fatalf("requests %v, want the limits %v (KubeVirt's pinned CPUs)", d.Resources.Requests, d.Resources.Limits)
+			}
+			if affinity := vm.Spec.Template.Spec.Affinity.NodeAffinity; affinity != nil {
+				t.Fatalf("node affinity %+v: Harvester's mutator owns the CPU manager term", affinity)
+			}
+		}},
 		"no cloud-init disk without data": {func(s *MachineSpec) { s.UserData, s.NetworkData = "", "" }, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
 			for _, v := range vm.Spec.Template.Spec.Volumes {
 				if v.CloudInitNoCloud != nil {

@@ -108,11 +108,21 @@ func schedulingAdvice(vm *kubevirtv1.VirtualMachine, why string) string {
 		advice = append(advice, fmt.Sprintf(
 			"No Harvester node that runs VMs carries the labels the VM requires (%s): label the nodes that should run it (the VM keeps the node selection it was created with)",
 			describeNodeSelection(vm)))
+		if dedicatedCPUs(vm) {
+			// Harvester's mutator requires the CPU manager label of pinned CPUs; virt-handler
+			// sets it, on nodes whose kubelet runs the static CPU manager policy.
+			advice = append(advice, "The VM has dedicated CPUs (spec.dedicatedCpuPlacement): it runs only on a node whose CPU manager is on; turn it on for a node in Harvester (Hosts, Enable CPU Manager), or make the machine without dedicated CPUs")
+		}
 	}
 	if !mismatch || strings.Contains(why, "Insufficient") {
 		advice = append(advice, "Free CPU or memory on Harvester, or give the machine fewer CPUs or less memory")
 	}
 	return strings.Join(advice, ". ")
+}
+
+// dedicatedCPUs reports whether the VM pins its vCPUs (KubeVirt's dedicatedCpuPlacement).
+func dedicatedCPUs(vm *kubevirtv1.VirtualMachine) bool {
+	return vm.Spec.Template != nil && vm.Spec.Template.Spec.Domain.CPU != nil && vm.Spec.Template.Spec.Domain.CPU.DedicatedCPUPlacement
 }
 
 // describeNodeSelection names the node labels the VM's spec requires: its nodeSelector and its

@@ -287,6 +287,9 @@ func TestSchedulingAdviceFitsTheScheduler(t *testing.T) {
 	zoned := BuildVirtualMachine(spec)
 	pinned := BuildVirtualMachine(testSpec())
 	pinned.Spec.Template.Spec.NodeSelector = map[string]string{corev1.LabelHostname: "node-3"}
+	dedicatedSpec := testSpec()
+	dedicatedSpec.DedicatedCPUs = true
+	dedicated := BuildVirtualMachine(dedicatedSpec)
 	const (
 		mismatch = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
 		full     = "0/3 nodes are available: 3 Insufficient memory. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
@@ -297,10 +300,13 @@ func TestSchedulingAdviceFitsTheScheduler(t *testing.T) {
 		why           string
 		want, notWant []string
 	}{
-		"no node with the labels":      {zoned, mismatch, []string{"(rack=r1, topology.kubernetes.io/zone=zone-a): label the nodes"}, []string{"Free CPU"}},
-		"no room":                      {zoned, full, []string{"Free CPU or memory"}, []string{"label the nodes"}},
-		"no room where the labels are": {zoned, both, []string{"label the nodes", "Free CPU or memory"}, nil},
-		"a VM pinned by nodeSelector":  {pinned, mismatch, []string{"(kubernetes.io/hostname=node-3)"}, nil},
+		"no node with the labels":        {zoned, mismatch, []string{"(rack=r1, topology.kubernetes.io/zone=zone-a): label the nodes"}, []string{"Free CPU"}},
+		"no room":                        {zoned, full, []string{"Free CPU or memory"}, []string{"label the nodes"}},
+		"no room where the labels are":   {zoned, both, []string{"label the nodes", "Free CPU or memory"}, nil},
+		"a VM pinned by nodeSelector":    {pinned, mismatch, []string{"(kubernetes.io/hostname=node-3)"}, nil},
+		"dedicated CPUs, no CPU manager": {dedicated, mismatch, []string{"spec.dedicatedCpuPlacement", "Enable CPU Manager"}, nil},
+		"dedicated CPUs, no room":        {dedicated, full, []string{"Free CPU or memory"}, []string{"CPU manager"}},
+		"shared CPUs":                    {zoned, mismatch, nil, []string{"CPU manager"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := schedulingAdvice(tc.vm, tc.why)

@@ -19,9 +19,13 @@ type MachineSpec struct {
 	// Name is the VM name (the MachineRequest's spec.machineName).
 	Name string
 	// VMUID is the UID of the machine's VM once it has been recorded; Ensure never replaces it.
-	VMUID    types.UID
-	Role     string
-	CPU      uint32
+	VMUID types.UID
+	Role  string
+	CPU   uint32
+	// DedicatedCPUs pins each vCPU to a host CPU of its own (KubeVirt's dedicatedCpuPlacement).
+	DedicatedCPUs bool
+	// CPUModel is the guest's CPU model (KubeVirt's cpu.model; empty: KubeVirt's host-model).
+	CPUModel string
 	MemoryMB int64
 	DiskGB   int64
 	// ExtraDisks are blank data disks, attached in order after the root disk.

@@ -192,6 +192,8 @@ func TestBadObjectsAreRefused(t *testing.T) {
 			s.ExtraDisks = []infrav1.Disk{{Size: resource.MustParse("10Gi")}, {Size: resource.MustParse("100Mi")}}
 		}, []string{"spec.extraDisks[1].size", "at least 1Gi"}},
 		{"no CPU", func(s *infrav1.HarvesterMachineSpec) { s.CPU = 0 }, []string{"spec.cpu"}},
+		{"CPU model with a space", func(s *infrav1.HarvesterMachineSpec) { s.CPUModel = "host model" }, []string{"spec.cpuModel", "should match"}},
+		{"CPU model too long", func(s *infrav1.HarvesterMachineSpec) { s.CPUModel = strings.Repeat("a", 65) }, []string{"spec.cpuModel", "64"}},
 		{"two networks", func(s *infrav1.HarvesterMachineSpec) { s.Networks = []string{"default/a", "default/b"} }, []string{"spec.networks", "one network only"}},
 		{"network without namespace", func(s *infrav1.HarvesterMachineSpec) { s.Networks = []string{"vlan100"} }, []string{"spec.networks[0]", "should match"}},
 		{"network with capitals", func(s *infrav1.HarvesterMachineSpec) { s.Networks = []string{"Default/vlan100"} }, []string{"spec.networks[0]", "should match"}},
@@ -342,7 +344,9 @@ func TestProviderIDIsSetOnceAndTheSpecIsImmutable(t *testing.T) {
 		"interfaces": func(s *infrav1.HarvesterMachineSpec) {
 			s.Interfaces = []infrav1.NetworkInterface{{Network: "default/other"}}
 		},
-		"labels": func(s *infrav1.HarvesterMachineSpec) { s.Labels = map[string]string{"a": "b"} },
+		"labels":                func(s *infrav1.HarvesterMachineSpec) { s.Labels = map[string]string{"a": "b"} },
+		"dedicatedCpuPlacement": func(s *infrav1.HarvesterMachineSpec) { s.DedicatedCPUPlacement = true },
+		"cpuModel":              func(s *infrav1.HarvesterMachineSpec) { s.CPUModel = "host-passthrough" },
 	} {
 		changed := m.DeepCopy()
 		mutate(&changed.Spec)

@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -774,13 +775,7 @@ func TestVMIsPlacedOnANodeItsSelectionFits(t *testing.T) {
 	f.image("talos", nil)
 	sc := f.classOf("talos")
 	const zone = "topology.kubernetes.io/zone"
-	label := func(node, value string) {
-		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, zone, value)
-		if value == "" {
-			patch = fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, zone)
-		}
-		f.must(h.Client.Patch(f.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, client.RawPatch(types.MergePatchType, []byte(patch))))
-	}
+	label := func(node, value string) { f.labelNode(node, zone, value) }
 	// Nodes are the cluster's, shared by every test: put them back as they were.
 	t.Cleanup(func() { label("harvester-node-2", ""); label("harvester-node-3", "") })
 	label("harvester-node-2", "zone-b")
@@ -886,4 +881,91 @@ func TestFitErrorSaysWhatTheSchedulerSays(t *testing.T) {
 			t.Errorf("fitError(%v) =\n%q, want\n%q", tc.reasons, got, tc.want)
 		}
 	}
+}
+
+// (p) Dedicated CPUs: Harvester's VM mutator gives a VM with dedicatedCpuPlacement its limits as
+// requests (no overcommit) and adds the CPU manager label to each required node-affinity term
+// (a new term where there is none), so the VMI runs only on a node whose CPU manager is on;
+// KubeVirt refuses pinned CPUs that are not whole.
+func TestVMMutatorPinsDedicatedCPUs(t *testing.T) {
+	f := newFixture(t)
+	f.network("vlan40", "10.40.0.0/24")
+	f.image("talos", nil)
+	sc := f.classOf("talos")
+	const zone = "topology.kubernetes.io/zone"
+	label := f.labelNode
+	t.Cleanup(func() { label("harvester-node-2", zone, ""); label("harvester-node-3", kubevirtv1.CPUManager, "") })
+	label("harvester-node-2", zone, "zone-b")
+	pinned := corev1.NodeSelectorRequirement{Key: kubevirtv1.CPUManager, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}
+	dedicated := func(name string, zoned bool, cpu string) (*kubevirtv1.VirtualMachine, error) {
+		pvc := f.rootDisk(name+"-disk-0", "talos", sc)
+		f.must(h.Client.Create(f.ctx, pvc))
+		vm := f.vmObject(name, pvc.Name, "vlan40", nil)
+		d := &vm.Spec.Template.Spec.Domain
+		d.CPU = &kubevirtv1.CPU{Cores: 2, DedicatedCPUPlacement: true}
+		d.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("2Gi")}
+		if zoned {
+			vm.Spec.Template.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: zone, Operator: corev1.NodeSelectorOpIn, Values: []string{"zone-b"}}}}},
+			}}}
+		}
+		return vm, h.Client.Create(f.ctx, vm)
+	}
+
+	vm, err := dedicated("pinned", false, "2")
+	f.must(err)
+	d := vm.Spec.Template.Spec.Domain
+	if !equality.Semantic.DeepEqual(d.Resources.Requests, d.Resources.Limits) {
+		t.Errorf("requests %v, want the limits %v: no overcommit for dedicated CPUs", d.Resources.Requests, d.Resources.Limits)
+	}
+	terms := vm.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 1 || !equality.Semantic.DeepEqual(terms[0].MatchExpressions, []corev1.NodeSelectorRequirement{pinned}) {
+		t.Errorf("required terms %+v, want one with the CPU manager label alone", terms)
+	}
+	zoned, err := dedicated("pinned-in-zone-b", true, "2")
+	f.must(err)
+	terms = zoned.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) != 1 || len(terms[0].MatchExpressions) != 2 || terms[0].MatchExpressions[0].Key != zone || !equality.Semantic.DeepEqual(terms[0].MatchExpressions[1], pinned) {
+		t.Errorf("required terms %+v, want the zone and the CPU manager label in one term", terms)
+	}
+
+	// No node has its CPU manager on: both wait; node-3 turned on takes the one without a zone.
+	for _, name := range []string{"pinned", "pinned-in-zone-b"} {
+		f.eventually(name+" unschedulable", func() error {
+			if s := f.getVM(name).Status.PrintableStatus; s != kubevirtv1.VirtualMachineStatusUnschedulable {
+				return fmt.Errorf("VM printableStatus %s", s)
+			}
+			return nil
+		})
+	}
+	label("harvester-node-3", kubevirtv1.CPUManager, "true")
+	f.eventually("pinned running on harvester-node-3", func() error {
+		vmi, err := f.getVMI("pinned")
+		if err != nil {
+			return err
+		}
+		if vmi.Status.Phase != kubevirtv1.Running || vmi.Status.NodeName != "harvester-node-3" {
+			return fmt.Errorf("VMI %s on %q", vmi.Status.Phase, vmi.Status.NodeName)
+		}
+		return nil
+	})
+	if vmi, _ := f.getVMI("pinned-in-zone-b"); vmi.Status.NodeName != "" {
+		t.Errorf("a VMI that requires zone-b and the CPU manager runs on %s", vmi.Status.NodeName)
+	}
+
+	// Pinned CPUs must be whole.
+	if _, err := dedicated("half-a-cpu", false, "1500m"); err == nil || !strings.Contains(err.Error(), "provided resources CPU requests must be an interger") {
+		t.Errorf("a VM pinning 1.5 CPUs: %v, want KubeVirt's refusal", err)
+	}
+}
+
+// labelNode sets the label key of a node to value, or removes it when value is empty. Nodes are
+// the cluster's, shared by every test: put them back as they were.
+func (f *fixture) labelNode(node, key, value string) {
+	f.t.Helper()
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, key, value)
+	if value == "" {
+		patch = fmt.Sprintf(`{"metadata":{"labels":{%q:null}}}`, key)
+	}
+	f.must(h.Client.Patch(f.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, client.RawPatch(types.MergePatchType, []byte(patch))))
 }

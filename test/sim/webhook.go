@@ -9,11 +9,13 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -132,6 +134,9 @@ func (w *webhooks) validate(ctx context.Context, req *admissionv1.AdmissionReque
 		}
 		if msg := w.macConflict(ctx, vm); msg != "" {
 			return denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, msg)
+		}
+		if msg := cpuPinningRefusal(vm); msg != "" {
+			return denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, msg) // KubeVirt's own webhook, played here
 		}
 	case "persistentvolumeclaims":
 		pvc := &corev1.PersistentVolumeClaim{}
@@ -276,11 +281,18 @@ func (w *webhooks) mutate(_ context.Context, req *admissionv1.AdmissionRequest) 
 		if requests == nil {
 			requests = corev1.ResourceList{}
 		}
+		dedicated := spec.Domain.CPU != nil && spec.Domain.CPU.DedicatedCPUPlacement
 		if cpu := spec.Domain.Resources.Limits.Cpu(); !cpu.IsZero() {
 			requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(cpu.MilliValue()*100/w.overcommit.CPU, cpu.Format)
+			if dedicated {
+				requests[corev1.ResourceCPU] = cpu.DeepCopy() // pinned CPUs need guaranteed QoS
+			}
 		}
 		if mem := spec.Domain.Resources.Limits.Memory(); !mem.IsZero() {
 			requests[corev1.ResourceMemory] = *resource.NewQuantity(mem.Value()*100/w.overcommit.Memory/(1<<20)*(1<<20), mem.Format)
+			if dedicated {
+				requests[corev1.ResourceMemory] = mem.DeepCopy()
+			}
 			guest := mem.DeepCopy()
 			if reserved, err := resource.ParseQuantity(vm.Annotations[annotationReservedMemory]); err == nil && reserved.Cmp(guest) < 0 {
 				guest.Sub(reserved)
@@ -316,6 +328,9 @@ func (w *webhooks) mutate(_ context.Context, req *admissionv1.AdmissionRequest) 
 	if spec.TerminationGracePeriodSeconds == nil {
 		add("/spec/template/spec/terminationGracePeriodSeconds", defaultTerminationGracePeriod)
 	}
+	if affinity, changed := cpuManagerAffinity(spec); changed {
+		add("/spec/template/spec/affinity", affinity)
+	}
 	observed := map[string]string{}
 	_ = json.Unmarshal([]byte(vm.Annotations[annotationMACAddress]), &observed)
 	for i, iface := range spec.Domain.Devices.Interfaces {
@@ -331,6 +346,79 @@ func (w *webhooks) mutate(_ context.Context, req *admissionv1.AdmissionRequest) 
 		return allowed()
 	}
 	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: ptr.To(admissionv1.PatchTypeJSONPatch)}
+}
+
+// cpuManagerAffinity is the VM mutator's makeAffinityFromVMTemplate and addNodeSelectorTerms
+// for CPU pinning (since v1.6.0): every required node-affinity expression on the CPU manager
+// label is dropped, and a VM with dedicated CPUs gets {<label> In [true]} in each required term
+// (a new term if it has none), so that it runs only where virt-handler found the kubelet's
+// static CPU manager policy. The label is the kubevirt.io/api constant the simulator is built on
+// (kubevirt.io/cpumanager since KubeVirt 1.8, as Harvester v1.9 ships; cpumanager before).
+// changed is false when the affinity is already so.
+func cpuManagerAffinity(spec *kubevirtv1.VirtualMachineInstanceSpec) (*corev1.Affinity, bool) {
+	dedicated := spec.Domain.CPU != nil && spec.Domain.CPU.DedicatedCPUPlacement
+	affinity := &corev1.Affinity{}
+	if spec.Affinity != nil {
+		affinity = spec.Affinity.DeepCopy()
+	}
+	before := affinity.DeepCopy()
+	if affinity.NodeAffinity == nil {
+		affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	required := affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	if required == nil {
+		required = &corev1.NodeSelector{}
+	}
+	pinned := corev1.NodeSelectorRequirement{Key: kubevirtv1.CPUManager, Operator: corev1.NodeSelectorOpIn, Values: []string{"true"}}
+	for i := range required.NodeSelectorTerms {
+		term := &required.NodeSelectorTerms[i]
+		term.MatchExpressions = slices.DeleteFunc(term.MatchExpressions, func(r corev1.NodeSelectorRequirement) bool { return r.Key == kubevirtv1.CPUManager })
+		if dedicated {
+			term.MatchExpressions = append(term.MatchExpressions, pinned)
+		}
+	}
+	if dedicated && len(required.NodeSelectorTerms) == 0 {
+		required.NodeSelectorTerms = []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{pinned}}}
+	}
+	if len(required.NodeSelectorTerms) > 0 {
+		affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = required
+	}
+	if equality.Semantic.DeepEqual(affinity.NodeAffinity, &corev1.NodeAffinity{}) {
+		affinity.NodeAffinity = before.NodeAffinity
+	}
+	return affinity, !equality.Semantic.DeepEqual(before, affinity)
+}
+
+// cpuPinningRefusal is KubeVirt's validateCpuPinning (vmi-create-admitter.go, v1.8.3), which its
+// VM admitter runs on the template: for dedicated CPUs, whole CPU requests and limits, CPU and
+// memory requests equal to their limits where both are set, some memory, and at most two threads.
+// "" if the VM passes. The messages are KubeVirt's, "interger" included.
+func cpuPinningRefusal(vm *kubevirtv1.VirtualMachine) string {
+	if vm.Spec.Template == nil || vm.Spec.Template.Spec.Domain.CPU == nil || !vm.Spec.Template.Spec.Domain.CPU.DedicatedCPUPlacement {
+		return ""
+	}
+	const at = "spec.template.spec.domain"
+	d := vm.Spec.Template.Spec.Domain
+	requests, limits := d.Resources.Requests, d.Resources.Limits
+	_, reqMem := requests[corev1.ResourceMemory]
+	_, limMem := limits[corev1.ResourceMemory]
+	reqCPU, hasReqCPU := requests[corev1.ResourceCPU]
+	limCPU, hasLimCPU := limits[corev1.ResourceCPU]
+	switch {
+	case !reqMem && !limMem && (d.Memory == nil || (d.Memory.Hugepages == nil && d.Memory.Guest == nil)):
+		return fmt.Sprintf("%[1]s.resources.requests.memory, %[1]s.resources.limits.memory, %[1]s.memory.hugepages or %[1]s.memory.guest should be provided", at)
+	case hasReqCPU && reqCPU.MilliValue()%1000 != 0:
+		return "provided resources CPU requests must be an interger"
+	case hasLimCPU && limCPU.MilliValue()%1000 != 0:
+		return "provided resources CPU limits must be an interger"
+	case reqMem && limMem && !requests.Memory().Equal(*limits.Memory()):
+		return fmt.Sprintf("%[1]s.resources.requests.memory must be equal to %[1]s.resources.limits.memory", at)
+	case hasReqCPU && hasLimCPU && !reqCPU.Equal(limCPU):
+		return fmt.Sprintf("%[1]s.resources.requests.cpu or %[1]s.resources.limits.cpu must be equal when DedicatedCPUPlacement is true ", at)
+	case d.CPU.Threads > 2:
+		return fmt.Sprintf("Not more than two threads must be provided at %s.cpu.threads (got %d) when DedicatedCPUPlacement is true", at, d.CPU.Threads)
+	}
+	return ""
 }
 
 // laaMAC is Harvester's GenerateLAAMacAddress: random, locally administered, unicast.

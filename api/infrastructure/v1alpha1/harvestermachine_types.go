@@ -33,6 +33,27 @@ type HarvesterMachineSpec struct {
 	// +kubebuilder:validation:Maximum=128
 	CPU int32 `json:"cpu"`
 
+	// DedicatedCPUPlacement pins each of the VM's vCPUs to a host CPU of its own (KubeVirt's
+	// dedicatedCpuPlacement), for workloads that must not share CPUs. Harvester then gives the
+	// VM its CPUs and memory without overcommit and runs it only on nodes whose CPU manager is
+	// on (Harvester's node action "Enable CPU Manager"): with none, the machine is reported
+	// VMUnschedulable. Needs Harvester v1.5.0 or later, whose VM mutator leaves such VMs
+	// without overcommit; KubeVirt refuses them otherwise. Default false.
+	// +optional
+	DedicatedCPUPlacement bool `json:"dedicatedCpuPlacement,omitempty"`
+
+	// CPUModel is the CPU model the guest sees (KubeVirt's cpu.model): host-model, KubeVirt's
+	// default when empty; host-passthrough (the host's CPU as it is, which ties live migration
+	// to identical hosts); or a named model such as EPYC-Rome or Skylake-Server-IBRS, which the
+	// VM's node must support (Harvester v1.8.0 and later list each node's models in ConfigMap
+	// harvester-system/node-cpu-model-configuration). A model no node supports leaves the
+	// machine VMUnschedulable.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]*$`
+	CPUModel string `json:"cpuModel,omitempty"`
+
 	// Memory of the VM, a Kubernetes quantity of at least 1Gi (for example 4Gi or 8192Mi). The VM
 	// gets it in whole MiB, rounded up.
 	// +required
@@ -272,7 +293,7 @@ type HarvesterMachine struct {
 	// Spec is the machine.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="!has(oldSelf.providerID) || (has(self.providerID) && self.providerID == oldSelf.providerID)",message="spec.providerID cannot be changed or removed once set: it names the machine's VM",fieldPath=".providerID"
-	// +kubebuilder:validation:XValidation:rule="self.cpu == oldSelf.cpu && self.memory == oldSelf.memory && self.rootDisk == oldSelf.rootDisk && has(self.extraDisks) == has(oldSelf.extraDisks) && (!has(self.extraDisks) || self.extraDisks == oldSelf.extraDisks) && has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image) && has(self.networks) == has(oldSelf.networks) && (!has(self.networks) || self.networks == oldSelf.networks) && has(self.interfaces) == has(oldSelf.interfaces) && (!has(self.interfaces) || self.interfaces == oldSelf.interfaces) && has(self.labels) == has(oldSelf.labels) && (!has(self.labels) || self.labels == oldSelf.labels)",message="spec cannot be changed except for spec.providerID: the machine's VM is not resized or rebuilt in place; change the HarvesterMachineTemplate and let Cluster API roll out new machines"
+	// +kubebuilder:validation:XValidation:rule="self.cpu == oldSelf.cpu && has(self.dedicatedCpuPlacement) == has(oldSelf.dedicatedCpuPlacement) && (!has(self.dedicatedCpuPlacement) || self.dedicatedCpuPlacement == oldSelf.dedicatedCpuPlacement) && has(self.cpuModel) == has(oldSelf.cpuModel) && (!has(self.cpuModel) || self.cpuModel == oldSelf.cpuModel) && self.memory == oldSelf.memory && self.rootDisk == oldSelf.rootDisk && has(self.extraDisks) == has(oldSelf.extraDisks) && (!has(self.extraDisks) || self.extraDisks == oldSelf.extraDisks) && has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image) && has(self.networks) == has(oldSelf.networks) && (!has(self.networks) || self.networks == oldSelf.networks) && has(self.interfaces) == has(oldSelf.interfaces) && (!has(self.interfaces) || self.interfaces == oldSelf.interfaces) && has(self.labels) == has(oldSelf.labels) && (!has(self.labels) || self.labels == oldSelf.labels)",message="spec cannot be changed except for spec.providerID: the machine's VM is not resized or rebuilt in place; change the HarvesterMachineTemplate and let Cluster API roll out new machines"
 	Spec HarvesterMachineSpec `json:"spec"`
 
 	// Status is what the provider observed.

@@ -67,6 +67,8 @@ func harvesterMachineSpec(hm *infrav1.HarvesterMachine, m capiMachine, t *target
 		Name:                hm.Name,
 		Role:                role,
 		CPU:                 uint32(hm.Spec.CPU), //nolint:gosec // G115: the CRD bounds spec.cpu to 1..128, so it fits
+		DedicatedCPUs:       hm.Spec.DedicatedCPUPlacement,
+		CPUModel:            hm.Spec.CPUModel,
 		MemoryMB:            ceilUnits(hm.Spec.Memory, 1<<20),
 		DiskGB:              ceilUnits(hm.Spec.RootDisk.Size, 1<<30),
 		Image:               image,
