@@ -194,7 +194,9 @@ func BuildVirtualMachine(s *MachineSpec) *kubevirtv1.VirtualMachine {
 					Domain: kubevirtv1.DomainSpec{
 						CPU:       &kubevirtv1.CPU{Cores: s.CPU, Sockets: 1, Threads: 1, DedicatedCPUPlacement: s.DedicatedCPUs, Model: s.CPUModel},
 						Resources: vmResources(s),
-						Devices:   kubevirtv1.Devices{Disks: disks, Interfaces: interfaces},
+						Devices:   kubevirtv1.Devices{Disks: disks, Interfaces: interfaces, TPM: tpmDevice(s.Firmware)},
+						Firmware:  firmware(s.Firmware),
+						Features:  firmwareFeatures(s.Firmware),
 					},
 					Networks: networks,
 					Volumes:  volumes,
@@ -206,6 +208,40 @@ func BuildVirtualMachine(s *MachineSpec) *kubevirtv1.VirtualMachine {
 			},
 		},
 	}
+}
+
+// firmware is the VM's KubeVirt firmware: nil for BIOS (KubeVirt's default). UEFI states
+// secureBoot either way: KubeVirt takes an EFI bootloader without it as Secure Boot, which needs
+// SMM, so plain UEFI pins it off.
+func firmware(f Firmware) *kubevirtv1.Firmware {
+	if !f.UEFI {
+		return nil
+	}
+	efi := &kubevirtv1.EFI{SecureBoot: ptr.To(f.SecureBoot)}
+	if f.PersistentEFI {
+		efi.Persistent = ptr.To(true)
+	}
+	return &kubevirtv1.Firmware{Bootloader: &kubevirtv1.Bootloader{EFI: efi}}
+}
+
+// firmwareFeatures turns on System Management Mode for Secure Boot, which KubeVirt refuses
+// without it (its UEFI variables are protected by SMM); nil otherwise.
+func firmwareFeatures(f Firmware) *kubevirtv1.Features {
+	if !f.UEFI || !f.SecureBoot {
+		return nil
+	}
+	return &kubevirtv1.Features{SMM: &kubevirtv1.FeatureState{Enabled: ptr.To(true)}}
+}
+
+// tpmDevice is the VM's virtual TPM: nil for none, persistent or not.
+func tpmDevice(f Firmware) *kubevirtv1.TPMDevice {
+	switch {
+	case !f.TPM:
+		return nil
+	case f.PersistentTPM:
+		return &kubevirtv1.TPMDevice{Persistent: ptr.To(true)}
+	}
+	return &kubevirtv1.TPMDevice{}
 }
 
 // vmResources are the VM's limits: Harvester's mutating webhook derives the requests and the

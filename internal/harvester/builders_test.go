@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
@@ -74,6 +75,40 @@ func TestBuildVirtualMachine(t *testing.T) {
 			}
 			if affinity := vm.Spec.Template.Spec.Affinity.NodeAffinity; affinity != nil {
 				t.Fatalf("node affinity %+v: Harvester's mutator owns the CPU manager term", affinity)
+			}
+		}},
+		"BIOS, no TPM, by default": {nil, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			d := vm.Spec.Template.Spec.Domain
+			if d.Firmware != nil || d.Features != nil || d.Devices.TPM != nil {
+				t.Fatalf("firmware %+v, features %+v, tpm %+v: want KubeVirt's defaults", d.Firmware, d.Features, d.Devices.TPM)
+			}
+		}},
+		"plain UEFI pins Secure Boot off": {func(s *MachineSpec) { s.Firmware = Firmware{UEFI: true} }, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			d := vm.Spec.Template.Spec.Domain
+			efi := d.Firmware.Bootloader.EFI
+			if efi.SecureBoot == nil || *efi.SecureBoot || efi.Persistent != nil || d.Features != nil {
+				t.Fatalf("efi %+v, features %+v: want secureBoot false (KubeVirt's nil means true), no SMM", efi, d.Features)
+			}
+		}},
+		"Secure Boot with SMM, persistent EFI and TPM": {func(s *MachineSpec) {
+			s.Firmware = Firmware{UEFI: true, SecureBoot: true, PersistentEFI: true, TPM: true, PersistentTPM: true}
+		}, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			d := vm.Spec.Template.Spec.Domain
+			efi := d.Firmware.Bootloader.EFI
+			if !ptr.Deref(efi.SecureBoot, false) || !ptr.Deref(efi.Persistent, false) {
+				t.Fatalf("efi %+v", efi)
+			}
+			if d.Features == nil || d.Features.SMM == nil || !ptr.Deref(d.Features.SMM.Enabled, false) {
+				t.Fatalf("features %+v: Secure Boot needs SMM", d.Features)
+			}
+			if d.Devices.TPM == nil || !ptr.Deref(d.Devices.TPM.Persistent, false) {
+				t.Fatalf("tpm %+v, want persistent", d.Devices.TPM)
+			}
+		}},
+		"an ephemeral TPM on BIOS": {func(s *MachineSpec) { s.Firmware = Firmware{TPM: true} }, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			d := vm.Spec.Template.Spec.Domain
+			if d.Firmware != nil || d.Devices.TPM == nil || d.Devices.TPM.Persistent != nil {
+				t.Fatalf("firmware %+v, tpm %+v", d.Firmware, d.Devices.TPM)
 			}
 		}},
 		"no cloud-init disk without data": {func(s *MachineSpec) { s.UserData, s.NetworkData = "", "" }, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {

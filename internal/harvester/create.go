@@ -50,6 +50,9 @@ func (m *machines) Ensure(ctx context.Context, spec *MachineSpec) (Observation, 
 		if err := m.ensureCloudInitSecret(ctx, spec, root); err != nil {
 			return Observation{}, err
 		}
+		if err := m.noLeftState(ctx, spec); err != nil {
+			return Observation{}, err
+		}
 		if vm, takenOver, created, err = m.createVM(ctx, spec); err != nil {
 			return Observation{}, err
 		}

@@ -37,7 +37,7 @@ func (m *machines) Delete(ctx context.Context, ref MachineRef) (Deletion, error)
 		}
 	}
 	d, err := m.deleteStep(ctx, ref, true)
-	d.Watched = watched
+	d.Watched = watched && !d.unwatched
 	return d, err
 }
 
@@ -69,12 +69,22 @@ func (m *machines) deleteStep(ctx context.Context, ref MachineRef, live bool) (D
 		return Deletion{}, err
 	}
 	remaining = append(remaining, secret...)
+	unwatched := false
+	if live {
+		// Not in any cache (KubeVirt's, unlabelled by the provider): looked for live, once.
+		state, err := m.stateClaimsOf(ctx, ref)
+		if err != nil {
+			return Deletion{}, err
+		}
+		remaining = append(remaining, state...)
+		unwatched = len(state) > 0
+	}
 	if len(inUse) > 0 {
 		return Deletion{}, Waiting(reasons.DiskInUse, deletionRetry,
 			"the VM is deleted, but %s: Harvester does not delete a volume a VM uses, and neither does the provider. Detach it there (or delete that VM); deletion then completes by itself",
 			strings.Join(inUse, "; "))
 	}
-	return Deletion{Done: len(remaining) == 0, Remaining: strings.Join(remaining, ", ")}, nil
+	return Deletion{Done: len(remaining) == 0, Remaining: strings.Join(remaining, ", "), unwatched: unwatched}, nil
 }
 
 // shutdownGrace is how long KubeVirt lets the guest of vm take to shut down: the grace period of

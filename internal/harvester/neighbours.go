@@ -77,6 +77,9 @@ func (c *engine) GuestNeighbours(ctx context.Context, namespace string, ours fun
 		{gvk: corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"), unlabeled: unlabelledClaims},
 		{gvk: corev1.SchemeGroupVersion.WithKind("ServiceAccount"), guests: true},
 	}
+	// The VMs come first: a state claim KubeVirt made for one of ours (StateClaimLabel, no
+	// labels of ours) is ours too.
+	oursVMs := map[string]bool{}
 	for _, k := range kinds {
 		list := &metav1.PartialObjectMetadataList{}
 		list.SetGroupVersionKind(k.gvk.GroupVersion().WithKind(k.gvk.Kind + "List"))
@@ -94,7 +97,12 @@ func (c *engine) GuestNeighbours(ctx context.Context, namespace string, ours fun
 			}
 			owner, labelled := ownerRefOf(obj)
 			switch {
-			case labelled && ours(owner), !labelled && !k.unlabeled:
+			case labelled && ours(owner):
+				if k.gvk.Kind == "VirtualMachine" {
+					oursVMs[obj.Name] = true
+				}
+				continue
+			case !labelled && !k.unlabeled, !labelled && oursVMs[obj.Labels[StateClaimLabel]]:
 				continue
 			}
 			n.Count++

@@ -61,6 +61,14 @@ func TestGuestNeighbours(t *testing.T) {
 			extra: []client.Object{&kubevirtv1.VirtualMachine{ObjectMeta: meta("router", nil)}},
 			count: 1, says: []string{"VirtualMachine vms/router"},
 		},
+		"the state claim of one of ours, before the first issue": {
+			extra:            []client.Object{&corev1.PersistentVolumeClaim{ObjectMeta: stateClaimMeta("persistent-state-for-mine-0-x7k2p", "mine-0")}},
+			unlabelledClaims: true, count: 1, says: []string{"PersistentVolumeClaim vms/pvc-0b1c"},
+		},
+		"the state claim another VM left, before the first issue": {
+			extra:            []client.Object{&corev1.PersistentVolumeClaim{ObjectMeta: stateClaimMeta("persistent-state-for-gone-0-a1b2c", "gone-0")}},
+			unlabelledClaims: true, count: 2, says: []string{"PersistentVolumeClaim vms/persistent-state-for-gone-0-a1b2c"},
+		},
 		"another cluster's credentials": {
 			extra: []client.Object{BuildGuestServiceAccount(otherGuest, "vms")},
 			count: 1, says: []string{"of HarvesterCluster tenants/other"},
@@ -89,4 +97,9 @@ func TestNeighboursString(t *testing.T) {
 	if got := n.String(); got != "7 (a, b, c, d, e and 2 more)" {
 		t.Fatal(got)
 	}
+}
+
+// stateClaimMeta is the metadata KubeVirt gives VM vm's state claim.
+func stateClaimMeta(name, vm string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: "vms", Name: name, Labels: map[string]string{StateClaimLabel: vm}}
 }

@@ -20,6 +20,9 @@ type Deletion struct {
 	ShutdownGrace time.Duration
 	// Watched is true when the machine's objects are watched (see Observation.Watched).
 	Watched bool
+	// unwatched says that what remains includes objects no watch follows (a VM's state claim):
+	// the deletion is polled as if nothing were watched.
+	unwatched bool
 }
 
 // Observation is the state of a machine on Harvester.

@@ -26,6 +26,8 @@ type MachineSpec struct {
 	DedicatedCPUs bool
 	// CPUModel is the guest's CPU model (KubeVirt's cpu.model; empty: KubeVirt's host-model).
 	CPUModel string
+	// Firmware is how the VM boots (the zero value: BIOS, no TPM).
+	Firmware Firmware
 	MemoryMB int64
 	DiskGB   int64
 	// ExtraDisks are blank data disks, attached in order after the root disk.
@@ -58,6 +60,23 @@ type MachineSpec struct {
 	// userDataLoaded says that UserData holds what Door's LoadUserData read (see loadUserData).
 	userDataLoaded bool
 }
+
+// Firmware is a VM's firmware and the state it keeps (KubeVirt's firmware.bootloader, features.smm
+// and devices.tpm).
+type Firmware struct {
+	// UEFI boots the VM with UEFI (OVMF) rather than BIOS.
+	UEFI bool
+	// SecureBoot verifies the boot loader's signature (UEFI only; KubeVirt requires SMM of it).
+	SecureBoot bool
+	// PersistentEFI keeps the EFI variables from one boot to the next (UEFI only).
+	PersistentEFI bool
+	// TPM gives the VM a virtual TPM 2.0; PersistentTPM keeps its state.
+	TPM, PersistentTPM bool
+}
+
+// PersistentState reports whether the VM keeps state outside its disks: KubeVirt then makes it a
+// state PersistentVolumeClaim (see StateClaimLabel).
+func (f Firmware) PersistentState() bool { return f.PersistentEFI || (f.TPM && f.PersistentTPM) }
 
 // PrimaryNetwork is the network of the machine's primary NIC (none: the zero ObjectRef).
 func (s *MachineSpec) PrimaryNetwork() ObjectRef {
@@ -164,11 +183,14 @@ type MachineRef struct {
 	// VMUID is the recorded UID of the machine's VM (empty until recorded). A VM of ours under
 	// the name with another UID is not this machine's VM.
 	VMUID types.UID
+	// PersistentState says that the machine's VM keeps firmware state (Firmware.PersistentState):
+	// its deletion then waits for the VM's state claim too.
+	PersistentState bool
 }
 
 // Ref returns the reference to the machine this spec describes.
 func (s *MachineSpec) Ref() MachineRef {
-	return MachineRef{Owner: s.Owner, Namespace: s.Namespace, Name: s.Name, VMUID: s.VMUID}
+	return MachineRef{Owner: s.Owner, Namespace: s.Namespace, Name: s.Name, VMUID: s.VMUID, PersistentState: s.Firmware.PersistentState()}
 }
 
 // Names of the objects derived from a machine name.

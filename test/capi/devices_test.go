@@ -1,16 +1,21 @@
 package capi
 
 import (
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
 	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
 
@@ -50,4 +55,75 @@ func TestClusterAPIDevicesDedicatedCPUsAndModel(t *testing.T) {
 	if vmi.Status.NodeName != "harvester-node-2" {
 		t.Errorf("the VMI runs on %q, want harvester-node-2, the node whose CPU manager is on", vmi.Status.NodeName)
 	}
+}
+
+// TestClusterAPIDevicesFirmwareSecureBootAndTPM runs a Machine whose HarvesterMachine boots UEFI
+// with Secure Boot, persistent EFI variables and a persistent TPM. Its VM has KubeVirt's Secure
+// Boot with SMM and both persistent; KubeVirt (simulated) keeps their state in a claim of its own.
+// A state claim an earlier VM of the machine's name left is deleted before the VM is made, so the
+// new machine never starts on another's TPM; and when the machine is deleted its VM's state claim
+// goes with it, before the HarvesterMachine is released.
+func TestClusterAPIDevicesFirmwareSecureBootAndTPM(t *testing.T) {
+	w := startCAPIWorld(t)
+	ctx, c, hv := w.ctx, w.c, w.hv
+	w.tenantCluster()
+	sealed := tenant
+	sealed.MachineSpec.Firmware = &infrav1.Firmware{Boot: infrav1.FirmwareUEFI, SecureBoot: true, PersistentEFI: true, TPM: infrav1.TPMPersistent}
+	hm, machine := sealed.Machine("tenant-sealed", "")
+	stateClaims := func() []corev1.PersistentVolumeClaim {
+		list := &corev1.PersistentVolumeClaimList{}
+		w.must(hv.Client.List(ctx, list, client.InNamespace("vms"), client.MatchingLabels{harvester.StateClaimLabel: hm.Name}))
+		return list.Items
+	}
+	// What an earlier VM of the name left, its garbage collection not done: KubeVirt would give
+	// it to the next VM of the name.
+	left := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "vms", Name: "persistent-state-for-tenant-sealed-0ld00", Labels: map[string]string{harvester.StateClaimLabel: hm.Name},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: kubevirtv1.SchemeGroupVersion.String(), Kind: "VirtualMachine", Name: hm.Name, UID: "a-vm-deleted-before"}}},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Mi")}}},
+	}
+	w.must(hv.Client.Create(ctx, left))
+	w.must(testbed.CreateAll(ctx, c, hm, machine))
+
+	vm := &kubevirtv1.VirtualMachine{}
+	waitFor(ctx, t, w.capi, "the machine provisioned on a state claim of its own", func() error {
+		if err := machineOnHarvester(ctx, c, hv.Client, "vms", machine, vm, &infrav1.HarvesterMachine{}); err != nil {
+			return err
+		}
+		claims := stateClaims()
+		if len(claims) != 1 || claims[0].Name == left.Name || !metav1.IsControlledBy(&claims[0], vm) {
+			return fmt.Errorf("state claims %v, want one the VM owns", namesOfClaims(claims))
+		}
+		return nil
+	})
+	d := vm.Spec.Template.Spec.Domain
+	efi := d.Firmware.Bootloader.EFI
+	if !ptr.Deref(efi.SecureBoot, false) || !ptr.Deref(efi.Persistent, false) || d.Features == nil || !ptr.Deref(d.Features.SMM.Enabled, false) ||
+		d.Devices.TPM == nil || !ptr.Deref(d.Devices.TPM.Persistent, false) {
+		t.Errorf("VM firmware %+v, features %+v, TPM %+v: want Secure Boot with SMM, persistent EFI and TPM", efi, d.Features, d.Devices.TPM)
+	}
+
+	w.must(c.Delete(ctx, machine))
+	waitFor(ctx, t, w.capi, "the HarvesterMachine released", func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(hm), hm); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there (%v), finalizers %v", err, hm.Finalizers)
+		}
+		return nil
+	})
+	if claims := stateClaims(); len(claims) != 0 {
+		t.Errorf("state claims %v left once the HarvesterMachine is gone", namesOfClaims(claims))
+	}
+	if vms, disks, secrets := w.harvesterLeft(); vms+disks+secrets != 0 {
+		t.Errorf("%d VMs, %d disks and %d cloud-init Secrets left on Harvester", vms, disks, secrets)
+	}
+}
+
+// namesOfClaims names the claims, for messages.
+func namesOfClaims(claims []corev1.PersistentVolumeClaim) []string {
+	names := make([]string, 0, len(claims))
+	for i := range claims {
+		names = append(names, claims[i].Name)
+	}
+	return names
 }

@@ -131,6 +131,16 @@ func TestValidObjectsAreAcceptedWithDefaults(t *testing.T) {
 	})
 	mustCreate(t, m)
 
+	// Every firmware the schema allows: Secure Boot with persistent EFI and TPM, plain UEFI, an
+	// ephemeral TPM on BIOS.
+	for _, f := range []infrav1.Firmware{
+		{Boot: infrav1.FirmwareUEFI, SecureBoot: true, PersistentEFI: true, TPM: infrav1.TPMPersistent},
+		{Boot: infrav1.FirmwareUEFI},
+		{TPM: infrav1.TPMEphemeral},
+	} {
+		mustCreate(t, machine(func(s *infrav1.HarvesterMachineSpec) { s.Firmware = &f }))
+	}
+
 	// Several NICs: static addresses from pools (dual stack), DHCP on another network.
 	mustCreate(t, machine(func(s *infrav1.HarvesterMachineSpec) {
 		v4 := infrav1.IPPoolReference{APIGroup: "ipam.cluster.x-k8s.io", Kind: "InClusterIPPool", Name: "v4"}
@@ -194,6 +204,12 @@ func TestBadObjectsAreRefused(t *testing.T) {
 		{"no CPU", func(s *infrav1.HarvesterMachineSpec) { s.CPU = 0 }, []string{"spec.cpu"}},
 		{"CPU model with a space", func(s *infrav1.HarvesterMachineSpec) { s.CPUModel = "host model" }, []string{"spec.cpuModel", "should match"}},
 		{"CPU model too long", func(s *infrav1.HarvesterMachineSpec) { s.CPUModel = strings.Repeat("a", 65) }, []string{"spec.cpuModel", "64"}},
+		{"Secure Boot on BIOS", func(s *infrav1.HarvesterMachineSpec) { s.Firmware = &infrav1.Firmware{SecureBoot: true} }, []string{"spec.firmware.secureBoot", "needs boot: UEFI"}},
+		{"persistent EFI on BIOS", func(s *infrav1.HarvesterMachineSpec) {
+			s.Firmware = &infrav1.Firmware{Boot: infrav1.FirmwareBIOS, PersistentEFI: true}
+		}, []string{"spec.firmware.persistentEfi", "needs boot: UEFI"}},
+		{"unknown firmware", func(s *infrav1.HarvesterMachineSpec) { s.Firmware = &infrav1.Firmware{Boot: "CSM"} }, []string{"spec.firmware.boot", "BIOS", "UEFI"}},
+		{"unknown TPM mode", func(s *infrav1.HarvesterMachineSpec) { s.Firmware = &infrav1.Firmware{TPM: "Sealed"} }, []string{"spec.firmware.tpm", "Persistent", "Ephemeral"}},
 		{"two networks", func(s *infrav1.HarvesterMachineSpec) { s.Networks = []string{"default/a", "default/b"} }, []string{"spec.networks", "one network only"}},
 		{"network without namespace", func(s *infrav1.HarvesterMachineSpec) { s.Networks = []string{"vlan100"} }, []string{"spec.networks[0]", "should match"}},
 		{"network with capitals", func(s *infrav1.HarvesterMachineSpec) { s.Networks = []string{"Default/vlan100"} }, []string{"spec.networks[0]", "should match"}},
@@ -347,6 +363,7 @@ func TestProviderIDIsSetOnceAndTheSpecIsImmutable(t *testing.T) {
 		"labels":                func(s *infrav1.HarvesterMachineSpec) { s.Labels = map[string]string{"a": "b"} },
 		"dedicatedCpuPlacement": func(s *infrav1.HarvesterMachineSpec) { s.DedicatedCPUPlacement = true },
 		"cpuModel":              func(s *infrav1.HarvesterMachineSpec) { s.CPUModel = "host-passthrough" },
+		"firmware":              func(s *infrav1.HarvesterMachineSpec) { s.Firmware = &infrav1.Firmware{Boot: infrav1.FirmwareUEFI} },
 	} {
 		changed := m.DeepCopy()
 		mutate(&changed.Spec)

@@ -41,7 +41,18 @@ func CRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
 // ApplyPolicies creates the admission policies that stand in for Harvester's and KubeVirt's
 // webhooks.
 func ApplyPolicies(ctx context.Context, c client.Client) error {
-	return eachObject("manifests/policies", func(doc []byte) error {
+	return createAll(ctx, c, "manifests/policies")
+}
+
+// ApplyStorageClasses creates the storage classes Harvester's chart installs that no image makes:
+// vmstate-persistence, the KubeVirt CR's vmStateStorageClass, for VMs' state PVCs.
+func ApplyStorageClasses(ctx context.Context, c client.Client) error {
+	return createAll(ctx, c, "manifests/storage")
+}
+
+// createAll creates every object of the files in dir.
+func createAll(ctx context.Context, c client.Client, dir string) error {
+	return eachObject(dir, func(doc []byte) error {
 		u := &unstructured.Unstructured{}
 		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
 			return err
@@ -55,13 +66,7 @@ func ApplyPolicies(ctx context.Context, c client.Client) error {
 // harvesterhci.io:csi-driver, copied from Harvester's chart; harvester-authenticated and the
 // harvester-public namespace's view binding, from Harvester's pkg/data/rbac.go).
 func ApplyHarvesterRoles(ctx context.Context, c client.Client) error {
-	return eachObject("manifests/rbac", func(doc []byte) error {
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal(doc, &u.Object); err != nil {
-			return err
-		}
-		return c.Create(ctx, u)
-	})
+	return createAll(ctx, c, "manifests/rbac")
 }
 
 // eachObject calls fn with every YAML document of every file in dir.
@@ -157,6 +162,9 @@ func StartHarvester(ctx context.Context, opts Options) (*Harvester, error) {
 	if err := ApplyHarvesterRoles(ctx, h.Client); err != nil {
 		return nil, fmt.Errorf("apply Harvester's ClusterRoles: %w", err)
 	}
+	if err := ApplyStorageClasses(ctx, h.Client); err != nil {
+		return nil, fmt.Errorf("apply Harvester's storage classes: %w", err)
+	}
 	if h.Sim, err = New(opts.Sim); err != nil {
 		return nil, err
 	}
@@ -166,7 +174,7 @@ func StartHarvester(ctx context.Context, opts Options) (*Harvester, error) {
 	// The webhooks read through the simulator's cache and its indexes, as Harvester's read
 	// through its informers: a live list of every VM per admission would make the API server,
 	// not the provider, what a benchmark of 1000 machines measures.
-	if h.webhooks, err = startWebhooks(ctx, h.Sim.c, h.Sim.cfg.Overcommit); err != nil {
+	if h.webhooks, err = startWebhooks(ctx, h.Sim.c, h.Sim.cfg); err != nil {
 		return nil, err
 	}
 	h.Kubeconfig = KubeconfigFor(h.Config)

@@ -969,3 +969,112 @@ func (f *fixture) labelNode(node, key, value string) {
 	}
 	f.must(h.Client.Patch(f.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, client.RawPatch(types.MergePatchType, []byte(patch))))
 }
+
+// A VM with a persistent TPM gets KubeVirt's state PVC before its launcher pod: labelled with the
+// VM's name, 10Mi of vmstate-persistence, owned by the VM, named in the VMI's volume status, and
+// collected with the VM.
+func TestPersistentTPMStateClaim(t *testing.T) {
+	f := newFixture(t)
+	f.network("vlan40", "10.40.0.0/24")
+	f.image("talos", nil)
+	sc := f.classOf("talos")
+	withTPM := func(name string) *kubevirtv1.VirtualMachine {
+		pvc := f.rootDisk(name+"-disk-0", "talos", sc)
+		f.must(h.Client.Create(f.ctx, pvc))
+		vm := f.vmObject(name, pvc.Name, "vlan40", nil)
+		vm.Spec.Template.Spec.Domain.Devices.TPM = &kubevirtv1.TPMDevice{Persistent: ptr.To(true)}
+		f.must(h.Client.Create(f.ctx, vm))
+		return vm
+	}
+	stateClaims := func(vm string) []corev1.PersistentVolumeClaim {
+		list := &corev1.PersistentVolumeClaimList{}
+		f.must(h.Client.List(f.ctx, list, client.InNamespace(f.ns), client.MatchingLabels{StateClaimLabel: vm}))
+		return list.Items
+	}
+	vm := withTPM("sealed")
+	var claim corev1.PersistentVolumeClaim
+	f.eventually("the VMI running on its state claim", func() error {
+		vmi, err := f.getVMI("sealed")
+		if err != nil {
+			return err
+		}
+		claims := stateClaims("sealed")
+		if len(claims) != 1 || vmi.Status.Phase != kubevirtv1.Running {
+			return fmt.Errorf("VMI %s with %d state claims", vmi.Status.Phase, len(claims))
+		}
+		claim = claims[0]
+		for _, v := range vmi.Status.VolumeStatus {
+			if v.PersistentVolumeClaimInfo != nil && v.PersistentVolumeClaimInfo.ClaimName == claim.Name {
+				return nil
+			}
+		}
+		return fmt.Errorf("the VMI's volume status %+v does not name %s", vmi.Status.VolumeStatus, claim.Name)
+	})
+	owner := metav1.GetControllerOf(&claim)
+	if !strings.HasPrefix(claim.Name, "persistent-state-for-sealed-") || owner == nil || owner.Kind != "VirtualMachine" || owner.UID != vm.UID ||
+		ptr.Deref(claim.Spec.StorageClassName, "") != StateStorageClass || !claim.Spec.Resources.Requests.Storage().Equal(resource.MustParse("10Mi")) {
+		t.Errorf("state claim %s: owner %+v, class %v, size %v", claim.Name, owner, ptr.Deref(claim.Spec.StorageClassName, ""), claim.Spec.Resources.Requests.Storage())
+	}
+
+	// No state claim for a VM without persistent state.
+	plainDisk := f.rootDisk("plain-disk-0", "talos", sc)
+	f.must(h.Client.Create(f.ctx, plainDisk))
+	plain := f.vm("plain", plainDisk.Name, "vlan40", nil)
+	f.eventually("plain running", func() error {
+		if vmi, err := f.getVMI(plain.Name); err != nil || vmi.Status.Phase != kubevirtv1.Running {
+			return fmt.Errorf("VMI %v", err)
+		}
+		return nil
+	})
+	if claims := stateClaims(plain.Name); len(claims) != 0 {
+		t.Errorf("a VM without persistent state has state claims %v", claims)
+	}
+
+	f.must(h.Client.Delete(f.ctx, vm))
+	f.eventually("the state claim collected with its VM", func() error {
+		if claims := stateClaims("sealed"); len(claims) > 0 {
+			return fmt.Errorf("%d left", len(claims))
+		}
+		return nil
+	})
+}
+
+// KubeVirt refuses Secure Boot without SMM (an EFI bootloader with secureBoot unset is Secure
+// Boot), and, without its VMPersistentState gate, persistent TPM and EFI.
+func TestFirmwareRefusal(t *testing.T) {
+	efi := func(secureBoot *bool, persistent bool) *kubevirtv1.Firmware {
+		e := &kubevirtv1.EFI{SecureBoot: secureBoot}
+		if persistent {
+			e.Persistent = ptr.To(true)
+		}
+		return &kubevirtv1.Firmware{Bootloader: &kubevirtv1.Bootloader{EFI: e}}
+	}
+	smm := &kubevirtv1.Features{SMM: &kubevirtv1.FeatureState{}}
+	for name, tc := range map[string]struct {
+		firmware *kubevirtv1.Firmware
+		features *kubevirtv1.Features
+		tpm      *kubevirtv1.TPMDevice
+		gateOff  bool
+		want     string
+	}{
+		"BIOS":                            {},
+		"plain UEFI":                      {firmware: efi(ptr.To(false), false)},
+		"secureBoot unset is Secure Boot": {firmware: efi(nil, false), want: "SecureBoot requires SMM"},
+		"Secure Boot with SMM":            {firmware: efi(ptr.To(true), false), features: smm},
+		"SMM turned off":                  {firmware: efi(ptr.To(true), false), features: &kubevirtv1.Features{SMM: &kubevirtv1.FeatureState{Enabled: ptr.To(false)}}, want: "SecureBoot requires SMM"},
+		"persistent EFI, gate on":         {firmware: efi(ptr.To(false), true)},
+		"persistent EFI, gate off":        {firmware: efi(ptr.To(false), true), gateOff: true, want: "VMPersistentState feature gate is not enabled"},
+		"persistent TPM, gate off":        {tpm: &kubevirtv1.TPMDevice{Persistent: ptr.To(true)}, gateOff: true, want: "VMPersistentState feature gate is not enabled"},
+		"an ephemeral TPM needs no gate":  {tpm: &kubevirtv1.TPMDevice{}, gateOff: true},
+	} {
+		t.Run(name, func(t *testing.T) {
+			vm := &kubevirtv1.VirtualMachine{Spec: kubevirtv1.VirtualMachineSpec{Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{}}}
+			d := &vm.Spec.Template.Spec.Domain
+			d.Firmware, d.Features, d.Devices.TPM = tc.firmware, tc.features, tc.tpm
+			got := firmwareRefusal(vm, tc.gateOff)
+			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
+				t.Errorf("firmwareRefusal = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

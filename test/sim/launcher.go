@@ -83,6 +83,14 @@ func (r *vmReconciler) lifecycle(ctx context.Context, vm *kubevirtv1.VirtualMach
 			// "Delaying pod creation while DataVolume populates"
 			return st, recheck
 		}
+		state, ready, err := r.stateClaim(ctx, vmi)
+		if state != nil {
+			withStateVolume(st, state)
+		}
+		if err != nil || !ready {
+			// "Delaying pod creation while backend storage populates"
+			return st, recheck
+		}
 		l = &launcher{pod: types.NamespacedName{Namespace: vmi.Namespace, Name: "virt-launcher-" + vmi.Name + "-" + rand.String(5)}, uid: uuid.NewUUID()}
 		r.sim.launchers.Store(vmi.UID, l)
 		r.sim.event(componentKubeVirt, vmi, corev1.EventTypeNormal, "SuccessfulCreate", "Created virtual machine pod "+l.pod.Name)

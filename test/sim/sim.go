@@ -135,6 +135,10 @@ type Config struct {
 	// published provider) work only on the older versions; clients that read
 	// status.storageClassName work on all. docs/simulator.md cites the sources.
 	LegacyImageStorageClassNames bool
+	// NoVMPersistentState plays a Harvester before v1.7.0 whose KubeVirt CR does not enable the
+	// VMPersistentState feature gate (alpha, off by default, until KubeVirt 1.6 made it GA):
+	// KubeVirt refuses VMs with a persistent TPM or persistent EFI.
+	NoVMPersistentState bool
 }
 
 // Overcommit is Harvester's overcommit-config setting: how much more CPU and memory VMs may be

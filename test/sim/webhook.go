@@ -40,7 +40,10 @@ import (
 type webhooks struct {
 	c          client.Reader
 	overcommit Overcommit
-	server     *httptest.Server
+	// noPersistentState plays a KubeVirt without the VMPersistentState feature gate
+	// (Config.NoVMPersistentState).
+	noPersistentState bool
+	server            *httptest.Server
 }
 
 // Names of Harvester's webhooks (pkg/webhook/server/server.go).
@@ -54,8 +57,8 @@ const (
 )
 
 // startWebhooks serves the webhooks and registers them with the API server.
-func startWebhooks(ctx context.Context, c client.Client, overcommit Overcommit) (*webhooks, error) {
-	w := &webhooks{c: c, overcommit: overcommit}
+func startWebhooks(ctx context.Context, c client.Client, cfg Config) (*webhooks, error) {
+	w := &webhooks{c: c, overcommit: cfg.Overcommit, noPersistentState: cfg.NoVMPersistentState}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/webhook/validation", w.serve(w.validate))
 	mux.HandleFunc("/v1/webhook/mutation", w.serve(w.mutate))
@@ -137,6 +140,9 @@ func (w *webhooks) validate(ctx context.Context, req *admissionv1.AdmissionReque
 		}
 		if msg := cpuPinningRefusal(vm); msg != "" {
 			return denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, msg) // KubeVirt's own webhook, played here
+		}
+		if msg := firmwareRefusal(vm, w.noPersistentState); msg != "" {
+			return denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, msg) // KubeVirt's too
 		}
 	case "persistentvolumeclaims":
 		pvc := &corev1.PersistentVolumeClaim{}
@@ -419,6 +425,37 @@ func cpuPinningRefusal(vm *kubevirtv1.VirtualMachine) string {
 		return fmt.Sprintf("Not more than two threads must be provided at %s.cpu.threads (got %d) when DedicatedCPUPlacement is true", at, d.CPU.Threads)
 	}
 	return ""
+}
+
+// firmwareRefusal is what KubeVirt's VM admitter refuses of a template's firmware (""
+// if nothing): Secure Boot without SMM (validateDomainSpec; an EFI bootloader whose secureBoot
+// is unset counts as Secure Boot), and, without the VMPersistentState feature gate (KubeVirt 1.5
+// and earlier, unless the KubeVirt CR enables it), a persistent TPM or persistent EFI
+// (validatePersistentState, v1.5.0). Several causes are joined as KubeVirt's
+// ToAdmissionResponse joins them.
+func firmwareRefusal(vm *kubevirtv1.VirtualMachine, noPersistentState bool) string {
+	if vm.Spec.Template == nil {
+		return ""
+	}
+	const at = "spec.template.spec.domain"
+	d := vm.Spec.Template.Spec.Domain
+	var causes []string
+	efi := d.Firmware != nil && d.Firmware.Bootloader != nil && d.Firmware.Bootloader.EFI != nil
+	secureBoot := efi && ptr.Deref(d.Firmware.Bootloader.EFI.SecureBoot, true)
+	smm := d.Features != nil && d.Features.SMM != nil && ptr.Deref(d.Features.SMM.Enabled, true)
+	if secureBoot && !smm {
+		causes = append(causes, at+" has EFI SecureBoot enabled. SecureBoot requires SMM, which is currently disabled.")
+	}
+	if noPersistentState {
+		const gateOff = "VMPersistentState feature gate is not enabled in kubevirt-config"
+		if d.Devices.TPM != nil && ptr.Deref(d.Devices.TPM.Persistent, false) {
+			causes = append(causes, gateOff)
+		}
+		if efi && ptr.Deref(d.Firmware.Bootloader.EFI.Persistent, false) {
+			causes = append(causes, gateOff)
+		}
+	}
+	return strings.Join(causes, ", ")
 }
 
 // laaMAC is Harvester's GenerateLAAMacAddress: random, locally administered, unicast.

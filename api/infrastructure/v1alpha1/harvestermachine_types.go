@@ -54,6 +54,11 @@ type HarvesterMachineSpec struct {
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9._-]*$`
 	CPUModel string `json:"cpuModel,omitempty"`
 
+	// Firmware is how the VM boots: BIOS (the default) or UEFI, with or without Secure Boot, and
+	// whether its EFI variables and a virtual TPM keep their state from one boot to the next.
+	// +optional
+	Firmware *Firmware `json:"firmware,omitempty"`
+
 	// Memory of the VM, a Kubernetes quantity of at least 1Gi (for example 4Gi or 8192Mi). The VM
 	// gets it in whole MiB, rounded up.
 	// +required
@@ -113,6 +118,64 @@ type HarvesterMachineSpec struct {
 	// +kubebuilder:validation:MaxProperties=64
 	Labels map[string]string `json:"labels,omitempty"`
 }
+
+// Firmware is a machine's firmware and its persistent state (KubeVirt's firmware.bootloader,
+// features.smm and devices.tpm).
+//
+// Persistent state (persistentEfi, a Persistent TPM) lives in a 10Mi PersistentVolumeClaim that
+// Harvester's KubeVirt makes beside the VM when it first starts, named
+// persistent-state-for-<VM name>-<random> and owned by the VM, in the storage class the KubeVirt
+// CR's vmStateStorageClass names (Harvester's vmstate-persistence). It needs KubeVirt's
+// VMPersistentState feature gate, on by default from Harvester v1.7.0 (KubeVirt 1.6) and to be
+// enabled in the KubeVirt CR before that. The provider deletes the claim with the machine, and
+// never lets a machine's VM start on the state another VM of its name left behind.
+// +kubebuilder:validation:XValidation:rule="!has(self.secureBoot) || !self.secureBoot || (has(self.boot) && self.boot == 'UEFI')",message="secureBoot needs boot: UEFI (Secure Boot is a UEFI feature)",fieldPath=".secureBoot"
+// +kubebuilder:validation:XValidation:rule="!has(self.persistentEfi) || !self.persistentEfi || (has(self.boot) && self.boot == 'UEFI')",message="persistentEfi needs boot: UEFI (BIOS has no EFI variables to keep)",fieldPath=".persistentEfi"
+type Firmware struct {
+	// Boot is the firmware the VM boots with: BIOS (SeaBIOS, KubeVirt's default) or UEFI
+	// (OVMF). The image must boot with it: a UEFI image needs an EFI system partition. Default
+	// BIOS.
+	// +optional
+	// +kubebuilder:validation:Enum=BIOS;UEFI
+	Boot FirmwareBoot `json:"boot,omitempty"`
+
+	// SecureBoot has UEFI verify the boot loader's signature (needs boot: UEFI and an image
+	// signed for it). The provider turns on the System Management Mode that KubeVirt requires
+	// of Secure Boot. Default false: plain UEFI boots unsigned loaders.
+	// +optional
+	SecureBoot bool `json:"secureBoot,omitempty"`
+
+	// PersistentEFI keeps the VM's EFI variables (boot entries, enrolled keys) from one boot to
+	// the next, in the VM's state claim (see Firmware). Needs boot: UEFI. Default false: every
+	// boot starts from the firmware's defaults.
+	// +optional
+	PersistentEFI bool `json:"persistentEfi,omitempty"`
+
+	// TPM gives the VM a virtual TPM 2.0 (swtpm): Persistent keeps its state (keys, sealed
+	// secrets such as a disk encryption key) in the VM's state claim (see Firmware); Ephemeral
+	// starts it empty on every boot. Default: no TPM.
+	// +optional
+	// +kubebuilder:validation:Enum=Persistent;Ephemeral
+	TPM TPMMode `json:"tpm,omitempty"`
+}
+
+// FirmwareBoot is the firmware a machine boots with.
+type FirmwareBoot string
+
+// Firmware a machine boots with.
+const (
+	FirmwareBIOS FirmwareBoot = "BIOS"
+	FirmwareUEFI FirmwareBoot = "UEFI"
+)
+
+// TPMMode is whether a machine's virtual TPM keeps its state.
+type TPMMode string
+
+// Modes of a machine's virtual TPM.
+const (
+	TPMPersistent TPMMode = "Persistent"
+	TPMEphemeral  TPMMode = "Ephemeral"
+)
 
 // NetworkInterface is one NIC of a machine: the network it attaches to, and how it gets its
 // addresses (the shape of the vSphere provider's network devices).
@@ -293,7 +356,7 @@ type HarvesterMachine struct {
 	// Spec is the machine.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="!has(oldSelf.providerID) || (has(self.providerID) && self.providerID == oldSelf.providerID)",message="spec.providerID cannot be changed or removed once set: it names the machine's VM",fieldPath=".providerID"
-	// +kubebuilder:validation:XValidation:rule="self.cpu == oldSelf.cpu && has(self.dedicatedCpuPlacement) == has(oldSelf.dedicatedCpuPlacement) && (!has(self.dedicatedCpuPlacement) || self.dedicatedCpuPlacement == oldSelf.dedicatedCpuPlacement) && has(self.cpuModel) == has(oldSelf.cpuModel) && (!has(self.cpuModel) || self.cpuModel == oldSelf.cpuModel) && self.memory == oldSelf.memory && self.rootDisk == oldSelf.rootDisk && has(self.extraDisks) == has(oldSelf.extraDisks) && (!has(self.extraDisks) || self.extraDisks == oldSelf.extraDisks) && has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image) && has(self.networks) == has(oldSelf.networks) && (!has(self.networks) || self.networks == oldSelf.networks) && has(self.interfaces) == has(oldSelf.interfaces) && (!has(self.interfaces) || self.interfaces == oldSelf.interfaces) && has(self.labels) == has(oldSelf.labels) && (!has(self.labels) || self.labels == oldSelf.labels)",message="spec cannot be changed except for spec.providerID: the machine's VM is not resized or rebuilt in place; change the HarvesterMachineTemplate and let Cluster API roll out new machines"
+	// +kubebuilder:validation:XValidation:rule="self.cpu == oldSelf.cpu && has(self.firmware) == has(oldSelf.firmware) && (!has(self.firmware) || self.firmware == oldSelf.firmware) && has(self.dedicatedCpuPlacement) == has(oldSelf.dedicatedCpuPlacement) && (!has(self.dedicatedCpuPlacement) || self.dedicatedCpuPlacement == oldSelf.dedicatedCpuPlacement) && has(self.cpuModel) == has(oldSelf.cpuModel) && (!has(self.cpuModel) || self.cpuModel == oldSelf.cpuModel) && self.memory == oldSelf.memory && self.rootDisk == oldSelf.rootDisk && has(self.extraDisks) == has(oldSelf.extraDisks) && (!has(self.extraDisks) || self.extraDisks == oldSelf.extraDisks) && has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image) && has(self.networks) == has(oldSelf.networks) && (!has(self.networks) || self.networks == oldSelf.networks) && has(self.interfaces) == has(oldSelf.interfaces) && (!has(self.interfaces) || self.interfaces == oldSelf.interfaces) && has(self.labels) == has(oldSelf.labels) && (!has(self.labels) || self.labels == oldSelf.labels)",message="spec cannot be changed except for spec.providerID: the machine's VM is not resized or rebuilt in place; change the HarvesterMachineTemplate and let Cluster API roll out new machines"
 	Spec HarvesterMachineSpec `json:"spec"`
 
 	// Status is what the provider observed.

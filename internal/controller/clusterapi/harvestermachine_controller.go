@@ -588,7 +588,8 @@ func (r *HarvesterMachineReconciler) deleteOnHarvester(ctx context.Context, s *h
 			"the credentials of ProviderConfig %s now reach another Harvester cluster than the one the VM lives on (%s): restore them to delete it", t.Ref, home.Place.Server))
 	}
 	ref := harvester.MachineRef{Owner: harvester.Owner{Kind: OwnerKindHarvesterMachine, Namespace: hm.Namespace, Name: hm.Name, UID: hm.UID, Cluster: r.managementCluster},
-		Namespace: home.Place.Namespace, Name: home.Place.Name, VMUID: types.UID(harvester.UIDOfProviderID(hm.Spec.ProviderID))}
+		Namespace: home.Place.Namespace, Name: home.Place.Name, VMUID: types.UID(harvester.UIDOfProviderID(hm.Spec.ProviderID)),
+		PersistentState: machineFirmware(hm.Spec.Firmware).PersistentState()}
 	deletion, err := home.Cluster.Delete(ctx, ref)
 	if err != nil {
 		return reconcile.Result{}, harvesterMachineDeletionBlocked(s, err)

@@ -69,6 +69,7 @@ func harvesterMachineSpec(hm *infrav1.HarvesterMachine, m capiMachine, t *target
 		CPU:                 uint32(hm.Spec.CPU), //nolint:gosec // G115: the CRD bounds spec.cpu to 1..128, so it fits
 		DedicatedCPUs:       hm.Spec.DedicatedCPUPlacement,
 		CPUModel:            hm.Spec.CPUModel,
+		Firmware:            machineFirmware(hm.Spec.Firmware),
 		MemoryMB:            ceilUnits(hm.Spec.Memory, 1<<20),
 		DiskGB:              ceilUnits(hm.Spec.RootDisk.Size, 1<<30),
 		Image:               image,
@@ -80,6 +81,17 @@ func harvesterMachineSpec(hm *infrav1.HarvesterMachine, m capiMachine, t *target
 		spec.ExtraDisks = append(spec.ExtraDisks, harvester.DiskSpec{SizeGB: ceilUnits(d.Size, 1<<30), StorageClass: d.StorageClassName})
 	}
 	return spec, nil
+}
+
+// machineFirmware is the engine's firmware of spec.firmware (nil: BIOS, no TPM).
+func machineFirmware(f *infrav1.Firmware) harvester.Firmware {
+	if f == nil {
+		return harvester.Firmware{}
+	}
+	return harvester.Firmware{
+		UEFI: f.Boot == infrav1.FirmwareUEFI, SecureBoot: f.SecureBoot, PersistentEFI: f.PersistentEFI,
+		TPM: f.TPM != "", PersistentTPM: f.TPM == infrav1.TPMPersistent,
+	}
 }
 
 // failureDomainNodes returns the node labels of the failure domain the Machine places the
