@@ -22,12 +22,18 @@ TEST_FLAGS ?= -count=1 -timeout=15m
 # Harvester with the real clusterctl move (directly and through a backup directory), forgeries
 # across them, what move leaves behind, clusterctl delete, a hosted control plane, and the tenant
 # isolation, restore and rotation scenarios, static addresses from an IPAM provider's pools, and a
-# MachineDeployment scaled from zero by its template's capacity, and machines with dedicated CPUs.
+# MachineDeployment scaled from zero by its template's capacity, and machines with dedicated CPUs and
+# UEFI firmware with a TPM.
 # make test-e2e runs them and make test does not; a new scenario joins them by its name
-# (TestClusterAPIMove..., TestClusterAPI...Tenant..., ...Restore..., ...Rotation..., ...IPAM..., ...Capacity..., ...Devices...).
+# (TestClusterAPIMove..., TestClusterAPI...Tenant..., ...Restore..., ...Rotation..., ...IPAM..., ...Capacity..., ...Devices...)
+# and calls t.Parallel() first: it starts a world of its own and shares no package state.
 E2E_TESTS ?= ^TestClusterAPI(Move|HostedControlPlane|.*(Tenant|Restore|Rotation|IPAM|Capacity|Devices))
 E2E_PKGS ?= ./test/capi/
-E2E_FLAGS ?= -count=1 -timeout=30m
+# The scenarios run three at a time (each starts its own API servers, managers and simulated
+# Harvester, and waits on them more than it computes); under that load an API server may take
+# longer than envtest's default 20 s to start.
+E2E_FLAGS ?= -count=1 -timeout=30m -parallel=3
+E2E_START_TIMEOUT ?= 90s
 # The test control plane (kube-apiserver, etcd): KUBEBUILDER_ASSETS when it is set (as
 # setup-envtest sets it), else built from Go modules once and cached. The same for Cluster API's
 # manager and clusterctl with CAPI_ASSETS.
@@ -139,7 +145,8 @@ test-all: test test-e2e ## Every test: make test, then make test-e2e (the README
 .PHONY: test-e2e
 test-e2e: ## The end-to-end scenarios (E2E_TESTS): two management clusters with clusterctl move, through a backup too, forgeries, a hosted control plane, tenant isolation; the real Cluster API core manager and clusterctl.
 	@$(CONTROLPLANE_ASSETS) && $(CAPI_BUILT) && \
-		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) test $(E2E_FLAGS) -run '$(E2E_TESTS)' $(E2E_PKGS)
+		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi KUBEBUILDER_CONTROLPLANE_START_TIMEOUT=$(E2E_START_TIMEOUT) \
+		$(GO) test $(E2E_FLAGS) -run '$(E2E_TESTS)' $(E2E_PKGS)
 
 .PHONY: demo
 demo: ## Run the provider end to end on a simulated Harvester (no cluster needed). DEMO_FLAGS=--keep to explore.

@@ -150,6 +150,13 @@ func TestQuotaAndAdmissionErrors(t *testing.T) {
 			t.Fatalf("%v: %v", err, p)
 		}
 	}
+	// KubeVirt without its VMPersistentState gate: the refusal says what to turn on.
+	gateOff := &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 422, Reason: metav1.StatusReasonInvalid,
+		Message: `admission webhook "virtualmachine-validator.kubevirt.io" denied the request: VMPersistentState feature gate is not enabled in kubevirt-config`}}
+	if p, ok := errkind.AsPermanent(createError(gateOff, "VirtualMachine vms/x")); !ok || p.Reason != reasons.InvalidSpec ||
+		!strings.Contains(p.Message, "spec.firmware.tpm") || !strings.Contains(p.Message, "kubectl -n harvester-system edit kubevirt kubevirt") {
+		t.Fatalf("the persistent state gate off: %v", p)
+	}
 	conflict := apierrors.NewConflict(gr, "x", errorString("modified"))
 	if err := classify(conflict, "patch x"); !apierrors.IsConflict(err) {
 		t.Fatalf("a classified conflict is no longer recognisable: %v", err)

@@ -59,9 +59,23 @@ func classify(err error, action string) error {
 // again; anything else is classified as usual.
 func createError(err error, what string) error {
 	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
-		return Permanent(reasons.InvalidSpec, "Harvester rejected %s: %s", what, statusMessage(err))
+		msg := statusMessage(err)
+		return Permanent(reasons.InvalidSpec, "Harvester rejected %s: %s%s", what, msg, refusalAdvice(msg))
 	}
 	return classify(err, "create "+what)
+}
+
+// persistentStateGateOff is how KubeVirt (before 1.6, which Harvester v1.7.0 ships) refuses a
+// persistent TPM or EFI when its VMPersistentState feature gate is off.
+const persistentStateGateOff = "VMPersistentState feature gate is not enabled"
+
+// refusalAdvice is the fix for a refusal the provider knows the cause of ("" for others),
+// starting with ". ".
+func refusalAdvice(msg string) string {
+	if strings.Contains(msg, persistentStateGateOff) {
+		return ". This Harvester's KubeVirt keeps a persistent TPM or persistent EFI variables (spec.firmware.tpm: Persistent, spec.firmware.persistentEfi) only with its VMPersistentState feature gate, on by default from Harvester v1.7.0: add VMPersistentState to spec.configuration.developerConfiguration.featureGates of the KubeVirt CR (kubectl -n harvester-system edit kubevirt kubevirt), upgrade Harvester, or make the machine with an Ephemeral TPM and without persistentEfi"
+	}
+	return ""
 }
 
 // quotaExceededPrefix starts the message of Kubernetes' ResourceQuota admission when it refuses an

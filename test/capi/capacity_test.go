@@ -29,6 +29,7 @@ const (
 // kubelet player counts the VMI's vCPUs and guest memory) advertises exactly that capacity. Scaled
 // back to 0, nothing is left on Harvester.
 func TestClusterAPICapacityScalesFromZero(t *testing.T) {
+	t.Parallel()
 	w := startCAPIWorld(t)
 	ctx, c := w.ctx, w.c
 	tenantAPI, _ := w.playTenant()

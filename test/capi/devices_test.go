@@ -26,6 +26,7 @@ import (
 // has it, the machine runs there, its VM pinned, with the model asked for and requests equal to
 // its limits.
 func TestClusterAPIDevicesDedicatedCPUsAndModel(t *testing.T) {
+	t.Parallel()
 	w := startCAPIWorld(t)
 	ctx, c, hv := w.ctx, w.c, w.hv
 	w.tenantCluster()
@@ -64,6 +65,7 @@ func TestClusterAPIDevicesDedicatedCPUsAndModel(t *testing.T) {
 // new machine never starts on another's TPM; and when the machine is deleted its VM's state claim
 // goes with it, before the HarvesterMachine is released.
 func TestClusterAPIDevicesFirmwareSecureBootAndTPM(t *testing.T) {
+	t.Parallel()
 	w := startCAPIWorld(t)
 	ctx, c, hv := w.ctx, w.c, w.hv
 	w.tenantCluster()

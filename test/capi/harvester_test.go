@@ -70,9 +70,15 @@ const ns = "tenants"
 // server also serves the CRDs of the directories moreCRDs.
 func startCAPIWorld(t *testing.T, moreCRDs ...string) *capiWorld {
 	t.Helper()
+	return startCAPIWorldWith(t, nil, moreCRDs...)
+}
+
+// startCAPIWorldWith is startCAPIWorld with the provider changed by opts.
+func startCAPIWorldWith(t *testing.T, opts []providerOption, moreCRDs ...string) *capiWorld {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)
-	return startManagementCluster(ctx, t, startSimulatedHarvester(ctx, t), moreCRDs)
+	return startManagementCluster(ctx, t, startSimulatedHarvester(ctx, t), moreCRDs, opts...)
 }
 
 // startSimulatedHarvester starts the simulated Harvester with namespace vms, its VM network vlan40
@@ -565,8 +571,8 @@ func containsAll(s string, subs []string) bool {
 // and HarvesterMachineTemplate), each start with nothing in memory. It returns a function that stops them and waits until they have stopped.
 // guestTokenOverlap is how long the token a re-issue replaced keeps working in the tests'
 // providers: short, so that tests that re-issue see the old one refused soon; the rotation test
-// makes it long enough for the new one to reach a running cloud provider.
-var guestTokenOverlap = 2 * time.Second
+// makes it long enough for the new one to reach a running cloud provider (tokenOverlap).
+const guestTokenOverlap = 2 * time.Second
 
 func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *k8sruntime.Scheme, opts ...providerOption) (stop func()) {
 	t.Helper()
@@ -623,6 +629,13 @@ const ownershipLease = 20 * time.Second
 
 // providerOption changes the provider a test runs on a management cluster.
 type providerOption func(*clusterapi.HarvesterMachineReconciler, *clusterapi.HarvesterClusterReconciler)
+
+// tokenOverlap has the provider keep a replaced guest token working for d.
+func tokenOverlap(d time.Duration) providerOption {
+	return func(_ *clusterapi.HarvesterMachineReconciler, hcr *clusterapi.HarvesterClusterReconciler) {
+		hcr.GuestTokenOverlap = d
+	}
+}
 
 // clockOff runs the provider's ownership Leases on a clock d away from the machine's, as another
 // management cluster's clock may be.

@@ -121,6 +121,7 @@ func stewardRBAC(ctx context.Context, t *testing.T, assets string, env ...string
 // to the Cluster; Steward's next reconcile sends nothing; an endpoint that changes afterwards is
 // refused (it is set once).
 func TestClusterAPIHostedControlPlaneSetsEndpoint(t *testing.T) {
+	t.Parallel()
 	assets := requireAssets(t)
 	w := startCAPIWorld(t, stewardCRDs())
 	ctx, c := w.ctx, w.c

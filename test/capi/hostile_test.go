@@ -47,6 +47,7 @@ var hostile = testbed.TenantCluster{Namespace: hostileNamespace, Name: "hostile"
 // skip-cleanup on its own machine; and its credentials against the victim's VM and disk. Each
 // attempt takes, changes and deletes nothing of the victim's, and the hostile object says why.
 func TestClusterAPITenantHostileTakesNothing(t *testing.T) {
+	t.Parallel()
 	w := startCAPIWorld(t)
 	ctx, c, hv := w.ctx, w.c, w.hv
 

@@ -27,6 +27,7 @@ import (
 // cloud-init Secret are left as they are; once linked, every Machine is Running on the target with
 // the address it had, and no claim or IPAddress was made anew.
 func TestClusterAPIMoveKeepsAddresses(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Minute)
 	t.Cleanup(cancel)
 	workers := tenant.MachineSpec

@@ -45,6 +45,7 @@ var staticPool = infrav1.IPPoolReference{APIGroup: testbed.InClusterIPPoolGVK.Gr
 // GuestAddressMismatch. Deleting the Cluster leaves no claim, address or
 // VM.
 func TestClusterAPIIPAMStaticAddresses(t *testing.T) {
+	t.Parallel()
 	w := startCAPIWorld(t, testbed.InClusterIPPoolCRDs(repoRoot()))
 	ctx, c, hv := w.ctx, w.c, w.hv
 	tenantAPI, cloudProvider := w.playTenant()

@@ -424,6 +424,7 @@ func (w *capiWorld) requireOwner(holder string) {
 // during or after the move; the MachineDeployment scales to 2 and back to 1 on the target, and
 // deleting the Cluster there leaves Harvester empty.
 func TestClusterAPIMove(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 7*time.Minute)
 	t.Cleanup(cancel)
 	m := newMoveScene(ctx, t, clockOff(10*time.Minute))
@@ -472,6 +473,7 @@ func TestClusterAPIMove(t *testing.T) {
 // the VM, disks or cloud-init Secret; each says whose the VM is, and none of their deletions
 // deletes anything. The machine runs on, its VM never changed hands.
 func TestClusterAPIMoveForgeryTakesNothing(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	t.Cleanup(cancel)
 	hv := startSimulatedHarvester(ctx, t)
@@ -587,6 +589,7 @@ func TestClusterAPIMoveForgeryTakesNothing(t *testing.T) {
 // annotates it (skip-cleanup), the deletion ends, and nothing is deleted on Harvester. A HarvesterCluster
 // whose ProviderConfig does not exist says it is not installed on this management cluster.
 func TestClusterAPIMoveLeftBehindDeletionEnds(t *testing.T) {
+	t.Parallel()
 	w := startCAPIWorld(t)
 	ctx, c := w.ctx, w.c
 	cluster := w.tenantCluster()
@@ -642,6 +645,7 @@ func TestClusterAPIMoveLeftBehindDeletionEnds(t *testing.T) {
 // those are not components, so the management cluster's own MachineRequests and ProviderConfigs
 // stay.
 func TestClusterAPIMoveDeleteProviderKeepsButlerAPI(t *testing.T) {
+	t.Parallel()
 	assets := requireAssets(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancel)

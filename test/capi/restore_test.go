@@ -27,6 +27,7 @@ import (
 // carries on with every machine it knows (the same providerIDs, no VM created or deleted, the
 // tenant's credentials unchanged), and names the VM it does not know.
 func TestClusterAPIRestoreWhileLiveTakesNothing(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	t.Cleanup(cancel)
 	m := newMoveScene(ctx, t, clockOff(-10*time.Minute))

@@ -21,10 +21,10 @@ import (
 // token is delivered while the old one keeps working; the old one is refused once the overlap
 // ends; and the cloud provider, never restarted, still initializes a new Node after that.
 func TestClusterAPIGuestCredentialsRotation(t *testing.T) {
+	t.Parallel()
 	// Long enough for client-go to read the token file again (it does after 50 to 60 s).
-	guestTokenOverlap = 65 * time.Second
-	t.Cleanup(func() { guestTokenOverlap = 2 * time.Second })
-	w := startCAPIWorld(t)
+	const overlap = 65 * time.Second
+	w := startCAPIWorldWith(t, []providerOption{tokenOverlap(overlap)})
 	ctx, c := w.ctx, w.c
 	_, cloudProvider := w.playTenant()
 
@@ -49,8 +49,8 @@ func TestClusterAPIGuestCredentialsRotation(t *testing.T) {
 		}
 		return nil
 	})
-	if took := time.Since(delivered); took < guestTokenOverlap-5*time.Second {
-		t.Fatalf("the token before was refused %s after the new one was delivered, before the overlap (%s) ended", took, guestTokenOverlap)
+	if took := time.Since(delivered); took < overlap-5*time.Second {
+		t.Fatalf("the token before was refused %s after the new one was delivered, before the overlap (%s) ended", took, overlap)
 	}
 
 	// The cloud provider, started with the token before and never restarted, initializes a new

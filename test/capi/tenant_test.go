@@ -22,6 +22,7 @@ import (
 // operator annotates the ProviderConfig to share the namespace they are issued, and
 // GuestCredentialsIsolated says the namespace is shared until the VM is gone.
 func TestClusterAPITenantCredentialsNotIssuedInASharedNamespace(t *testing.T) {
+	t.Parallel()
 	w := startCAPIWorld(t)
 	ctx, c, hv := w.ctx, w.c, w.hv
 	router := &kubevirtv1.VirtualMachine{

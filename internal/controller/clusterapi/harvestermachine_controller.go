@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -634,7 +635,9 @@ func (r *HarvesterMachineReconciler) machinesOfCluster(ctx context.Context, o cl
 // object deleted already.
 func (r *HarvesterMachineReconciler) machineOfClaim(ctx context.Context, claim client.Object) []ctrl.Request {
 	ref := metav1.GetControllerOf(claim)
-	if ref == nil || ref.Kind != "HarvesterMachine" || ref.APIVersion != infrav1.GroupVersion.String() {
+	// By group and kind: an owner reference written under another version of the API names
+	// the same HarvesterMachine.
+	if ref == nil || ref.Kind != "HarvesterMachine" || ownerGroup(ref) != infrav1.GroupVersion.Group {
 		return nil
 	}
 	key := client.ObjectKey{Namespace: claim.GetNamespace(), Name: ref.Name}
@@ -646,6 +649,15 @@ func (r *HarvesterMachineReconciler) machineOfClaim(ctx context.Context, claim c
 		}
 	}
 	return []ctrl.Request{{NamespacedName: key}}
+}
+
+// ownerGroup is the API group of an owner reference ("" if its apiVersion does not parse).
+func ownerGroup(ref *metav1.OwnerReference) string {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return ""
+	}
+	return gv.Group
 }
 
 // machinesOfHarvesterCluster names the HarvesterMachines of a HarvesterCluster's Cluster (Cluster

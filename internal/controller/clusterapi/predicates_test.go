@@ -180,29 +180,34 @@ func TestMachineOfClaim(t *testing.T) {
 	going := &infrav1.HarvesterMachine{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "going", UID: "going-uid",
 		Finalizers: []string{infrav1.HarvesterMachineFinalizer}, DeletionTimestamp: ptr.To(metav1.Now())}}
 	r := &HarvesterMachineReconciler{Client: fake.NewClientBuilder().WithScheme(scheme).WithObjects(live, going).Build()}
-	claim := func(owner, uid string, deleting bool, kind string) *unstructured.Unstructured {
+	claimOf := func(apiVersion, owner, uid string, deleting bool, kind string) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{}
 		u.SetGroupVersionKind(ipAddressClaimGVK)
 		u.SetNamespace("ns")
 		u.SetName(owner + "-nic-1-1")
-		u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: infrav1.GroupVersion.String(), Kind: kind, Name: owner, UID: types.UID(uid), Controller: ptr.To(true)}})
+		u.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: owner, UID: types.UID(uid), Controller: ptr.To(true)}})
 		if deleting {
 			u.SetFinalizers([]string{"ipam.cluster.x-k8s.io/ReleaseAddress"})
 			u.SetDeletionTimestamp(ptr.To(metav1.Now()))
 		}
 		return u
 	}
+	claim := func(owner, uid string, deleting bool, kind string) *unstructured.Unstructured {
+		return claimOf(infrav1.GroupVersion.String(), owner, uid, deleting, kind)
+	}
 	for name, tc := range map[string]struct {
 		claim *unstructured.Unstructured
 		want  string
 	}{
-		"a live machine's claim":              {claim("live", "live-uid", false, "HarvesterMachine"), "live"},
-		"a live machine's claim going":        {claim("live", "live-uid", true, "HarvesterMachine"), "live"},
-		"a going machine's claim":             {claim("going", "going-uid", false, "HarvesterMachine"), "going"},
-		"a going machine's claim going":       {claim("going", "going-uid", true, "HarvesterMachine"), ""},
-		"a gone machine's claim going":        {claim("gone", "gone-uid", true, "HarvesterMachine"), ""},
-		"a claim going of a machine's former": {claim("live", "other-uid", true, "HarvesterMachine"), ""},
-		"a claim of another kind":             {claim("live", "live-uid", false, "VSphereVM"), ""},
+		"a live machine's claim":               {claim("live", "live-uid", false, "HarvesterMachine"), "live"},
+		"a live machine's claim going":         {claim("live", "live-uid", true, "HarvesterMachine"), "live"},
+		"a going machine's claim":              {claim("going", "going-uid", false, "HarvesterMachine"), "going"},
+		"a going machine's claim going":        {claim("going", "going-uid", true, "HarvesterMachine"), ""},
+		"a gone machine's claim going":         {claim("gone", "gone-uid", true, "HarvesterMachine"), ""},
+		"a claim going of a machine's former":  {claim("live", "other-uid", true, "HarvesterMachine"), ""},
+		"a claim of another kind":              {claim("live", "live-uid", false, "VSphereVM"), ""},
+		"owned under another API version":      {claimOf(infrav1.GroupVersion.Group+"/v1beta1", "live", "live-uid", false, "HarvesterMachine"), "live"},
+		"a kind of that name in another group": {claimOf("infrastructure.cluster.x-k8s.io/v1alpha1", "live", "live-uid", false, "HarvesterMachine"), ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := r.machineOfClaim(context.Background(), tc.claim)
