@@ -109,7 +109,7 @@ func TestClusterAPIDevicesFirmwareSecureBootAndTPM(t *testing.T) {
 	w.must(c.Delete(ctx, machine))
 	waitFor(ctx, t, w.capi, "the HarvesterMachine released", func() error {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(hm), hm); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("still there (%v), finalizers %v", err, hm.Finalizers)
+			return fmt.Errorf("still there (%w), finalizers %v", err, hm.Finalizers)
 		}
 		return nil
 	})

@@ -1021,8 +1021,12 @@ func TestPersistentTPMStateClaim(t *testing.T) {
 	f.must(h.Client.Create(f.ctx, plainDisk))
 	plain := f.vm("plain", plainDisk.Name, "vlan40", nil)
 	f.eventually("plain running", func() error {
-		if vmi, err := f.getVMI(plain.Name); err != nil || vmi.Status.Phase != kubevirtv1.Running {
-			return fmt.Errorf("VMI %v", err)
+		vmi, err := f.getVMI(plain.Name)
+		if err != nil {
+			return err
+		}
+		if vmi.Status.Phase != kubevirtv1.Running {
+			return fmt.Errorf("VMI %s", vmi.Status.Phase)
 		}
 		return nil
 	})
