@@ -637,12 +637,21 @@ func deliveredBy(s *corev1.Secret, hc *infrav1.HarvesterCluster) bool {
 // ownedBy reports whether obj has a controller reference of the same kind and name (another
 // UID: the HarvesterCluster was moved here by clusterctl, which rebuilds owner references).
 func ownedBy(obj metav1.Object, ref metav1.OwnerReference) bool {
+	c := controllerOfOurs(obj, ref.Kind)
+	return c != nil && c.Name == ref.Name
+}
+
+// controllerOfOurs is obj's controller reference if it names kind of this provider's API group,
+// under any version of it; nil otherwise.
+func controllerOfOurs(obj metav1.Object, kind string) *metav1.OwnerReference {
 	c := metav1.GetControllerOf(obj)
-	if c == nil {
-		return false
+	if c == nil || c.Kind != kind {
+		return nil
 	}
-	gv, err := schema.ParseGroupVersion(c.APIVersion)
-	return err == nil && gv.Group == infrav1.GroupVersion.Group && c.Kind == ref.Kind && c.Name == ref.Name
+	if gv, err := schema.ParseGroupVersion(c.APIVersion); err != nil || gv.Group != infrav1.GroupVersion.Group {
+		return nil
+	}
+	return c
 }
 
 // revokeGuest deletes the identity a delivered Secret records on Harvester, then the Secret.

@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
@@ -634,10 +633,10 @@ func (r *HarvesterMachineReconciler) machinesOfCluster(ctx context.Context, o cl
 // gone and waits for nothing of it, and a reconcile of the machine's cached copy would patch an
 // object deleted already.
 func (r *HarvesterMachineReconciler) machineOfClaim(ctx context.Context, claim client.Object) []ctrl.Request {
-	ref := metav1.GetControllerOf(claim)
 	// By group and kind: an owner reference written under another version of the API names
 	// the same HarvesterMachine.
-	if ref == nil || ref.Kind != "HarvesterMachine" || ownerGroup(ref) != infrav1.GroupVersion.Group {
+	ref := controllerOfOurs(claim, "HarvesterMachine")
+	if ref == nil {
 		return nil
 	}
 	key := client.ObjectKey{Namespace: claim.GetNamespace(), Name: ref.Name}
@@ -649,15 +648,6 @@ func (r *HarvesterMachineReconciler) machineOfClaim(ctx context.Context, claim c
 		}
 	}
 	return []ctrl.Request{{NamespacedName: key}}
-}
-
-// ownerGroup is the API group of an owner reference ("" if its apiVersion does not parse).
-func ownerGroup(ref *metav1.OwnerReference) string {
-	gv, err := schema.ParseGroupVersion(ref.APIVersion)
-	if err != nil {
-		return ""
-	}
-	return gv.Group
 }
 
 // machinesOfHarvesterCluster names the HarvesterMachines of a HarvesterCluster's Cluster (Cluster
