@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -65,12 +66,8 @@ func (c *capiDemo) checkStaticAddresses(ctx context.Context) error {
 		if err != nil || ip.Less(first) || last.Less(ip) {
 			return fmt.Errorf("the Machine %s has IP %q, not an address of InClusterIPPool %s (%s-%s)", r.Machine, r.IP, demoPoolName, demoPoolFirst, demoPoolLast)
 		}
-		node := &corev1.Node{}
-		if err := c.tenant.Client.Get(ctx, client.ObjectKey{Name: r.Node}, node); err != nil {
+		if err := c.waitNodeInternalIP(ctx, r); err != nil {
 			return err
-		}
-		if internal := nodeInternalIP(node); internal != r.IP {
-			return fmt.Errorf("the Node %s has InternalIP %q, its Machine %s's address is %s", r.Node, internal, r.Machine, r.IP)
 		}
 	}
 	claims, err := c.claimsLeft(ctx)
@@ -82,6 +79,34 @@ func (c *capiDemo) checkStaticAddresses(ctx context.Context) error {
 	}
 	c.say("Every Machine runs at an address of InClusterIPPool %s, by an IPAddressClaim of its own, and its Node has it as InternalIP.", demoPoolName)
 	return nil
+}
+
+// nodeAddressWait bounds how long a Node may go without the InternalIP its Machine has: a cloud
+// provider sets a Node's providerID and its addresses in two writes (the spec, then the status),
+// so a Machine can be Running, by its Node's providerID, a moment before that Node has addresses.
+const nodeAddressWait = 30 * time.Second
+
+// waitNodeInternalIP waits until the Node of the row has the row's Machine address as InternalIP.
+func (c *capiDemo) waitNodeInternalIP(ctx context.Context, r machineRow) error {
+	deadline := time.Now().Add(nodeAddressWait)
+	for {
+		node := &corev1.Node{}
+		if err := c.tenant.Client.Get(ctx, client.ObjectKey{Name: r.Node}, node); err != nil {
+			return err
+		}
+		internal := nodeInternalIP(node)
+		if internal == r.IP {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the Node %s has InternalIP %q %s after its Machine %s ran, the Machine's address is %s", r.Node, internal, nodeAddressWait, r.Machine, r.IP)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // claimsLeft counts the IPAddressClaims of the demo's namespace (one per worker: the hosted
