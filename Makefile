@@ -110,7 +110,7 @@ controlplane: ## Build kube-apiserver and etcd from Go modules (once; cached) an
 	@bash hack/tools/controlplane.sh
 
 .PHONY: capi
-capi: ## Build the Cluster API core manager and clusterctl from Go modules (once; cached) and print their directory.
+capi: ## Build the Cluster API core manager, kubeadm bootstrap provider and clusterctl from Go modules (once; cached) and print their directory.
 	@bash hack/tools/capi.sh
 
 .PHONY: kubectl
@@ -154,7 +154,7 @@ demo: ## Run the provider end to end on a simulated Harvester (no cluster needed
 		KUBEBUILDER_ASSETS=$$assets $(GO) run ./test/demo $(DEMO_FLAGS)
 
 .PHONY: demo-capi
-demo-capi: ## The Cluster API door end to end on a simulated Harvester: the real Cluster API core manager and clusterctl (built once by hack/tools/capi.sh), a tenant cluster of the hosted flavour. DEMO_FLAGS=--keep to explore; DEMO_FLAGS=--static-addresses puts the workers on an IP pool (Cluster API IPAM).
+demo-capi: ## The Cluster API door end to end on a simulated Harvester: the real Cluster API core manager, kubeadm bootstrap provider and clusterctl (built once by hack/tools/capi.sh), a tenant cluster of the hosted flavour. DEMO_FLAGS=--keep to explore; DEMO_FLAGS=--static-addresses puts the workers on an IP pool (Cluster API IPAM).
 	@$(CONTROLPLANE_ASSETS) && $(CAPI_BUILT) && \
 		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) run ./test/demo --capi $(DEMO_FLAGS)
 

@@ -3,6 +3,9 @@
 #   capi-manager  the core manager, sigs.k8s.io/cluster-api/core: what the cluster-api-controller
 #                 image runs (the Cluster, Machine, MachineSet, MachineDeployment, ... controllers)
 #   clusterctl    sigs.k8s.io/cluster-api/cmd/clusterctl
+#   kubeadm-bootstrap-manager
+#                 the kubeadm bootstrap provider, sigs.k8s.io/cluster-api/bootstrap/kubeadm: what the
+#                 kubeadm-bootstrap-controller image runs (bootstrap data and tokens for KubeadmConfigs)
 #   crds/         Cluster API core's CRDs (core/config/crd/bases of the cluster-api module), as
 #                 kustomize's bases: no conversion webhooks, so an API server serves them alone
 #   kubeadm-crds/ the kubeadm bootstrap and control plane providers' CRDs, the same way (the
@@ -12,6 +15,8 @@
 #   webhook/      core's webhook configurations (core/config/webhook/manifests.yaml: defaulting
 #                 and validation) and the CRD patches that turn its conversion webhook on
 #                 (core/config/crd/patches), for the testbed to point at the manager it runs
+#   kubeadm-bootstrap-webhook/
+#                 the same for the kubeadm bootstrap provider (bootstrap/kubeadm/config)
 # Tests use the directory as CAPI_ASSETS (make test sets it). With an argument (one of the names
 # above) it prints that path instead.
 #
@@ -28,12 +33,12 @@ capi_version=$(cd "$moddir" && go list -m -f '{{.Version}}' sigs.k8s.io/cluster-
 go_version=$(go env GOVERSION)
 cache_root=${BUTLER_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/butler-provider-harvester}
 # Bump build_rev when the way the binaries are built changes, so caches are rebuilt.
-build_rev=2
+build_rev=3
 dir="$cache_root/capi/capi-${capi_version}_${go_version}_r${build_rev}"
 
 case "${1:-}" in
-  "" | capi-manager | clusterctl | crds | kubeadm-crds | core-rbac | webhook) ;;
-  *) echo "usage: $0 [capi-manager|clusterctl|crds|kubeadm-crds|core-rbac|webhook]" >&2; exit 2 ;;
+  "" | capi-manager | clusterctl | kubeadm-bootstrap-manager | crds | kubeadm-crds | core-rbac | webhook | kubeadm-bootstrap-webhook) ;;
+  *) echo "usage: $0 [capi-manager|clusterctl|kubeadm-bootstrap-manager|crds|kubeadm-crds|core-rbac|webhook|kubeadm-bootstrap-webhook]" >&2; exit 2 ;;
 esac
 
 # rename_dir moves a finished build into place; it fails if the target exists (another run won).
@@ -42,8 +47,8 @@ rename_dir() {
   [ ! -e "$2" ] && mv "$1" "$2" # mv without -T (BSD): only when nothing is in the way
 }
 
-if [ ! -x "$dir/capi-manager" ] || [ ! -x "$dir/clusterctl" ] || [ ! -d "$dir/crds" ] || [ ! -d "$dir/kubeadm-crds" ]; then
-  echo ">> building Cluster API $capi_version (core manager, clusterctl) from Go modules (first run only; cached in $dir)" >&2
+if [ ! -x "$dir/capi-manager" ] || [ ! -x "$dir/clusterctl" ] || [ ! -x "$dir/kubeadm-bootstrap-manager" ] || [ ! -d "$dir/crds" ] || [ ! -d "$dir/kubeadm-crds" ]; then
+  echo ">> building Cluster API $capi_version (core manager, clusterctl, kubeadm bootstrap provider) from Go modules (first run only; cached in $dir)" >&2
   mkdir -p "$cache_root/capi"
   tmp=$(mktemp -d "$cache_root/capi/.build.XXXXXX")
   chmod 755 "$tmp" # mktemp makes it private; the build is not
@@ -55,7 +60,7 @@ if [ ! -x "$dir/capi-manager" ] || [ ! -x "$dir/clusterctl" ] || [ ! -d "$dir/cr
   v=sigs.k8s.io/cluster-api/version
   ldflags="-s -w -X $v.gitVersion=$capi_version -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
   (cd "$moddir" && CGO_ENABLED=0 go build -trimpath -tags=fieldsv1string -ldflags="$ldflags" -o "$tmp/" \
-    sigs.k8s.io/cluster-api/core sigs.k8s.io/cluster-api/cmd/clusterctl) >&2 &
+    sigs.k8s.io/cluster-api/core sigs.k8s.io/cluster-api/cmd/clusterctl sigs.k8s.io/cluster-api/bootstrap/kubeadm) >&2 &
   pid=$!
   while kill -0 "$pid" 2>/dev/null; do
     sleep 15
@@ -63,6 +68,7 @@ if [ ! -x "$dir/capi-manager" ] || [ ! -x "$dir/clusterctl" ] || [ ! -d "$dir/cr
   done
   wait "$pid"
   mv "$tmp/core" "$tmp/capi-manager"
+  mv "$tmp/kubeadm" "$tmp/kubeadm-bootstrap-manager"
   src=$(cd "$moddir" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)
   mkdir "$tmp/crds"
   cp "$src"/core/config/crd/bases/*.yaml "$tmp/crds/"
@@ -70,7 +76,7 @@ if [ ! -x "$dir/capi-manager" ] || [ ! -x "$dir/clusterctl" ] || [ ! -d "$dir/cr
   cp "$src"/bootstrap/kubeadm/config/crd/bases/*.yaml "$src"/controlplane/kubeadm/config/crd/bases/*.yaml "$tmp/kubeadm-crds/"
   chmod -R u+w "$tmp/crds" "$tmp/kubeadm-crds" # the module cache is read-only; the copies need not be
   # Builds are renamed into place whole; anything else there is an interrupted older layout.
-  { [ -x "$dir/capi-manager" ] && [ -d "$dir/crds" ] && [ -d "$dir/kubeadm-crds" ]; } || rm -rf "$dir"
+  { [ -x "$dir/capi-manager" ] && [ -x "$dir/kubeadm-bootstrap-manager" ] && [ -d "$dir/crds" ] && [ -d "$dir/kubeadm-crds" ]; } || rm -rf "$dir"
   if ! rename_dir "$tmp" "$dir"; then
     [ -x "$dir/capi-manager" ] || { echo "cannot move the build to $dir" >&2; exit 1; }
   fi
@@ -111,6 +117,17 @@ if [ ! -d "$dir/webhook" ]; then
   cp -r "$src/core/config/crd/patches" "$webhook_tmp/conversion"
   chmod -R u+w,go+rX "$webhook_tmp"
   rename_dir "$webhook_tmp" "$dir/webhook" || rm -rf "$webhook_tmp" # another run won
+fi
+
+# kubeadm-bootstrap-webhook/: the kubeadm bootstrap provider's webhook configurations and
+# conversion patches, as webhook/ holds core's.
+if [ ! -d "$dir/kubeadm-bootstrap-webhook" ]; then
+  src=$(cd "$moddir" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)
+  webhook_tmp=$(mktemp -d "$dir/.kubeadm-bootstrap-webhook.XXXXXX")
+  cp "$src/bootstrap/kubeadm/config/webhook/manifests.yaml" "$webhook_tmp/"
+  cp -r "$src/bootstrap/kubeadm/config/crd/patches" "$webhook_tmp/conversion"
+  chmod -R u+w,go+rX "$webhook_tmp"
+  rename_dir "$webhook_tmp" "$dir/kubeadm-bootstrap-webhook" || rm -rf "$webhook_tmp" # another run won
 fi
 
 if [ -n "${1:-}" ]; then

@@ -1,9 +1,13 @@
 package capi
 
 import (
+	"bytes"
 	"fmt"
+	"net"
+	"strconv"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -19,19 +23,30 @@ import (
 var machineHealthCheckGVK = schema.GroupVersionKind{Group: "cluster.x-k8s.io", Version: "v1beta2", Kind: "MachineHealthCheck"}
 
 // TestClusterAPIMachineDeployment runs a MachineDeployment of 3 (beside one control plane Machine)
-// through the real Cluster API core manager, with a second API server as the tenant cluster, where
-// testbed.PlayKubelets plays the kubelets (a Node named after each running VM, without providerID;
-// the Node of a VM that is gone turns Ready Unknown) and testbed.PlayCloudProvider plays the
-// ClusterResourceSet and Harvester's cloud provider with only the credentials the provider
-// delivered (Secret tenant-harvester-cloud-config), which set each Node's providerID. The Machines
-// reach Running with their
-// nodeRef and addresses; scaling to 1 deletes exactly two VMs with their disks and Secrets; a VM
+// through the real Cluster API core manager and its kubeadm bootstrap provider, with a second API
+// server as the tenant cluster. The workers' bootstrap data comes from a KubeadmConfigTemplate:
+// the bootstrap provider writes it once the control plane is initialized, with a bootstrap token
+// it creates in the tenant and the pin of the cluster CA (Secret tenant-ca, written as a control
+// plane provider does), and each VM gets exactly that data as its cloud-init user data. In the
+// tenant, testbed.PlayKubelets plays the kubelets (a Node named after each running VM, without
+// providerID; the Node of a VM that is gone turns Ready Unknown) and testbed.PlayCloudProvider
+// plays the ClusterResourceSet and Harvester's cloud provider with only the credentials the
+// provider delivered (Secret tenant-harvester-cloud-config), which set each Node's providerID. The
+// Machines reach Running with their nodeRef and addresses; scaling to 1 deletes exactly two VMs with their disks and Secrets; a VM
 // deleted on Harvester behind Cluster API's back is reported and, with a MachineHealthCheck,
 // replaced; deleting the Cluster leaves Harvester empty.
 func TestClusterAPIMachineDeployment(t *testing.T) {
-	w := startCAPIWorld(t)
+	kubeadmCRDs, err := testbed.KubeadmCRDs(requireAssets(t), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startCAPIWorld(t, kubeadmCRDs)
 	ctx, c, hv := w.ctx, w.c, w.hv
-	w.playTenant()
+	bootstrap, err := testbed.StartKubeadmBootstrap(ctx, testbed.ClusterAPIOptions{Assets: requireAssets(t), Config: w.cfg, WorkDir: t.TempDir()})
+	t.Cleanup(bootstrap.Stop)
+	w.must(err)
+	tenantAPI, _ := w.playTenant()
+	w.must(tenantAPI.WriteClusterCA(ctx, c, ns, tenant.Name))
 
 	cluster := w.tenantCluster()
 	// One control plane machine: Cluster API counts the control plane initialized once it has a
@@ -39,7 +54,8 @@ func TestClusterAPIMachineDeployment(t *testing.T) {
 	cpInfra, cp := tenant.ControlPlaneMachine("tenant-cp-0")
 	w.must(testbed.CreateAll(ctx, c, cpInfra, cp))
 	template, md := tenant.MachineDeployment("tenant-md-0", 3)
-	w.must(testbed.CreateAll(ctx, c, template, md))
+	config := kubeadmWorkers(md)
+	w.must(testbed.CreateAll(ctx, c, config, template, md))
 
 	running := func(want int) map[string]string {
 		t.Helper()
@@ -74,6 +90,7 @@ func TestClusterAPIMachineDeployment(t *testing.T) {
 		if node != machine {
 			t.Errorf("Machine %s has Node %s: the VM (and so the Node) must be named after the machine", machine, node)
 		}
+		w.joinsTenant(tenantAPI, machine)
 	}
 
 	waitFor(ctx, t, w.capi, "Cluster API to count the control plane initialized", func() error {
@@ -134,4 +151,46 @@ func TestClusterAPIMachineDeployment(t *testing.T) {
 	waitFor(ctx, t, w.capi, "the Cluster and everything on Harvester to go", func() error {
 		return w.clusterAndMachinesGone(cluster)
 	})
+}
+
+// kubeadmWorkers makes the MachineDeployment's machines take their bootstrap data from a
+// KubeadmConfigTemplate of its name, as a flavour's workers do, and returns that template:
+// joining nodes with Harvester's cloud provider (kubelet --cloud-provider=external). The kubeadm
+// bootstrap provider needs the Kubernetes version of the machines (it picks the JoinConfiguration's
+// API version by it).
+func kubeadmWorkers(md *unstructured.Unstructured) *unstructured.Unstructured {
+	config := testbed.ClusterAPIObject(kubeadmConfigTemplateGVK, md.GetNamespace(), md.GetName(), map[string]any{"template": map[string]any{"spec": map[string]any{
+		"joinConfiguration": map[string]any{"nodeRegistration": map[string]any{
+			"kubeletExtraArgs": []any{map[string]any{"name": "cloud-provider", "value": "external"}},
+		}},
+	}}})
+	spec, _, _ := unstructured.NestedMap(md.Object, "spec", "template", "spec")
+	spec["bootstrap"] = map[string]any{"configRef": map[string]any{"apiGroup": kubeadmConfigTemplateGVK.Group, "kind": kubeadmConfigTemplateGVK.Kind, "name": config.GetName()}}
+	spec["version"] = "v1.33.1"
+	_ = unstructured.SetNestedMap(md.Object, spec, "spec", "template", "spec")
+	return config
+}
+
+var kubeadmConfigTemplateGVK = schema.GroupVersionKind{Group: "bootstrap.cluster.x-k8s.io", Version: "v1beta2", Kind: "KubeadmConfigTemplate"}
+
+// joinsTenant checks that the Machine's bootstrap data would join the tenant cluster, at its
+// control plane endpoint, with a token the tenant holds and the tenant CA's pin, and that the
+// machine's VM has exactly that data as its cloud-init user data.
+func (w *capiWorld) joinsTenant(tenantAPI *testbed.Tenant, machine string) {
+	w.t.Helper()
+	m := &unstructured.Unstructured{}
+	m.SetGroupVersionKind(testbed.MachineGVK)
+	w.must(w.c.Get(w.ctx, client.ObjectKey{Namespace: ns, Name: machine}, m))
+	name, _, _ := unstructured.NestedString(m.Object, "spec", "bootstrap", "dataSecretName")
+	data := &corev1.Secret{}
+	w.must(w.c.Get(w.ctx, client.ObjectKey{Namespace: ns, Name: name}, data))
+	endpoint := net.JoinHostPort(tenant.Endpoint.Host, strconv.Itoa(int(tenant.Endpoint.Port)))
+	if _, err := tenantAPI.CheckKubeadmJoin(w.ctx, data.Data["value"], endpoint); err != nil {
+		w.t.Errorf("Machine %s: its bootstrap data %s would not join the tenant: %v", machine, name, err)
+	}
+	userData := &corev1.Secret{}
+	w.must(w.hv.Client.Get(w.ctx, client.ObjectKey{Namespace: "vms", Name: machine + "-cloudinit"}, userData))
+	if !bytes.Equal(userData.Data["userdata"], data.Data["value"]) {
+		w.t.Errorf("Machine %s: its VM's cloud-init user data (%d bytes) is not its bootstrap data %s (%d bytes)", machine, len(userData.Data["userdata"]), name, len(data.Data["value"]))
+	}
 }

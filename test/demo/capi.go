@@ -50,7 +50,6 @@ const (
 var (
 	harvesterClusterGVK    = schema.GroupVersionKind{Group: "infrastructure.butlerlabs.dev", Version: "v1alpha1", Kind: "HarvesterCluster"}
 	stewardControlPlaneGVK = schema.GroupVersionKind{Group: "controlplane.cluster.x-k8s.io", Version: "v1alpha1", Kind: "StewardControlPlane"}
-	kubeadmConfigGVK       = schema.GroupVersionKind{Group: "bootstrap.cluster.x-k8s.io", Version: "v1beta2", Kind: "KubeadmConfig"}
 )
 
 // capiDemo is the Cluster API demo's state beside the shared demo's.
@@ -76,21 +75,17 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 	if err := os.MkdirAll(work, 0o750); err != nil {
 		return err
 	}
-	kubeadmCRDs, err := testbed.KubeadmCRDs(assets, filepath.Join(work, "kubeadm-crds"))
-	if err != nil {
-		return err
-	}
 	c := &capiDemo{demo: d, assets: assets}
-	crdDirectories := []string{kubeadmCRDs, filepath.Join(o.repoRoot, "test", "testdata", "steward", "crd")}
+	crdDirectories := []string{filepath.Join(o.repoRoot, "test", "testdata", "steward", "crd")}
 	if o.static {
 		crdDirectories = append(crdDirectories, testbed.InClusterIPPoolCRDs(o.repoRoot)) // the in-cluster IPAM provider's
 	}
 	d.say("Cluster API %s from %s (built by hack/tools/capi.sh)", clusterAPIVersion(assets), assets)
 	d.tb, err = testbed.Start(ctx, testbed.Options{
-		RepoRoot: o.repoRoot, WorkDir: work, ClusterAPI: assets,
-		// Besides Cluster API core's CRDs (the ClusterResourceSet's among them) and this provider's:
-		// the kubeadm bootstrap and control plane providers' CRDs, and Steward's StewardControlPlane
-		// CRD as its release installs it.
+		RepoRoot: o.repoRoot, WorkDir: work, ClusterAPI: assets, KubeadmBootstrap: true,
+		// Besides Cluster API core's CRDs (the ClusterResourceSet's among them), the kubeadm
+		// providers' (KubeadmBootstrap) and this provider's: Steward's StewardControlPlane CRD as
+		// its release installs it.
 		CRDDirectories: crdDirectories,
 		Sim:            sim.Config{BootDelay: o.bootDelay, IPDelay: o.ipDelay, ImportDelay: time.Second, CloneDelay: o.cloneDelay, GCDelay: o.gcDelay},
 		ManagerArgs:    []string{"--metrics-bind-address=0"},
@@ -101,6 +96,7 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 		return err
 	}
 	d.say("  Cluster API core manager running (pid %d), logging to %s", d.tb.ClusterAPI.PID(), d.tb.ClusterAPI.LogPath)
+	d.say("  Cluster API's kubeadm bootstrap provider running (pid %d), logging to %s", d.tb.KubeadmBootstrap.PID(), d.tb.KubeadmBootstrap.LogPath)
 	d.say("Creating the Harvester side (network, images), the credentials Secret and the ProviderConfig of config/samples ...")
 	if err := d.tb.Seed(ctx); err != nil {
 		return err
@@ -136,6 +132,12 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 		return err
 	}
 	defer func() { _ = c.tenant.Stop() }()
+	// Steward keeps the hosted control plane's CA and hands it to Cluster API as <cluster>-ca, as
+	// it hands over <cluster>-kubeconfig: the kubeadm bootstrap provider pins it in the workers'
+	// bootstrap data.
+	if err := c.tenant.WriteClusterCA(ctx, d.tb.Mgmt, testbed.Namespace, capiCluster); err != nil {
+		return err
+	}
 	if err := os.WriteFile(d.tb.Path("tenant.kubeconfig"), sim.KubeconfigFor(c.tenant.Config), 0o600); err != nil {
 		return err
 	}
@@ -148,7 +150,7 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 	defer cloudProvider.Stop()
 	c.played = startPlayers(ctx, d.tb.Mgmt, testbed.Namespace, capiCluster, c.tenant.Config.Host, d.say)
 	defer c.played.Stop()
-	d.say("  played here (only Cluster API core runs): Steward (the endpoint patch and the StewardControlPlane's status), the kubeadm bootstrap provider (a bootstrap data Secret per KubeadmConfig), the workers' kubelets, and Harvester's cloud provider in the tenant (from the credentials the provider delivers)")
+	d.say("  played here (Cluster API core and its kubeadm bootstrap provider run): Steward (the cluster CA and kubeconfig Secrets, the endpoint patch and the StewardControlPlane's status), the workers' kubelets, and Harvester's cloud provider in the tenant (from the credentials the provider delivers)")
 
 	d.say("Creating the tenant cluster %s/%s as rendered (%s) ...", testbed.Namespace, capiCluster, kindsOf(c.objs))
 	d.say("  (Cluster API's own webhooks default and validate them, as on any management cluster)")
@@ -164,6 +166,9 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 		return err
 	}
 	d.say("All %d Machines Running with their Nodes, providerIDs and distinct IPs from %s, %s after creation.", capiWorkers, testbed.NetworkCIDR, time.Since(began).Round(100*time.Millisecond))
+	if err := c.checkJoinData(ctx); err != nil {
+		return err
+	}
 	if o.static {
 		if err := c.checkStaticAddresses(ctx); err != nil {
 			return err

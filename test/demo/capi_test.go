@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/yaml"
 )
 
 func TestCapiTable(t *testing.T) {
@@ -45,52 +44,6 @@ func TestAllRunning(t *testing.T) {
 		if got := allRunning(tc.rows, tc.want); got != tc.ok {
 			t.Errorf("%s: allRunning = %v, want %v", tc.name, got, tc.ok)
 		}
-	}
-}
-
-// TestBootstrapData checks the played kubeadm bootstrap data: a cloud-config (kubeadm's jinja
-// header first) that writes the KubeadmConfig's JoinConfiguration, discovering the cluster's
-// endpoint, and runs kubeadm join with it; no bootstrap token.
-func TestBootstrapData(t *testing.T) {
-	kc := &unstructured.Unstructured{Object: map[string]any{}}
-	kc.SetNamespace("butler-system")
-	kc.SetName("demo-md-0-abc")
-	_ = unstructured.SetNestedSlice(kc.Object, []any{map[string]any{"name": "cloud-provider", "value": "external"}},
-		"spec", "joinConfiguration", "nodeRegistration", "kubeletExtraArgs")
-	data, err := bootstrapData(kc, "127.0.0.1:6443")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text := string(data)
-	if !strings.HasPrefix(text, "## template: jinja\n#cloud-config\n") {
-		t.Fatalf("bootstrap data starts %q, want kubeadm's jinja header and #cloud-config", strings.SplitN(text, "\n", 3)[:2])
-	}
-	var cloudConfig struct {
-		WriteFiles []struct{ Path, Owner, Permissions, Content string } `json:"write_files"`
-		RunCmd     []string                                             `json:"runcmd"`
-	}
-	if err := yaml.UnmarshalStrict(data, &cloudConfig); err != nil {
-		t.Fatalf("not a cloud-config: %v\n%s", err, text)
-	}
-	if len(cloudConfig.WriteFiles) != 1 || cloudConfig.WriteFiles[0].Path != "/run/kubeadm/kubeadm-join-config.yaml" ||
-		!reflect.DeepEqual(cloudConfig.RunCmd, []string{"kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml"}) {
-		t.Fatalf("cloud-config writes %+v and runs %v", cloudConfig.WriteFiles, cloudConfig.RunCmd)
-	}
-	var join map[string]any
-	if err := yaml.Unmarshal([]byte(cloudConfig.WriteFiles[0].Content), &join); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]any{
-		"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "JoinConfiguration",
-		"discovery": map[string]any{"bootstrapToken": map[string]any{"apiServerEndpoint": "127.0.0.1:6443"}},
-		"nodeRegistration": map[string]any{"name": "{{ ds.meta_data.local_hostname }}",
-			"kubeletExtraArgs": []any{map[string]any{"name": "cloud-provider", "value": "external"}}},
-	}
-	if !reflect.DeepEqual(join, want) {
-		t.Errorf("JoinConfiguration %v, want %v", join, want)
-	}
-	if strings.Contains(text, "token:") || strings.Contains(text, "caCertHashes") {
-		t.Errorf("the played bootstrap data carries a token or CA hash:\n%s", text)
 	}
 }
 

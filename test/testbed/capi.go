@@ -15,14 +15,15 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 )
 
 // ClusterAPIAssetsEnv names the variable that holds the directory hack/tools/capi.sh prints: the
-// Cluster API core manager (capi-manager), clusterctl and core's CRDs (crds/), built from the
-// Go modules of hack/tools/capi. make test sets it, as it sets KUBEBUILDER_ASSETS.
+// Cluster API core manager (capi-manager), clusterctl, the kubeadm bootstrap provider
+// (kubeadm-bootstrap-manager) and the CRDs, built from the Go modules of hack/tools/capi. make test sets it, as it sets KUBEBUILDER_ASSETS.
 const ClusterAPIAssetsEnv = "CAPI_ASSETS"
 
 // BuildClusterAPI runs hack/tools/capi.sh in repoRoot (building Cluster API once; later calls
@@ -44,7 +45,7 @@ func ClusterAPIAssets() (string, error) {
 	if dir == "" {
 		return "", fmt.Errorf("%s is not set: run the tests with 'make test', which builds Cluster API (make capi prints the directory)", ClusterAPIAssetsEnv)
 	}
-	for _, name := range []string{"capi-manager", "clusterctl", "crds", "core-rbac", "webhook"} {
+	for _, name := range []string{"capi-manager", "clusterctl", "kubeadm-bootstrap-manager", "crds", "kubeadm-crds", "core-rbac", "webhook", "kubeadm-bootstrap-webhook"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil { //nolint:gosec // G703: the directory the test's caller (make test) names
 			return "", fmt.Errorf("%s=%s has no %s (%w): set it to what 'make capi' prints", ClusterAPIAssetsEnv, dir, name, err)
 		}
@@ -63,7 +64,7 @@ func ClusterAPICRDs(assets string) string { return filepath.Join(assets, "crds")
 // cluster.x-k8s.io/aggregate-to-manager: "true".
 func ClusterAPICoreRBAC(assets string) string { return filepath.Join(assets, "core-rbac") }
 
-// ClusterAPIOptions configure StartClusterAPI.
+// ClusterAPIOptions configure StartClusterAPI and StartKubeadmBootstrap.
 type ClusterAPIOptions struct {
 	// Assets is the directory hack/tools/capi.sh prints (see ClusterAPIAssets).
 	Assets string
@@ -74,22 +75,55 @@ type ClusterAPIOptions struct {
 	// release's installer does (default: Config).
 	Admin *rest.Config
 	// WorkDir receives the manager's kubeconfig, its webhook serving port and certificates, and
-	// its log (capi-manager.log). A manager started again in the same WorkDir serves its webhooks
-	// where the API server calls them.
+	// its log (<program>.log). A manager started again in the same WorkDir serves its webhooks
+	// where the API server calls them. Each program has files of its own, so two may share one.
 	WorkDir string
 	// Args are added to the manager's flags (e.g. --feature-gates=ClusterTopology=true).
 	Args []string
 }
 
-// ClusterAPI is a running Cluster API core manager process.
+// ClusterAPI is a running Cluster API manager process: the core manager or the kubeadm
+// bootstrap provider.
 type ClusterAPI struct {
-	cmd    *exec.Cmd
-	exited chan error
+	program managerProgram
+	cmd     *exec.Cmd
+	exited  chan error
 	// LogPath is the file that receives the manager's output.
 	LogPath string
 	// MetricsURL serves the manager's Prometheus metrics (controller-runtime's reconcile and
 	// work queue counters by controller), over plain HTTP on loopback.
 	MetricsURL string
+}
+
+// managerProgram is a Cluster API manager program of the build and how its release installs it.
+// Both share Cluster API's manager flags and webhook server, and differ only in these.
+type managerProgram struct {
+	// binary is the program's file in the build, also the prefix of its files in WorkDir.
+	binary string
+	// title names the program in errors and logs.
+	title string
+	// webhooks is the build's directory of its webhook configurations and conversion patches.
+	webhooks string
+	// mutating and validating name its webhook configurations as its release does.
+	mutating, validating string
+	// called waits until the API server calls its webhooks.
+	called func(ctx context.Context, c client.Client) error
+}
+
+// coreManager is Cluster API core (its kustomization's namePrefix "capi-").
+var coreManager = managerProgram{
+	binary: "capi-manager", title: "the Cluster API manager", webhooks: "webhook",
+	mutating: "capi-mutating-webhook-configuration", validating: "capi-validating-webhook-configuration",
+	called: waitForDefaulting,
+}
+
+// kubeadmBootstrapManager is Cluster API's kubeadm bootstrap provider (its kustomization's
+// namePrefix "capi-kubeadm-bootstrap-").
+var kubeadmBootstrapManager = managerProgram{
+	binary: "kubeadm-bootstrap-manager", title: "the kubeadm bootstrap provider", webhooks: "kubeadm-bootstrap-webhook",
+	mutating:   "capi-kubeadm-bootstrap-mutating-webhook-configuration",
+	validating: "capi-kubeadm-bootstrap-validating-webhook-configuration",
+	called:     waitForKubeadmConfigValidation,
 }
 
 // StartClusterAPI starts the Cluster API core manager (the cluster-api-controller image's
@@ -103,15 +137,30 @@ type ClusterAPI struct {
 // health probes and the metrics (--insecure-diagnostics: plain HTTP, no pprof) listen on free
 // loopback ports.
 func StartClusterAPI(ctx context.Context, opts ClusterAPIOptions) (*ClusterAPI, error) {
-	c := &ClusterAPI{LogPath: filepath.Join(opts.WorkDir, "capi-manager.log")}
+	return startManager(ctx, coreManager, opts)
+}
+
+// StartKubeadmBootstrap starts Cluster API's kubeadm bootstrap provider (the
+// kubeadm-bootstrap-controller image's program) as StartClusterAPI starts core, its own webhooks
+// (defaulting and validation of KubeadmConfig and KubeadmConfigTemplate, their conversion)
+// installed the same way: for each KubeadmConfig of a Machine it writes the bootstrap data Secret,
+// with a bootstrap token it creates in the workload cluster (through <cluster>-kubeconfig) and the
+// hashes of the cluster's CA (Secret <cluster>-ca, which a control plane provider writes; see
+// Tenant.WriteClusterCA). The kubeadm CRDs (KubeadmCRDs) must be installed first.
+func StartKubeadmBootstrap(ctx context.Context, opts ClusterAPIOptions) (*ClusterAPI, error) {
+	return startManager(ctx, kubeadmBootstrapManager, opts)
+}
+
+func startManager(ctx context.Context, program managerProgram, opts ClusterAPIOptions) (*ClusterAPI, error) {
+	c := &ClusterAPI{program: program, LogPath: filepath.Join(opts.WorkDir, program.binary+".log")}
 	if err := os.MkdirAll(opts.WorkDir, 0o750); err != nil {
 		return c, err
 	}
-	kubeconfig := filepath.Join(opts.WorkDir, "capi-manager.kubeconfig")
+	kubeconfig := filepath.Join(opts.WorkDir, program.binary+".kubeconfig")
 	if err := os.WriteFile(kubeconfig, sim.KubeconfigFor(opts.Config), 0o600); err != nil {
 		return c, err
 	}
-	webhooks, err := webhookServingIn(opts.WorkDir)
+	webhooks, err := webhookServingIn(opts.WorkDir, program.binary)
 	if err != nil {
 		return c, err
 	}
@@ -137,8 +186,8 @@ func StartClusterAPI(ctx context.Context, opts ClusterAPIOptions) (*ClusterAPI, 
 		"--webhook-port=" + strconv.Itoa(webhooks.port),
 		"--webhook-cert-dir=" + webhooks.certDir,
 	}, opts.Args...)
-	//nolint:gosec // G204: runs the manager hack/tools/capi.sh built, with the caller's (test) flags
-	c.cmd = exec.Command(filepath.Join(opts.Assets, "capi-manager"), args...)
+	//nolint:gosec // G204: runs a manager hack/tools/capi.sh built, with the caller's (test) flags
+	c.cmd = exec.Command(filepath.Join(opts.Assets, program.binary), args...)
 	c.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	c.cmd.Stdout, c.cmd.Stderr = logFile, logFile
 	if err := c.cmd.Start(); err != nil {
@@ -153,8 +202,8 @@ func StartClusterAPI(ctx context.Context, opts ClusterAPIOptions) (*ClusterAPI, 
 	if admin == nil {
 		admin = opts.Config
 	}
-	if err := installClusterAPIWebhooks(ctx, admin, opts.Assets, webhooks); err != nil {
-		return c, fmt.Errorf("point the API server at the Cluster API manager's webhooks: %w\n%s", err, c.LogTail())
+	if err := installWebhooks(ctx, admin, opts.Assets, program, webhooks); err != nil {
+		return c, fmt.Errorf("point the API server at the webhooks of %s: %w\n%s", program.title, err, c.LogTail())
 	}
 	return c, nil
 }
@@ -180,7 +229,7 @@ func (c *ClusterAPI) waitReady(ctx context.Context, url string, timeout time.Dur
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the Cluster API manager was not ready (%s) within %s:\n%s", url, timeout, c.LogTail())
+			return fmt.Errorf("%s was not ready (%s) within %s:\n%s", c.program.title, url, timeout, c.LogTail())
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -205,7 +254,7 @@ func (c *ClusterAPI) Exited() error {
 		if err == nil {
 			err = errors.New("exit status 0")
 		}
-		return fmt.Errorf("the Cluster API manager exited (%w):\n%s", err, c.LogTail())
+		return fmt.Errorf("%s exited (%w):\n%s", c.program.title, err, c.LogTail())
 	default:
 		return nil
 	}

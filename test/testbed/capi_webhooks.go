@@ -2,16 +2,9 @@ package testbed
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
-	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
@@ -31,19 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// ClusterAPIWebhooks is the directory, in assets, of Cluster API core's webhook configurations
-// (manifests.yaml: defaulting and validation of its kinds) and of the CRD patches that turn its
-// conversion webhook on (conversion/), as its release installs them but for where they point.
-func ClusterAPIWebhooks(assets string) string { return filepath.Join(assets, "webhook") }
-
-// The names of core's webhook configurations as its release names them (its kustomization's
-// namePrefix "capi-").
-const (
-	clusterAPIMutatingWebhooks   = "capi-mutating-webhook-configuration"
-	clusterAPIValidatingWebhooks = "capi-validating-webhook-configuration"
-)
-
-// webhookServing is where the core manager serves its webhooks: a loopback port and a serving
+// webhookServing is where a manager serves its webhooks: a loopback port and a serving
 // certificate signed by a CA of the testbed's, all kept in the manager's work directory so that a
 // manager started again there serves them where the API server already sends them.
 type webhookServing struct {
@@ -57,11 +39,12 @@ func (w webhookServing) hostPort() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(w.port))
 }
 
-// webhookServingIn returns the webhook serving of workDir, made on first use: a free port, a CA and
-// a serving certificate for 127.0.0.1 and localhost (tls.crt, tls.key in certDir).
-func webhookServingIn(workDir string) (webhookServing, error) {
-	w := webhookServing{certDir: filepath.Join(workDir, "capi-webhook-certs")}
-	portFile, caFile := filepath.Join(workDir, "capi-webhook-port"), filepath.Join(w.certDir, "ca.crt")
+// webhookServingIn returns the webhook serving of the program in workDir, made on first use: a
+// free port, a CA and a serving certificate for 127.0.0.1 and localhost (tls.crt, tls.key in
+// certDir), in files named after the program.
+func webhookServingIn(workDir, program string) (webhookServing, error) {
+	w := webhookServing{certDir: filepath.Join(workDir, program+"-webhook-certs")}
+	portFile, caFile := filepath.Join(workDir, program+"-webhook-port"), filepath.Join(w.certDir, "ca.crt")
 	port, portErr := os.ReadFile(portFile) //nolint:gosec // G304: the testbed's own work directory
 	ca, caErr := os.ReadFile(caFile)       //nolint:gosec // G304: the testbed's own work directory
 	if portErr == nil && caErr == nil {
@@ -93,60 +76,22 @@ func webhookServingIn(workDir string) (webhookServing, error) {
 // writes the certificate and its key into dir as tls.crt and tls.key (what the manager's webhook
 // server reads), and returns the CA's certificate (PEM), the caBundle the API server trusts.
 func writeServingCert(dir string) ([]byte, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, err
-	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := newCA("testbed webhook CA")
 	if err != nil {
 		return nil, err
 	}
-	now := time.Now()
-	caTmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(now.UnixNano()), Subject: pkix.Name{CommonName: "testbed webhook CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(7 * 24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature, BasicConstraintsValid: true, IsCA: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	serving, err := ca.issueServing()
 	if err != nil {
 		return nil, err
 	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return nil, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(now.UnixNano() + 1), Subject: pkix.Name{CommonName: "localhost"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(7 * 24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}), nil
+	return ca.certPEM, serving.write(dir, "tls.crt", "tls.key")
 }
 
-// installClusterAPIWebhooks points the API server at the core manager's webhooks, as a release
-// of Cluster API core does (cert-manager injecting the CA): its defaulting and validating webhook
-// configurations, and the conversion webhook of the CRDs its release converts, each at
-// https://127.0.0.1:<port> with the testbed's CA. It is idempotent, and waits until the API
-// server calls the webhooks.
-func installClusterAPIWebhooks(ctx context.Context, cfg *rest.Config, assets string, w webhookServing) error {
+// installWebhooks points the API server at a manager's webhooks, as its release does
+// (cert-manager injecting the CA): its defaulting and validating webhook configurations, and the
+// conversion webhook of the CRDs its release converts, each at https://127.0.0.1:<port> with the
+// testbed's CA. It is idempotent, and waits until the API server calls the webhooks.
+func installWebhooks(ctx context.Context, cfg *rest.Config, assets string, program managerProgram, w webhookServing) error {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = apiextensionsv1.AddToScheme(scheme)
@@ -154,19 +99,19 @@ func installClusterAPIWebhooks(ctx context.Context, cfg *rest.Config, assets str
 	if err != nil {
 		return err
 	}
-	dir := ClusterAPIWebhooks(assets)
-	if err := applyWebhookConfigurations(ctx, c, filepath.Join(dir, "manifests.yaml"), w); err != nil {
+	dir := filepath.Join(assets, program.webhooks)
+	if err := applyWebhookConfigurations(ctx, c, filepath.Join(dir, "manifests.yaml"), program, w); err != nil {
 		return err
 	}
 	if err := enableConversion(ctx, c, filepath.Join(dir, "conversion"), w); err != nil {
 		return err
 	}
-	return waitForDefaulting(ctx, c)
+	return program.called(ctx, c)
 }
 
-// applyWebhookConfigurations creates or updates core's webhook configurations (mutating and
+// applyWebhookConfigurations creates or updates a program's webhook configurations (mutating and
 // validating), each webhook's Service replaced by the manager's URL.
-func applyWebhookConfigurations(ctx context.Context, c client.Client, manifests string, w webhookServing) error {
+func applyWebhookConfigurations(ctx context.Context, c client.Client, manifests string, program managerProgram, w webhookServing) error {
 	data, err := os.ReadFile(manifests) //nolint:gosec // G304: a file of the Cluster API build
 	if err != nil {
 		return fmt.Errorf("%w (run make capi to add it to the build)", err)
@@ -176,8 +121,8 @@ func applyWebhookConfigurations(ctx context.Context, c client.Client, manifests 
 		return err
 	}
 	names := map[string]string{
-		"MutatingWebhookConfiguration":   clusterAPIMutatingWebhooks,
-		"ValidatingWebhookConfiguration": clusterAPIValidatingWebhooks,
+		"MutatingWebhookConfiguration":   program.mutating,
+		"ValidatingWebhookConfiguration": program.validating,
 	}
 	for _, u := range objs {
 		name, ok := names[u.GetKind()]
@@ -227,8 +172,8 @@ func createOrReplace(ctx context.Context, c client.Client, obj client.Object) er
 	})
 }
 
-// enableConversion turns the conversion webhook on for every CRD that core's patches name, as
-// its release does: the API server then converts between their versions (v1beta1, v1beta2)
+// enableConversion turns the conversion webhook on for every CRD that a program's patches name,
+// as its release does: the API server then converts between their versions (v1beta1, v1beta2)
 // through the manager.
 func enableConversion(ctx context.Context, c client.Client, patches string, w webhookServing) error {
 	files, err := filepath.Glob(filepath.Join(patches, "webhook_in_*.yaml"))
@@ -271,11 +216,52 @@ func enableConversion(ctx context.Context, c client.Client, patches string, w we
 	return nil
 }
 
+// KubeadmConfigGVK is the kubeadm bootstrap provider's config kind, in its storage version.
+var KubeadmConfigGVK = schema.GroupVersionKind{Group: "bootstrap.cluster.x-k8s.io", Version: "v1beta2", Kind: "KubeadmConfig"}
+
+// waitForKubeadmConfigValidation waits until the API server calls the kubeadm bootstrap
+// provider's webhooks: a KubeadmConfig of format ignition (which its schema allows), created in a
+// dry run, is refused by its validation, which allows that format only under a feature gate the
+// testbed leaves off.
+func waitForKubeadmConfigValidation(ctx context.Context, c client.Client) error {
+	const refusal = "KubeadmBootstrapFormatIgnition"
+	return waitUntilCalled(ctx, "the kubeadm bootstrap provider's", func() error {
+		kc := ClusterAPIObject(KubeadmConfigGVK, "default", "webhook-probe", map[string]any{"format": "ignition"})
+		err := c.Create(ctx, kc, client.DryRunAll)
+		if err != nil && strings.Contains(err.Error(), refusal) {
+			return nil
+		}
+		if err == nil {
+			err = errors.New("it was accepted")
+		}
+		return fmt.Errorf("a dry-run KubeadmConfig of format ignition, which the validation refuses naming %s: %w", refusal, err)
+	})
+}
+
+// waitUntilCalled polls called until it returns nil, for up to 30 seconds: the API server learns
+// of new webhook configurations asynchronously.
+func waitUntilCalled(ctx context.Context, whose string, called func() error) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := called()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the API server does not call %s webhooks after 30s (%w)", whose, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // waitForDefaulting waits until the API server calls core's webhooks (it learns of new
 // configurations asynchronously): a MachineDeployment created in a dry run comes back defaulted.
 func waitForDefaulting(ctx context.Context, c client.Client) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	return waitUntilCalled(ctx, "Cluster API's", func() error {
 		md := ClusterAPIObject(MachineDeploymentGVK, "default", "webhook-probe", map[string]any{
 			"clusterName": "webhook-probe",
 			"template": map[string]any{"spec": map[string]any{
@@ -293,13 +279,6 @@ func waitForDefaulting(ctx context.Context, c client.Client) error {
 			}
 			err = errors.New("it came back without the selector Cluster API's defaulting sets")
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("the API server does not call Cluster API's webhooks after 30s (a dry-run MachineDeployment: %w)", err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		return fmt.Errorf("a dry-run MachineDeployment: %w", err)
+	})
 }

@@ -2,7 +2,10 @@ package testbed
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/url"
+	"os"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -152,10 +155,15 @@ func CreateAll(ctx context.Context, c client.Client, objs ...client.Object) erro
 
 // Tenant is a second API server that plays a tenant cluster: Cluster API reaches it through the
 // kubeconfig Secret StartTenant writes, and the kubelet player (PlayKubelets) registers its Nodes.
+// Its serving certificate is signed by a CA of the testbed's (CA), as a hosted control plane's is
+// by the cluster CA its provider keeps, so that the testbed can hand that CA over as the provider
+// does (WriteClusterCA).
 type Tenant struct {
-	env    *envtest.Environment
-	Config *rest.Config
-	Client client.Client
+	env     *envtest.Environment
+	certDir string
+	ca      keyPair
+	Config  *rest.Config
+	Client  client.Client
 }
 
 // StartTenant starts the tenant API server and gives Cluster API its kubeconfig as a control plane
@@ -163,6 +171,9 @@ type Tenant struct {
 // labelled with the cluster's name. Stop it with Stop, also after an error.
 func StartTenant(ctx context.Context, mgmt client.Client, namespace, cluster string) (*Tenant, error) {
 	t := &Tenant{env: &envtest.Environment{}}
+	if err := t.prepareCerts(); err != nil {
+		return t, fmt.Errorf("the tenant API server's certificates: %w", err)
+	}
 	cfg, err := t.env.Start()
 	if err != nil {
 		return t, fmt.Errorf("start the tenant API server: %w", err)
@@ -178,5 +189,69 @@ func StartTenant(ctx context.Context, mgmt client.Client, namespace, cluster str
 	})
 }
 
+// prepareCerts gives the API server a certificate directory that envtest takes as it is (it
+// makes its own certificates only where apiserver.crt is missing): a serving certificate signed
+// by the tenant's CA, and the key that signs service account tokens (sa-signer.crt, .key, the
+// names envtest passes to the API server). The client configuration trusts that CA.
+func (t *Tenant) prepareCerts() error {
+	dir, err := os.MkdirTemp("", "tenant-certs-")
+	if err != nil {
+		return err
+	}
+	t.certDir = dir
+	if t.ca, err = newCA("tenant cluster CA"); err != nil {
+		return err
+	}
+	serving, err := t.ca.issueServing()
+	if err != nil {
+		return err
+	}
+	if err := serving.write(dir, "apiserver.crt", "apiserver.key"); err != nil {
+		return err
+	}
+	signer, err := newCA("tenant service account signer")
+	if err != nil {
+		return err
+	}
+	if err := signer.write(dir, "sa-signer.crt", "sa-signer.key"); err != nil {
+		return err
+	}
+	server := &envtest.APIServer{CertDir: dir}
+	server.SecureServing.CA = t.ca.certPEM
+	t.env.ControlPlane.APIServer = server
+	return nil
+}
+
+// CA is the certificate (PEM) of the CA that signs the tenant API server's serving certificate.
+func (t *Tenant) CA() []byte { return t.ca.certPEM }
+
+// Endpoint is the tenant API server's address, host:port: the endpoint of a hosted control plane.
+func (t *Tenant) Endpoint() (string, error) {
+	server, err := url.Parse(t.Config.Host)
+	if err != nil {
+		return "", err
+	}
+	return server.Host, nil
+}
+
+// WriteClusterCA writes the cluster CA Secret a control plane provider keeps for Cluster API
+// (Steward and the kubeadm control plane provider alike): <cluster>-ca in namespace, tls.crt and
+// tls.key of the CA that signs the tenant API server's certificate, type cluster.x-k8s.io/secret,
+// labelled with the cluster's name. The kubeadm bootstrap provider reads it to give joining nodes
+// the CA's hash (discovery.bootstrapToken.caCertHashes).
+func (t *Tenant) WriteClusterCA(ctx context.Context, mgmt client.Client, namespace, cluster string) error {
+	return mgmt.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: cluster + "-ca", Labels: map[string]string{ClusterNameLabel: cluster}},
+		Type:       "cluster.x-k8s.io/secret",
+		Data:       map[string][]byte{corev1.TLSCertKey: t.ca.certPEM, corev1.TLSPrivateKeyKey: t.ca.keyPEM},
+	})
+}
+
 // Stop stops the tenant API server.
-func (t *Tenant) Stop() error { return t.env.Stop() }
+func (t *Tenant) Stop() error {
+	err := t.env.Stop()
+	if t.certDir != "" {
+		err = errors.Join(err, os.RemoveAll(t.certDir))
+	}
+	return err
+}

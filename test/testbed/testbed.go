@@ -91,6 +91,10 @@ type Options struct {
 	// infrastructure CRDs, and the Cluster API core manager runs (Testbed.ClusterAPI), started
 	// before the manager so that the manager turns its Cluster API controllers on.
 	ClusterAPI string
+	// KubeadmBootstrap, with ClusterAPI, also runs Cluster API's kubeadm bootstrap provider
+	// (Testbed.KubeadmBootstrap, see StartKubeadmBootstrap); the management cluster then serves
+	// the kubeadm CRDs (KubeadmCRDs).
+	KubeadmBootstrap bool
 	// NoManager starts both clusters but no manager: the caller plays the provider itself (the
 	// bench's "direct" scenario, the physical limit of the machine).
 	NoManager bool
@@ -110,9 +114,11 @@ type Testbed struct {
 	Harvester  *sim.Harvester
 	// ClusterAPI is the Cluster API core manager, if Options.ClusterAPI asked for it.
 	ClusterAPI *ClusterAPI
-	manager    *exec.Cmd
-	exited     chan error
-	cancelSim  context.CancelFunc
+	// KubeadmBootstrap is the kubeadm bootstrap provider, if Options.KubeadmBootstrap asked for it.
+	KubeadmBootstrap *ClusterAPI
+	manager          *exec.Cmd
+	exited           chan error
+	cancelSim        context.CancelFunc
 }
 
 // Path returns a file of the work directory.
@@ -144,6 +150,9 @@ func Start(ctx context.Context, opts Options) (*Testbed, error) {
 	}
 	if opts.ClusterAPI != "" {
 		steps = append(steps, step{"Starting the Cluster API core manager", t.startClusterAPI})
+		if opts.KubeadmBootstrap {
+			steps = append(steps, step{"Starting Cluster API's kubeadm bootstrap provider", t.startKubeadmBootstrap})
+		}
 	}
 	if opts.BeforeManager != nil {
 		steps = append(steps, step{"Preparing the clusters for the manager", func(ctx context.Context) error { return opts.BeforeManager(ctx, t) }})
@@ -170,6 +179,13 @@ func (t *Testbed) startManagement(context.Context) error {
 	crds = append(crds, t.opts.CRDDirectories...)
 	if t.opts.ClusterAPI != "" {
 		crds = append(crds, ClusterAPICRDs(t.opts.ClusterAPI), filepath.Join(t.opts.RepoRoot, "config", "crd", "infrastructure"))
+		if t.opts.KubeadmBootstrap {
+			kubeadm, err := KubeadmCRDs(t.opts.ClusterAPI, t.Path("kubeadm-crds"))
+			if err != nil {
+				return err
+			}
+			crds = append(crds, kubeadm)
+		}
 	}
 	t.mgmtEnv = &envtest.Environment{CRDDirectoryPaths: crds, ErrorIfCRDPathMissing: true}
 	if t.MgmtConfig, err = t.mgmtEnv.Start(); err != nil {
@@ -211,6 +227,12 @@ func (t *Testbed) startHarvester(ctx context.Context) error {
 func (t *Testbed) startClusterAPI(ctx context.Context) error {
 	var err error
 	t.ClusterAPI, err = StartClusterAPI(ctx, ClusterAPIOptions{Assets: t.opts.ClusterAPI, Config: t.MgmtConfig, WorkDir: t.Path("capi")})
+	return err
+}
+
+func (t *Testbed) startKubeadmBootstrap(ctx context.Context) error {
+	var err error
+	t.KubeadmBootstrap, err = StartKubeadmBootstrap(ctx, ClusterAPIOptions{Assets: t.opts.ClusterAPI, Config: t.MgmtConfig, WorkDir: t.Path("capi")})
 	return err
 }
 
@@ -485,6 +507,9 @@ func (t *Testbed) Stop() {
 		case <-time.After(10 * time.Second):
 			_ = t.manager.Process.Kill()
 		}
+	}
+	if t.KubeadmBootstrap != nil {
+		t.KubeadmBootstrap.Stop()
 	}
 	if t.ClusterAPI != nil {
 		t.ClusterAPI.Stop()
