@@ -32,15 +32,15 @@ func newCA(commonName string) (keyPair, error) {
 	}, nil)
 }
 
-// issueServing issues a serving certificate for 127.0.0.1 and localhost, signed by the CA.
-func (ca keyPair) issueServing() (keyPair, error) {
+// issueServing issues a serving certificate for 127.0.0.1 and localhost, signed by kp (a CA).
+func (kp keyPair) issueServing() (keyPair, error) {
 	now := time.Now()
 	return issue(&x509.Certificate{
 		SerialNumber: big.NewInt(now.UnixNano() + 1), Subject: pkix.Name{CommonName: "localhost"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(7 * 24 * time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-	}, &ca)
+	}, &kp)
 }
 
 // issue makes a key and a certificate of tmpl for it, signed by parent (self-signed if nil).

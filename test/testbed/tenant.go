@@ -217,7 +217,7 @@ func (t *Tenant) prepareCerts() error {
 		return err
 	}
 	server := &envtest.APIServer{CertDir: dir}
-	server.SecureServing.CA = t.ca.certPEM
+	server.CA = t.ca.certPEM
 	t.env.ControlPlane.APIServer = server
 	return nil
 }
