@@ -107,28 +107,22 @@ KUSTOMIZATION
   rename_dir "$rbac_tmp" "$dir/core-rbac" || rm -rf "$rbac_tmp" # another run won
 fi
 
-# webhook/: core's webhook configurations and conversion patches, as they are in the module (their
+# add_webhooks NAME CONFIG: NAME/ holds the webhook configurations and conversion patches of the
+# program whose kustomize config is CONFIG (a directory of the module), as they are there (their
 # clientConfig names the release's Service; the testbed points them at the manager it runs, with a
 # CA of its own). Added to a cached build that lacks it, like core-rbac/.
-if [ ! -d "$dir/webhook" ]; then
+add_webhooks() {
+  [ -d "$dir/$1" ] && return 0
+  local src webhook_tmp
   src=$(cd "$moddir" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)
-  webhook_tmp=$(mktemp -d "$dir/.webhook.XXXXXX")
-  cp "$src/core/config/webhook/manifests.yaml" "$webhook_tmp/"
-  cp -r "$src/core/config/crd/patches" "$webhook_tmp/conversion"
+  webhook_tmp=$(mktemp -d "$dir/.$1.XXXXXX")
+  cp "$src/$2/webhook/manifests.yaml" "$webhook_tmp/"
+  cp -r "$src/$2/crd/patches" "$webhook_tmp/conversion"
   chmod -R u+w,go+rX "$webhook_tmp"
-  rename_dir "$webhook_tmp" "$dir/webhook" || rm -rf "$webhook_tmp" # another run won
-fi
-
-# kubeadm-bootstrap-webhook/: the kubeadm bootstrap provider's webhook configurations and
-# conversion patches, as webhook/ holds core's.
-if [ ! -d "$dir/kubeadm-bootstrap-webhook" ]; then
-  src=$(cd "$moddir" && go list -m -f '{{.Dir}}' sigs.k8s.io/cluster-api)
-  webhook_tmp=$(mktemp -d "$dir/.kubeadm-bootstrap-webhook.XXXXXX")
-  cp "$src/bootstrap/kubeadm/config/webhook/manifests.yaml" "$webhook_tmp/"
-  cp -r "$src/bootstrap/kubeadm/config/crd/patches" "$webhook_tmp/conversion"
-  chmod -R u+w,go+rX "$webhook_tmp"
-  rename_dir "$webhook_tmp" "$dir/kubeadm-bootstrap-webhook" || rm -rf "$webhook_tmp" # another run won
-fi
+  rename_dir "$webhook_tmp" "$dir/$1" || rm -rf "$webhook_tmp" # another run won
+}
+add_webhooks webhook core/config                                     # core's
+add_webhooks kubeadm-bootstrap-webhook bootstrap/kubeadm/config      # the kubeadm bootstrap provider's
 
 if [ -n "${1:-}" ]; then
   echo "$dir/$1"
