@@ -180,9 +180,15 @@ func createSampleMachine(ctx context.Context, t *testing.T, tb *testbed.Testbed)
 func waitRunning(ctx context.Context, t *testing.T, tb *testbed.Testbed, key client.ObjectKey) *v1alpha1.MachineRequest {
 	t.Helper()
 	mr := &v1alpha1.MachineRequest{}
-	waitFor(t, 2*time.Minute, "MachineRequest "+key.String()+" to be Running", func() bool {
+	running := func() bool {
 		return tb.Mgmt.Get(ctx, key, mr) == nil && mr.Status.Phase == v1alpha1.MachinePhaseRunning && mr.Status.IPAddress != ""
-	})
+	}
+	for deadline := time.Now().Add(2 * time.Minute); !running(); time.Sleep(250 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			fatalWithLog(t, tb, "timed out after 2m waiting for MachineRequest %s to be Running: phase %q, conditions %+v",
+				key, mr.Status.Phase, mr.Status.Conditions)
+		}
+	}
 	t.Logf("%s Running at %s", key, mr.Status.IPAddress)
 	return mr
 }
