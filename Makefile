@@ -22,12 +22,13 @@ TEST_FLAGS ?= -count=1 -timeout=15m
 # Harvester with the real clusterctl move (directly and through a backup directory), forgeries
 # across them, what move leaves behind, clusterctl delete, a hosted control plane, and the tenant
 # isolation, restore and rotation scenarios, static addresses from an IPAM provider's pools, and a
-# MachineDeployment scaled from zero by its template's capacity, and machines with dedicated CPUs and
-# UEFI firmware with a TPM.
+# MachineDeployment scaled from zero by its template's capacity, machines with dedicated CPUs and
+# UEFI firmware with a TPM, and clusters of the ClusterClasses through the real topology controller.
 # make test-e2e runs them and make test does not; a new scenario joins them by its name
-# (TestClusterAPIMove..., TestClusterAPI...Tenant..., ...Restore..., ...Rotation..., ...IPAM..., ...Capacity..., ...Devices...)
-# and calls t.Parallel() first: it starts a world of its own and shares no package state.
-E2E_TESTS ?= ^TestClusterAPI(Move|HostedControlPlane|.*(Tenant|Restore|Rotation|IPAM|Capacity|Devices))
+# (TestClusterAPIMove..., TestClusterAPI...Tenant..., ...Restore..., ...Rotation..., ...IPAM..., ...Capacity...,
+# ...Devices..., TestClusterAPIClusterClass...) and calls t.Parallel() first: it starts a world of its own and
+# shares no package state.
+E2E_TESTS ?= ^TestClusterAPI(Move|HostedControlPlane|ClusterClass|.*(Tenant|Restore|Rotation|IPAM|Capacity|Devices))
 E2E_PKGS ?= ./test/capi/
 # The scenarios run three at a time (each starts its own API servers, managers and simulated
 # Harvester, and waits on them more than it computes); under that load an API server may take
@@ -206,12 +207,12 @@ release-artifacts: ## dist/: the Helm chart package and install.yaml (kustomize)
 	$(KUSTOMIZE) build config/default | sed 's|ghcr.io/butlerdotdev/butler-provider-harvester:v[0-9.]*|ghcr.io/butlerdotdev/butler-provider-harvester:$(VERSION)|' > dist/install.yaml
 
 .PHONY: infrastructure-components
-infrastructure-components: ## dist/clusterctl/: infrastructure-components.yaml (kustomize config/clusterctl), metadata.yaml, the cluster templates and the opt-in steward-rbac.yaml (config/steward), for a clusterctl repository of VERSION.
+infrastructure-components: ## dist/clusterctl/: infrastructure-components.yaml (kustomize config/clusterctl), metadata.yaml, the cluster templates, the ClusterClasses and the opt-in steward-rbac.yaml (config/steward), for a clusterctl repository of VERSION.
 	@echo "$(VERSION)" | grep -Eq '^v[0-9]+\.[0-9]+\.[0-9]+$$' || { echo "VERSION=$(VERSION) is not vX.Y.Z"; exit 1; }
 	rm -rf dist/clusterctl && mkdir -p dist/clusterctl
 	$(KUSTOMIZE) build config/clusterctl | sed 's|ghcr.io/butlerdotdev/butler-provider-harvester:v[0-9.]*|ghcr.io/butlerdotdev/butler-provider-harvester:$(VERSION)|' > dist/clusterctl/infrastructure-components.yaml
 	$(KUSTOMIZE) build config/steward > dist/clusterctl/steward-rbac.yaml
-	cp metadata.yaml templates/cluster-template*.yaml dist/clusterctl/
+	cp metadata.yaml templates/cluster-template*.yaml templates/clusterclass-*.yaml dist/clusterctl/
 
 .PHONY: docker-build
 docker-build: ## Build the container image (needs a Docker engine).

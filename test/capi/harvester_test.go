@@ -76,7 +76,13 @@ func startCAPIWorld(t *testing.T, moreCRDs ...string) *capiWorld {
 // startCAPIWorldWith is startCAPIWorld with the provider changed by opts.
 func startCAPIWorldWith(t *testing.T, opts []providerOption, moreCRDs ...string) *capiWorld {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	return startCAPIWorldWithin(t, 4*time.Minute, opts, moreCRDs...)
+}
+
+// startCAPIWorldWithin is startCAPIWorldWith for a test that may take up to timeout.
+func startCAPIWorldWithin(t *testing.T, timeout time.Duration, opts []providerOption, moreCRDs ...string) *capiWorld {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
 	return startManagementCluster(ctx, t, startSimulatedHarvester(ctx, t), moreCRDs, opts...)
 }

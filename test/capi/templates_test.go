@@ -3,7 +3,6 @@ package capi
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,12 +25,14 @@ const providerName = "butler-harvester"
 
 // TestClusterAPITemplatesRenderWithClusterctl builds a local clusterctl repository as `make
 // infrastructure-components` does (components from config/clusterctl, metadata.yaml, the cluster
-// templates), has the real clusterctl generate a cluster from each flavour (kubeadm, talos,
-// hosted) with only the documented variables, and checks that nothing is left unset, that every
-// object is there, and that the API server accepts every object whose CRD it serves (Cluster API
-// core's with the ClusterResourceSet, the kubeadm providers', this provider's, and Steward's
-// StewardControlPlane from test/testdata/steward) with strict field validation (an unknown field
-// is refused, not pruned). The Talos providers are not Go modules served here: the talos
+// templates and ClusterClasses), has the real clusterctl generate a cluster from each flavour
+// (kubeadm, talos, talos-static, hosted, and the ClusterClass flavours topology and
+// hosted-topology, to which clusterctl adds their class) with only the documented variables, and
+// checks that nothing is left unset, that every object is there, and that the API server accepts
+// every object whose CRD it serves (Cluster API core's with the ClusterResourceSet and
+// ClusterClass, the kubeadm providers', this provider's, and Steward's StewardControlPlane and
+// StewardControlPlaneTemplate from test/testdata/steward) with strict field validation (an unknown
+// field is refused, not pruned). The Talos providers are not Go modules served here: the talos
 // flavour's TalosControlPlane and TalosConfigTemplate are checked by their shape only. Each
 // flavour's ClusterResourceSet (checkAddons) and the manifests it applies in the tenant cluster
 // (built-in kinds, accepted under strict validation too) are checked as well.
@@ -62,6 +63,8 @@ func TestClusterAPITemplatesRenderWithClusterctl(t *testing.T) {
 	requireKinds(t, "the talos flavour", flavours["talos"], "Cluster", "HarvesterCluster", "HarvesterMachineTemplate", "TalosControlPlane", "TalosConfigTemplate", "MachineDeployment", "ClusterResourceSet", "ConfigMap")
 	requireKinds(t, "the talos-static flavour", flavours["talos-static"], "Cluster", "HarvesterCluster", "HarvesterMachineTemplate", "TalosControlPlane", "TalosConfigTemplate", "MachineDeployment", "ClusterResourceSet", "ConfigMap")
 	requireKinds(t, "the hosted flavour", flavours["hosted"], "Cluster", "HarvesterCluster", "StewardControlPlane", "HarvesterMachineTemplate", "KubeadmConfigTemplate", "MachineDeployment", "ClusterResourceSet", "ConfigMap")
+	requireKinds(t, "the topology flavour", flavours["topology"], "ClusterClass", "HarvesterClusterTemplate", "KubeadmControlPlaneTemplate", "HarvesterMachineTemplate", "KubeadmConfigTemplate", "Cluster", "ClusterResourceSet", "ConfigMap")
+	requireKinds(t, "the hosted-topology flavour", flavours["hosted-topology"], "ClusterClass", "HarvesterClusterTemplate", "StewardControlPlaneTemplate", "HarvesterMachineTemplate", "KubeadmConfigTemplate", "Cluster", "ClusterResourceSet", "ConfigMap")
 
 	env := &envtest.Environment{ErrorIfCRDPathMissing: true, CRDDirectoryPaths: []string{
 		testbed.ClusterAPICRDs(assets), filepath.Join(assets, "kubeadm-crds"), filepath.Join(repoRoot(), "config", "crd", "infrastructure"), stewardCRDs(),
@@ -95,6 +98,8 @@ func TestClusterAPITemplatesRenderWithClusterctl(t *testing.T) {
 	checkTalosVIP(t, "talos-static flavour", flavours["talos-static"])
 	checkStaticFlavour(t, flavours["talos-static"])
 	checkHostedFlavour(t, flavours["hosted"])
+	checkClassFlavour(t, "topology flavour", flavours["topology"], "harvester-kubeadm")
+	checkClassFlavour(t, "hosted-topology flavour", flavours["hosted-topology"], "harvester-hosted")
 
 	// The cluster-level network variables: unset, the cloud provider runs on its defaults and its
 	// load balancer controller off; set, they reach its flags and the HarvesterCluster.
@@ -131,7 +136,9 @@ func generateFlavour(ctx context.Context, t *testing.T, assets, config, flavour 
 		"talos": {"CONTROL_PLANE_ENDPOINT_IP=10.40.0.250", "HARVESTER_PROVIDER_CONFIG=harvester", "HARVESTER_IMAGE=vms/talos", "TALOS_VERSION=v1.9"},
 		"talos-static": {"CONTROL_PLANE_ENDPOINT_IP=10.40.0.250", "HARVESTER_PROVIDER_CONFIG=harvester", "HARVESTER_IMAGE=vms/talos", "TALOS_VERSION=v1.9",
 			"HARVESTER_NETWORK=vms/vlan40", "HARVESTER_IP_POOL=vlan40-static", "HARVESTER_NAMESERVER=10.40.0.2"},
-		"hosted": {"HARVESTER_PROVIDER_CONFIG=harvester", "HARVESTER_IMAGE=vms/ubuntu"},
+		"hosted":          {"HARVESTER_PROVIDER_CONFIG=harvester", "HARVESTER_IMAGE=vms/ubuntu"},
+		"topology":        {"CONTROL_PLANE_ENDPOINT_IP=10.40.0.250", "HARVESTER_PROVIDER_CONFIG=harvester", "HARVESTER_IMAGE=vms/ubuntu"},
+		"hosted-topology": {"HARVESTER_PROVIDER_CONFIG=harvester", "HARVESTER_IMAGE=vms/ubuntu"},
 	}[flavour]
 	env = append(env, extra...)
 	out := runClusterctl(ctx, t, assets, config, env, args...)
@@ -145,8 +152,9 @@ func generateFlavour(ctx context.Context, t *testing.T, assets, config, flavour 
 	return objs
 }
 
-// allFlavours are the flavours of templates/ ("" is the default, kubeadm).
-var allFlavours = []string{"", "talos", "talos-static", "hosted"}
+// allFlavours are the flavours of templates/ ("" is the default, kubeadm); topology and
+// hosted-topology are those of ClusterClasses harvester-kubeadm and harvester-hosted.
+var allFlavours = []string{"", "talos", "talos-static", "hosted", "topology", "hosted-topology"}
 
 func flavourName(flavour string) string {
 	if flavour == "" {
@@ -172,32 +180,15 @@ func requireKinds(t *testing.T, what string, objs []*unstructured.Unstructured, 
 const providerVersion = "v0.3.0"
 
 // clusterctlRepository builds a local clusterctl repository of this provider as `make
-// infrastructure-components` builds its files (the components with kustomize from
-// config/clusterctl, metadata.yaml, the cluster templates; the image tag that the make target sets
-// does not matter to the tests). It returns the components as built and a clusterctl
-// configuration that names the repository (provider providerName, version providerVersion).
+// infrastructure-components` builds its files (testbed.WriteClusterctlRepository). It returns the
+// components as built and a clusterctl configuration that names the repository (provider
+// providerName, version providerVersion).
 func clusterctlRepository(ctx context.Context, t *testing.T) (components []byte, config string) {
 	t.Helper()
-	root := repoRoot()
-	repo := filepath.Join(t.TempDir(), "infrastructure-"+providerName, providerVersion)
-	if err := os.MkdirAll(repo, 0o750); err != nil {
+	components, config, err := testbed.WriteClusterctlRepository(ctx, repoRoot(), t.TempDir(), providerName, providerVersion)
+	if err != nil {
 		t.Fatal(err)
 	}
-	components = kustomizeBuild(ctx, t, "config/clusterctl")
-	writeFile(t, filepath.Join(repo, "infrastructure-components.yaml"), components)
-	templates, err := filepath.Glob(filepath.Join(root, "templates", "cluster-template*.yaml"))
-	if err != nil || len(templates) < 3 {
-		t.Fatalf("templates/cluster-template*.yaml: %v, %v", templates, err)
-	}
-	for _, name := range append([]string{filepath.Join(root, "metadata.yaml")}, templates...) {
-		data, err := os.ReadFile(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		writeFile(t, filepath.Join(repo, filepath.Base(name)), data)
-	}
-	config = filepath.Join(t.TempDir(), "clusterctl.yaml")
-	writeFile(t, config, fmt.Appendf(nil, "providers:\n- name: %s\n  type: InfrastructureProvider\n  url: file://%s\n", providerName, filepath.Join(repo, "infrastructure-components.yaml")))
 	return components, config
 }
 

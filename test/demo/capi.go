@@ -18,7 +18,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -46,12 +45,6 @@ const (
 	capiProviderConfig = "harvester-config"
 )
 
-// Kinds the demo reads or plays; Cluster API's in their storage versions.
-var (
-	harvesterClusterGVK    = schema.GroupVersionKind{Group: "infrastructure.butlerlabs.dev", Version: "v1alpha1", Kind: "HarvesterCluster"}
-	stewardControlPlaneGVK = schema.GroupVersionKind{Group: "controlplane.cluster.x-k8s.io", Version: "v1alpha1", Kind: "StewardControlPlane"}
-)
-
 // capiDemo is the Cluster API demo's state beside the shared demo's.
 type capiDemo struct {
 	*demo
@@ -59,7 +52,7 @@ type capiDemo struct {
 	clusterctl string // the clusterctl configuration naming the demo's repository
 	tenant     *testbed.Tenant
 	objs       []*unstructured.Unstructured // the flavour as clusterctl rendered it
-	played     *played
+	steward    *testbed.Steward
 }
 
 // runCAPI is `make demo-capi`: the Cluster API door end to end on the simulated Harvester.
@@ -148,8 +141,8 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 	defer kubelets.Stop()
 	cloudProvider := testbed.PlayCloudProvider(ctx, d.tb.Mgmt, testbed.Namespace, capiCluster, c.tenant)
 	defer cloudProvider.Stop()
-	c.played = startPlayers(ctx, d.tb.Mgmt, testbed.Namespace, capiCluster, c.tenant.Config.Host, d.say)
-	defer c.played.Stop()
+	c.steward = testbed.PlaySteward(ctx, d.tb.Mgmt, testbed.Namespace, capiCluster, c.tenant.Config.Host, d.say)
+	defer c.steward.Stop()
 	d.say("  played here (Cluster API core and its kubeadm bootstrap provider run): Steward (the cluster CA and kubeconfig Secrets, the endpoint patch and the StewardControlPlane's status), the workers' kubelets, and Harvester's cloud provider in the tenant (from the credentials the provider delivers)")
 
 	d.say("Creating the tenant cluster %s/%s as rendered (%s) ...", testbed.Namespace, capiCluster, kindsOf(c.objs))
@@ -160,7 +153,7 @@ func runCAPI(ctx context.Context, o options, d *demo) error {
 	}
 	d.say("Waiting for the %d workers to be Running", capiWorkers)
 	if err := c.waitMachines(ctx, capiWorkers); err != nil {
-		return errors.Join(err, cloudProvider.Err(), c.played.Err())
+		return errors.Join(err, cloudProvider.Err(), c.steward.Err())
 	}
 	if err := c.checkRunning(ctx, capiWorkers); err != nil {
 		return err
@@ -259,42 +252,11 @@ func (c *capiDemo) uploadWorkerImage(ctx context.Context) error {
 }
 
 // render builds the project's clusterctl repository in the work directory as `make
-// infrastructure-components` does (infrastructure-components.yaml from config/clusterctl with the
-// pinned kustomize, metadata.yaml, the cluster templates), and has the real clusterctl generate
-// the tenant cluster from the hosted flavour; the result is kept as cluster-demo.yaml.
+// infrastructure-components` does (testbed.WriteClusterctlRepository), and has the real clusterctl
+// generate the tenant cluster from the hosted flavour; the result is kept as cluster-demo.yaml.
 func (c *capiDemo) render(ctx context.Context, work string) error {
-	root := c.o.repoRoot
-	repo := filepath.Join(work, "clusterctl", "infrastructure-"+capiProvider, capiVersion)
-	if err := os.MkdirAll(repo, 0o750); err != nil {
-		return err
-	}
-	kustomize := exec.CommandContext(ctx, "go", "tool", "-modfile="+filepath.Join("hack", "tools", "kustomize", "go.mod"), "kustomize", "build", "config/clusterctl") //nolint:gosec // G204: the pinned kustomize on the repository's kustomization
-	kustomize.Dir = root
-	var stderr bytes.Buffer
-	kustomize.Stderr = &stderr
-	components, err := kustomize.Output()
-	if err != nil {
-		return fmt.Errorf("kustomize build config/clusterctl: %w\n%s", err, stderr.String())
-	}
-	if err := os.WriteFile(filepath.Join(repo, "infrastructure-components.yaml"), components, 0o600); err != nil {
-		return err
-	}
-	templates, err := filepath.Glob(filepath.Join(root, "templates", "cluster-template*.yaml"))
-	if err != nil {
-		return err
-	}
-	for _, f := range append([]string{filepath.Join(root, "metadata.yaml")}, templates...) {
-		data, err := os.ReadFile(f) //nolint:gosec // G304: the repository's own templates
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(repo, filepath.Base(f)), data, 0o600); err != nil { //nolint:gosec // G703: the repository's templates, copied into the demo's work directory under their own base names
-			return err
-		}
-	}
-	c.clusterctl = filepath.Join(work, "clusterctl", "clusterctl.yaml")
-	config := fmt.Sprintf("providers:\n- name: %s\n  type: InfrastructureProvider\n  url: file://%s\n", capiProvider, filepath.Join(repo, "infrastructure-components.yaml"))
-	if err := os.WriteFile(c.clusterctl, []byte(config), 0o600); err != nil {
+	var err error
+	if _, c.clusterctl, err = testbed.WriteClusterctlRepository(ctx, c.o.repoRoot, filepath.Join(work, "clusterctl"), capiProvider, capiVersion); err != nil {
 		return err
 	}
 	args := []string{"generate", "cluster", capiCluster, "--infrastructure", capiProvider + ":" + capiVersion, "--flavor", capiFlavour,
@@ -304,7 +266,7 @@ func (c *capiDemo) render(ctx context.Context, work string) error {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.assets, "clusterctl"), args...) //nolint:gosec // G204: the clusterctl hack/tools/capi.sh built, fixed arguments
 	// No update check (it would ask GitHub) and no configuration but the demo's own.
 	cmd.Env = append(append(os.Environ(), "CLUSTERCTL_DISABLE_VERSIONCHECK=true", "XDG_CONFIG_HOME="+filepath.Join(work, "clusterctl", "home")), vars...)
-	stderr.Reset()
+	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {

@@ -141,7 +141,7 @@ func (c *capiDemo) waitTable(ctx context.Context, done func([]machineRow) (bool,
 			return err
 		}
 		if time.Now().After(deadline) {
-			return errors.Join(fmt.Errorf("not done after %s\n%s%s", c.o.timeout, c.tb.ManagerLogTail(), c.tb.ClusterAPI.LogTail()), c.played.Err())
+			return errors.Join(fmt.Errorf("not done after %s\n%s%s", c.o.timeout, c.tb.ManagerLogTail(), c.tb.ClusterAPI.LogTail()), c.steward.Err())
 		}
 		select {
 		case <-ctx.Done():

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	sigsyaml "sigs.k8s.io/yaml"
+
+	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
 
 // publishedVersions are the published provider's releases (its tags, images and chart appVersion):
@@ -96,5 +98,60 @@ func TestReleaseRefusesThePublishedVersions(t *testing.T) {
 	}
 	if !latest {
 		t.Error("release.yml: the image is not tagged latest (metadata-action flavor latest=true)")
+	}
+}
+
+// The release publishes the clusterctl repository: the workflow runs make
+// infrastructure-components before the release step, which attaches dist/clusterctl/*; that
+// target writes the components, steward-rbac.yaml and every file the testbed's clusterctl
+// repository has (testbed.ClusterctlRepositoryFiles: metadata, cluster templates, ClusterClasses).
+func TestReleasePublishesTheClusterctlRepository(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repoRoot(), ".github", "workflows", "release.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var workflow struct {
+		Jobs map[string]struct {
+			Steps []struct {
+				Uses, Run string
+				With      map[string]string
+			}
+		}
+	}
+	if err := sigsyaml.Unmarshal(data, &workflow); err != nil {
+		t.Fatal(err)
+	}
+	built, published := -1, -1
+	for i, s := range workflow.Jobs["release"].Steps {
+		switch {
+		case strings.Contains(s.Run, "make infrastructure-components"):
+			built = i
+		case strings.HasPrefix(s.Uses, "softprops/action-gh-release@") && slices.Contains(strings.Fields(s.With["files"]), "dist/clusterctl/*"):
+			published = i
+		}
+	}
+	if built < 0 || published < 0 || built > published {
+		t.Errorf("release.yml: make infrastructure-components is step %d, the release with dist/clusterctl/* step %d: the repository must be built, then published", built, published)
+	}
+
+	cmd := exec.Command("make", "-s", "infrastructure-components", "VERSION=v0.3.0")
+	cmd.Dir = repoRoot()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make infrastructure-components: %v\n%s", err, out)
+	}
+	want := []string{"infrastructure-components.yaml", "steward-rbac.yaml"}
+	for _, glob := range testbed.ClusterctlRepositoryFiles {
+		files, err := filepath.Glob(filepath.Join(repoRoot(), glob))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("%s: %v, %v", glob, files, err)
+		}
+		for _, f := range files {
+			want = append(want, filepath.Base(f))
+		}
+	}
+	for _, name := range want {
+		if _, err := os.Stat(filepath.Join(repoRoot(), "dist", "clusterctl", name)); err != nil {
+			t.Errorf("make infrastructure-components did not write %s: %v", name, err)
+		}
 	}
 }

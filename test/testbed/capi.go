@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -78,7 +79,8 @@ type ClusterAPIOptions struct {
 	// its log (<program>.log). A manager started again in the same WorkDir serves its webhooks
 	// where the API server calls them. Each program has files of its own, so two may share one.
 	WorkDir string
-	// Args are added to the manager's flags (e.g. --feature-gates=ClusterTopology=true).
+	// Args are added to the manager's flags (after those its release gives it, so a flag given
+	// here wins).
 	Args []string
 }
 
@@ -108,6 +110,8 @@ type managerProgram struct {
 	mutating, validating string
 	// called waits until the API server calls its webhooks.
 	called func(ctx context.Context, c client.Client) error
+	// args are flags its release gives it beside the testbed's own.
+	args []string
 }
 
 // coreManager is Cluster API core (its kustomization's namePrefix "capi-").
@@ -115,6 +119,10 @@ var coreManager = managerProgram{
 	binary: "capi-manager", title: "the Cluster API manager", webhooks: "webhook",
 	mutating: "capi-mutating-webhook-configuration", validating: "capi-validating-webhook-configuration",
 	called: waitForDefaulting,
+	// ClusterTopology (ClusterClass and managed topologies) is an alpha feature gate of Cluster
+	// API v1.14, which `clusterctl init` turns on with CLUSTER_TOPOLOGY=true, as the docs tell
+	// users of the ClusterClass flavours to: the core manager here runs as they run it.
+	args: []string{"--feature-gates=ClusterTopology=true"},
 }
 
 // kubeadmBootstrapManager is Cluster API's kubeadm bootstrap provider (its kustomization's
@@ -185,7 +193,7 @@ func startManager(ctx context.Context, program managerProgram, opts ClusterAPIOp
 		"--health-addr=" + healthAddr,
 		"--webhook-port=" + strconv.Itoa(webhooks.port),
 		"--webhook-cert-dir=" + webhooks.certDir,
-	}, opts.Args...)
+	}, append(slices.Clone(program.args), opts.Args...)...)
 	//nolint:gosec // G204: runs a manager hack/tools/capi.sh built, with the caller's (test) flags
 	c.cmd = exec.Command(filepath.Join(opts.Assets, program.binary), args...)
 	c.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
