@@ -194,9 +194,10 @@ func BuildVirtualMachine(s *MachineSpec) *kubevirtv1.VirtualMachine {
 					Domain: kubevirtv1.DomainSpec{
 						CPU:       &kubevirtv1.CPU{Cores: s.CPU, Sockets: 1, Threads: 1, DedicatedCPUPlacement: s.DedicatedCPUs, Model: s.CPUModel},
 						Resources: vmResources(s),
-						Devices:   kubevirtv1.Devices{Disks: disks, Interfaces: interfaces, TPM: tpmDevice(s.Firmware)},
-						Firmware:  firmware(s.Firmware),
-						Features:  firmwareFeatures(s.Firmware),
+						Devices: kubevirtv1.Devices{Disks: disks, Interfaces: interfaces, TPM: tpmDevice(s.Firmware),
+							HostDevices: hostDevicesOf(s), GPUs: gpusOf(s)},
+						Firmware: firmware(s.Firmware),
+						Features: firmwareFeatures(s.Firmware),
 					},
 					Networks: networks,
 					Volumes:  volumes,
@@ -242,6 +243,36 @@ func tpmDevice(f Firmware) *kubevirtv1.TPMDevice {
 		return &kubevirtv1.TPMDevice{Persistent: ptr.To(true)}
 	}
 	return &kubevirtv1.TPMDevice{}
+}
+
+// hostDevicesOf are the VM's PCI passthrough devices (nil for none): each any free device of its
+// resource on the node the VM runs on. KubeVirt's virt-controller asks the launcher pod for one
+// of the resource per entry (requests and limits), so the scheduler places the VM only on a node
+// whose device plugin advertises enough of them free (kubevirt pkg/virt-controller/services,
+// the resource renderer's hostdevice requests).
+func hostDevicesOf(s *MachineSpec) []kubevirtv1.HostDevice {
+	if len(s.HostDevices) == 0 {
+		return nil
+	}
+	out := make([]kubevirtv1.HostDevice, 0, len(s.HostDevices))
+	for i, resource := range s.HostDevices {
+		out = append(out, kubevirtv1.HostDevice{Name: hostDeviceName(i), DeviceName: resource})
+	}
+	return out
+}
+
+// gpusOf are the VM's vGPUs (nil for none), placed as host devices are. Harvester v1.8's
+// pcidevices mutator turns them into host devices of the same names (vGPUs are PCI devices of
+// their own there); v1.5 to v1.7 keep them as mediated devices.
+func gpusOf(s *MachineSpec) []kubevirtv1.GPU {
+	if len(s.GPUs) == 0 {
+		return nil
+	}
+	out := make([]kubevirtv1.GPU, 0, len(s.GPUs))
+	for i, resource := range s.GPUs {
+		out = append(out, kubevirtv1.GPU{Name: gpuName(i), DeviceName: resource})
+	}
+	return out
 }
 
 // vmResources are the VM's limits: Harvester's mutating webhook derives the requests and the

@@ -58,11 +58,37 @@ func classify(err error, action string) error {
 // 422) is a permanent InvalidSpec naming the object, since the same object would be refused
 // again; anything else is classified as usual.
 func createError(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	if msg := statusMessage(err); strings.Contains(msg, unknownDeviceRefusal) {
+		return Waiting(reasons.DeviceUnavailable, deviceRetry, "Harvester refused %s: %s. %s", what, msg, unknownDeviceAdvice(msg))
+	}
 	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
 		msg := statusMessage(err)
 		return Permanent(reasons.InvalidSpec, "Harvester rejected %s: %s%s", what, msg, refusalAdvice(msg))
 	}
 	return classify(err, "create "+what)
+}
+
+// unknownDeviceRefusal is in the message of Harvester's pcidevices VM webhook when it refuses a
+// device resource it knows no device of (harvester/pcidevices pkg/webhook/vm_validatation.go:
+// "hostdevice <name>: resource name <resource> not found in pcidevice and usbdevice cache", and
+// v1.5 to v1.7 "gpu device <name>: resource name <resource> not found in pcidevice cache"). Its
+// webhook framework answers it as an internal error (500), which would otherwise read as
+// Harvester failing: it is a wait, since enabling a vGPU, or a device appearing, ends it.
+const unknownDeviceRefusal = "not found in pcidevice"
+
+// unknownDeviceAdvice says which field asked for the device the webhook refused, and the fix.
+func unknownDeviceAdvice(msg string) string {
+	field := "spec.hostDevices or spec.gpus"
+	for _, word := range strings.Fields(msg) {
+		if f, _ := deviceField(strings.TrimSuffix(word, ":")); f != "" {
+			field = f
+			break
+		}
+	}
+	return fmt.Sprintf("Harvester knows no device of the resource %s names: a PCI device's resource is its PCIDevice's status.resourceName (Harvester's PCI Devices page), a vGPU type's is that of a vGPU enabled with the type (Advanced > vGPU Devices, Enable); correct the name or enable the vGPU, the provider retries every %s", field, deviceRetry)
 }
 
 // persistentStateGateOff is how KubeVirt (before 1.6, which Harvester v1.7.0 ships) refuses a
