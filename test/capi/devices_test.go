@@ -227,3 +227,49 @@ func TestClusterAPIDevicesPCIPassthroughAndVGPU(t *testing.T) {
 		t.Errorf("%d VMs, %d disks and %d cloud-init Secrets left on Harvester", vms, disks, secrets)
 	}
 }
+
+// TestClusterAPIDevicesCheckedOnlyWithTheDeviceGrant runs device machines with the provider's
+// Harvester credentials bound by config/harvester/rbac.yaml alone: the device check is skipped,
+// never the machine, which is made as asked and says so in its Created event, and waits
+// VMUnschedulable, naming the field, while Harvester does not offer its device. With
+// config/harvester/device-rbac.yaml applied too, the check runs (a machine asking for a device
+// Harvester has none of waits DeviceUnavailable before anything is made) and the machine runs once
+// passthrough is enabled.
+func TestClusterAPIDevicesCheckedOnlyWithTheDeviceGrant(t *testing.T) {
+	t.Parallel()
+	w := startCAPIWorld(t)
+	ctx, c, hv := w.ctx, w.c, w.hv
+	w.credentialsBoundBy("rbac.yaml")
+	w.tenantCluster()
+	const a10 = "nvidia.com/GA102GL_A10"
+	device, err := hv.Sim.AddPCIDevice(ctx, sim.PCIDevice{Node: "harvester-node-1", Address: "0000:3b:00.0", VendorID: "10de", DeviceID: "2236", ResourceName: a10})
+	w.must(err)
+
+	gpuWorker := tenant
+	gpuWorker.MachineSpec.HostDevices = []infrav1.PassthroughDevice{{DeviceName: a10}}
+	hm, machine := gpuWorker.Machine("tenant-gpu-0", "")
+	w.must(testbed.CreateAll(ctx, c, hm, machine))
+	w.waitEvent("HarvesterMachine", hm.Name, "Created", "its passthrough devices were not checked before it was made", "may not get KubeVirt harvester-system/kubevirt",
+		"config/harvester/device-rbac.yaml")
+	w.readyCondition(hm.Name, infrav1.ReasonVMUnschedulable, "Insufficient "+a10, "device "+a10+" (spec.hostDevices[0])", "Enable Passthrough")
+
+	w.applyOnHarvester("device-rbac.yaml")
+	unknown := tenant
+	unknown.MachineSpec.HostDevices = []infrav1.PassthroughDevice{{DeviceName: "nvidia.com/GA100"}}
+	hm2, machine2 := unknown.Machine("tenant-gpu-1", "")
+	w.must(testbed.CreateAll(ctx, c, hm2, machine2))
+	w.readyCondition(hm2.Name, infrav1.ReasonDeviceUnavailable, "spec.hostDevices[0].deviceName nvidia.com/GA100", "no PCIDevice on Harvester has status.resourceName nvidia.com/GA100")
+	w.must(hv.Sim.EnablePassthrough(ctx, device))
+	waitFor(ctx, t, w.capi, "the GPU machine provisioned once passthrough is enabled", func() error {
+		return machineOnHarvester(ctx, c, hv.Client, "vms", machine, &kubevirtv1.VirtualMachine{}, &infrav1.HarvesterMachine{})
+	})
+
+	for _, m := range []*unstructured.Unstructured{machine, machine2} {
+		w.must(c.Delete(ctx, m))
+	}
+	w.gone(ns, hm.Name)
+	w.gone(ns, hm2.Name)
+	if vms, disks, secrets := w.harvesterLeft(); vms+disks+secrets != 0 {
+		t.Errorf("%d VMs, %d disks and %d cloud-init Secrets left on Harvester", vms, disks, secrets)
+	}
+}
