@@ -91,6 +91,10 @@ func unknownDeviceAdvice(msg string) string {
 	return fmt.Sprintf("Harvester knows no device of the resource %s names: a PCI device's resource is its PCIDevice's status.resourceName (Harvester's PCI Devices page), a vGPU type's is that of a vGPU enabled with the type (Advanced > vGPU Devices, Enable); correct the name or enable the vGPU, the provider retries every %s", field, deviceRetry)
 }
 
+// hostDevicesGateOff is how KubeVirt refuses host devices without its HostDevices feature gate
+// (vmi-create-admitter.go, validateHostDevicesWithPassthroughEnabled).
+const hostDevicesGateOff = "Host Devices feature gate is not enabled"
+
 // persistentStateGateOff is how KubeVirt (before 1.6, which Harvester v1.7.0 ships) refuses a
 // persistent TPM or EFI when its VMPersistentState feature gate is off.
 const persistentStateGateOff = "VMPersistentState feature gate is not enabled"
@@ -98,6 +102,9 @@ const persistentStateGateOff = "VMPersistentState feature gate is not enabled"
 // refusalAdvice is the fix for a refusal the provider knows the cause of ("" for others),
 // starting with ". ".
 func refusalAdvice(msg string) string {
+	if strings.Contains(msg, hostDevicesGateOff) {
+		return ". This Harvester's KubeVirt passes host devices through (spec.hostDevices, and spec.gpus on Harvester v1.8) only with its HostDevices feature gate, which Harvester turns on: add HostDevices to spec.configuration.developerConfiguration.featureGates of the KubeVirt CR (kubectl -n harvester-system edit kubevirt kubevirt), or make the machine without devices"
+	}
 	if strings.Contains(msg, persistentStateGateOff) {
 		return ". This Harvester's KubeVirt keeps a persistent TPM or persistent EFI variables (spec.firmware.tpm: Persistent, spec.firmware.persistentEfi) only with its VMPersistentState feature gate, on by default from Harvester v1.7.0: add VMPersistentState to spec.configuration.developerConfiguration.featureGates of the KubeVirt CR (kubectl -n harvester-system edit kubevirt kubevirt), upgrade Harvester, or make the machine with an Ephemeral TPM and without persistentEfi"
 	}
