@@ -248,8 +248,8 @@ func tpmDevice(f Firmware) *kubevirtv1.TPMDevice {
 // hostDevicesOf are the VM's PCI passthrough devices (nil for none): each any free device of its
 // resource on the node the VM runs on. KubeVirt's virt-controller asks the launcher pod for one
 // of the resource per entry (requests and limits), so the scheduler places the VM only on a node
-// whose device plugin advertises enough of them free (kubevirt pkg/virt-controller/services,
-// the resource renderer's hostdevice requests).
+// whose device plugin advertises enough of them free (kubevirt
+// pkg/virt-controller/services/renderresources.go, WithHostDevices and WithGPUs).
 func hostDevicesOf(s *MachineSpec) []kubevirtv1.HostDevice {
 	if len(s.HostDevices) == 0 {
 		return nil

@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"maps"
+	"net/http"
 	"regexp"
 	"slices"
 	"strings"
@@ -354,8 +354,8 @@ func nestedString(u *unstructured.Unstructured, fields ...string) string {
 }
 
 // deviceRequests are what virt-controller asks a VMI's launcher pod for of device resources: one
-// per hostDevices and gpus entry (kubevirt pkg/virt-controller/services, the resource renderer's
-// GPU and host device requests).
+// per hostDevices and gpus entry, as requests and limits (kubevirt
+// pkg/virt-controller/services/renderresources.go, WithHostDevices and WithGPUs).
 func deviceRequests(spec *kubevirtv1.VirtualMachineInstanceSpec) map[string]int64 {
 	out := map[string]int64{}
 	for _, d := range spec.Domain.Devices.HostDevices {
@@ -414,7 +414,9 @@ func (w *webhooks) validateDevices(ctx context.Context, req *admissionv1.Admissi
 	if err := list(PCIDeviceGVK, func(u *unstructured.Unstructured) string { return nestedString(u, "status", "resourceName") }); err != nil {
 		return denied(http.StatusInternalServerError, metav1.StatusReasonInternalError, fmt.Sprintf("error looking up pcidevice from cache: %v", err))
 	}
-	if err := list(VGPUDeviceGVK, func(u *unstructured.Unstructured) string { return vgpuResourceName(nestedString(u, "status", "configureVGPUTypeName")) }); err != nil {
+	if err := list(VGPUDeviceGVK, func(u *unstructured.Unstructured) string {
+		return vgpuResourceName(nestedString(u, "status", "configureVGPUTypeName"))
+	}); err != nil {
 		return denied(http.StatusInternalServerError, metav1.StatusReasonInternalError, fmt.Sprintf("error looking up vGPU device from cache: %v", err))
 	}
 	for _, d := range devices.HostDevices {
