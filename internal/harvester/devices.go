@@ -408,7 +408,7 @@ func (inv *deviceInventory) vgpuAdvice(resource string) string {
 	case len(available) > 0:
 		return fmt.Sprintf("enable a vGPU with that type in Harvester (Advanced > vGPU Devices, Enable, with the type whose name gives %s); VGPUDevices that can take it: %s", resource, strings.Join(listSome(available), ", "))
 	}
-	return fmt.Sprintf("no VGPUDevice on Harvester can take that type, and Harvester refuses a VM that asks for it: correct the name (a vGPU type's resource is nvidia.com/<type> with spaces as underscores, as a VGPUDevice's status.availableTypes names the types), or enable SR-IOV on the GPU first (Advanced > SR-IOV GPU Devices)")
+	return "no VGPUDevice on Harvester can take that type, and Harvester refuses a VM that asks for it: correct the name (a vGPU type's resource is nvidia.com/<type> with spaces as underscores, as a VGPUDevice's status.availableTypes names the types), or enable SR-IOV on the GPU first (Advanced > SR-IOV GPU Devices)"
 }
 
 // listSome names up to five objects, and how many more there are.

@@ -174,7 +174,7 @@ func TestPassthroughDevicesFollowHarvester(t *testing.T) {
 			return fmt.Errorf("created")
 		}
 		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "Host Devices feature gate is not enabled in kubevirt-config") {
-			return fmt.Errorf("refused with %v", err)
+			return fmt.Errorf("refused with %w", err)
 		}
 		return nil
 	})
