@@ -251,26 +251,28 @@ func tpmDevice(f Firmware) *kubevirtv1.TPMDevice {
 // whose device plugin advertises enough of them free (kubevirt
 // pkg/virt-controller/services/renderresources.go, WithHostDevices and WithGPUs).
 func hostDevicesOf(s *MachineSpec) []kubevirtv1.HostDevice {
-	if len(s.HostDevices) == 0 {
-		return nil
-	}
-	out := make([]kubevirtv1.HostDevice, 0, len(s.HostDevices))
-	for i, resource := range s.HostDevices {
-		out = append(out, kubevirtv1.HostDevice{Name: hostDeviceName(i), DeviceName: resource})
-	}
-	return out
+	return devicesNamed(s.HostDevices, hostDeviceName, func(name, resource string) kubevirtv1.HostDevice {
+		return kubevirtv1.HostDevice{Name: name, DeviceName: resource}
+	})
 }
 
 // gpusOf are the VM's vGPUs (nil for none), placed as host devices are. Harvester v1.8's
 // pcidevices mutator turns them into host devices of the same names (vGPUs are PCI devices of
 // their own there); v1.5 to v1.7 keep them as mediated devices.
 func gpusOf(s *MachineSpec) []kubevirtv1.GPU {
-	if len(s.GPUs) == 0 {
+	return devicesNamed(s.GPUs, gpuName, func(name, resource string) kubevirtv1.GPU {
+		return kubevirtv1.GPU{Name: name, DeviceName: resource}
+	})
+}
+
+// devicesNamed builds one device entry per resource, named by its place (nil for none).
+func devicesNamed[T any](resources []string, name func(int) string, entry func(name, resource string) T) []T {
+	if len(resources) == 0 {
 		return nil
 	}
-	out := make([]kubevirtv1.GPU, 0, len(s.GPUs))
-	for i, resource := range s.GPUs {
-		out = append(out, kubevirtv1.GPU{Name: gpuName(i), DeviceName: resource})
+	out := make([]T, 0, len(resources))
+	for i, resource := range resources {
+		out = append(out, entry(name(i), resource))
 	}
 	return out
 }

@@ -107,15 +107,7 @@ func TestDeviceInventoryCheck(t *testing.T) {
 				}
 				return
 			}
-			w, ok := errkind.AsWaiting(err)
-			if !ok || w.Reason != reasons.DeviceUnavailable {
-				t.Fatalf("err = %v, want a wait with %s", err, reasons.DeviceUnavailable)
-			}
-			for _, part := range tc.want {
-				if !strings.Contains(w.Message, part) {
-					t.Errorf("message %q lacks %q", w.Message, part)
-				}
-			}
+			w := mustWait(t, err, reasons.DeviceUnavailable, tc.want...)
 			for _, part := range tc.notWant {
 				if strings.Contains(w.Message, part) {
 					t.Errorf("message %q says %q", w.Message, part)
@@ -233,15 +225,7 @@ func TestCheckDevices(t *testing.T) {
 				}
 				return
 			case tc.wantReason != "":
-				w, ok := errkind.AsWaiting(err)
-				if !ok || w.Reason != tc.wantReason {
-					t.Fatalf("err = %v, want a wait with %s", err, tc.wantReason)
-				}
-				for _, part := range tc.wantMessage {
-					if !strings.Contains(w.Message, part) {
-						t.Errorf("message %q lacks %q", w.Message, part)
-					}
-				}
+				mustWait(t, err, tc.wantReason, tc.wantMessage...)
 			case err != nil:
 				t.Fatalf("err = %v, want none", err)
 			}
@@ -295,4 +279,19 @@ func waitingOrPermanent(err error) bool {
 	_, waiting := errkind.AsWaiting(err)
 	_, permanent := errkind.AsPermanent(err)
 	return waiting || permanent
+}
+
+// mustWait fails unless err is a wait of reason whose message says every part, and returns it.
+func mustWait(t *testing.T, err error, reason string, parts ...string) *errkind.WaitingError {
+	t.Helper()
+	w, ok := errkind.AsWaiting(err)
+	if !ok || w.Reason != reason {
+		t.Fatalf("err = %v, want a wait with %s", err, reason)
+	}
+	for _, part := range parts {
+		if !strings.Contains(w.Message, part) {
+			t.Errorf("message %q lacks %q", w.Message, part)
+		}
+	}
+	return w
 }

@@ -218,14 +218,7 @@ func TestClusterAPIDevicesPCIPassthroughAndVGPU(t *testing.T) {
 		return nil
 	})
 
-	for _, m := range []*unstructured.Unstructured{machine2, machine3} {
-		w.must(c.Delete(ctx, m))
-	}
-	w.gone(ns, hm2.Name)
-	w.gone(ns, hm3.Name)
-	if vms, disks, secrets := w.harvesterLeft(); vms+disks+secrets != 0 {
-		t.Errorf("%d VMs, %d disks and %d cloud-init Secrets left on Harvester", vms, disks, secrets)
-	}
+	w.deleteLeavingNothing(machine2, machine3)
 }
 
 // TestClusterAPIDevicesCheckedOnlyWithTheDeviceGrant runs device machines with the provider's
@@ -264,12 +257,20 @@ func TestClusterAPIDevicesCheckedOnlyWithTheDeviceGrant(t *testing.T) {
 		return machineOnHarvester(ctx, c, hv.Client, "vms", machine, &kubevirtv1.VirtualMachine{}, &infrav1.HarvesterMachine{})
 	})
 
-	for _, m := range []*unstructured.Unstructured{machine, machine2} {
-		w.must(c.Delete(ctx, m))
+	w.deleteLeavingNothing(machine, machine2)
+}
+
+// deleteLeavingNothing deletes the Machines, waits for their HarvesterMachines (of the same names)
+// to go, and checks that nothing of them is left on Harvester.
+func (w *capiWorld) deleteLeavingNothing(machines ...*unstructured.Unstructured) {
+	w.t.Helper()
+	for _, m := range machines {
+		w.must(w.c.Delete(w.ctx, m))
 	}
-	w.gone(ns, hm.Name)
-	w.gone(ns, hm2.Name)
+	for _, m := range machines {
+		w.gone(ns, m.GetName())
+	}
 	if vms, disks, secrets := w.harvesterLeft(); vms+disks+secrets != 0 {
-		t.Errorf("%d VMs, %d disks and %d cloud-init Secrets left on Harvester", vms, disks, secrets)
+		w.t.Errorf("%d VMs, %d disks and %d cloud-init Secrets left on Harvester", vms, disks, secrets)
 	}
 }
