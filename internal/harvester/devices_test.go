@@ -225,7 +225,7 @@ func TestCheckDevices(t *testing.T) {
 				}
 				return
 			case tc.wantReason != "":
-				mustWait(t, err, tc.wantReason, tc.wantMessage...)
+				_ = mustWait(t, err, tc.wantReason, tc.wantMessage...)
 			case err != nil:
 				t.Fatalf("err = %v, want none", err)
 			}

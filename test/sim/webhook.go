@@ -89,7 +89,7 @@ func startWebhooks(ctx context.Context, c client.Client, cfg Config) (*webhooks,
 			// pkg/webhook/server.go: ValidatorName, failurePolicy Ignore). It allows every VM
 			// without devices: the API server calls it for VMs with devices only, so that the
 			// benchmarks' thousands of VM writes cost no call that could not refuse them.
-			Name:                    pcidevicesValidatorName,
+			Name: pcidevicesValidatorName,
 			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "has-devices", Expression: "has(object.spec) && has(object.spec.template) && " +
 				"has(object.spec.template.spec) && has(object.spec.template.spec.domain) && has(object.spec.template.spec.domain.devices) && " +
 				"(has(object.spec.template.spec.domain.devices.hostDevices) || has(object.spec.template.spec.domain.devices.gpus))"}},
