@@ -183,6 +183,9 @@ const (
 	NetworkNotFound = "NetworkNotFound"
 	// DiskInUse: a disk to delete is mounted by a VM that is not the machine's.
 	DiskInUse = "DiskInUse"
+	// DeviceUnavailable: Harvester offers no passthrough device or vGPU of a resource the machine
+	// asks for.
+	DeviceUnavailable = "DeviceUnavailable"
 	// VMUnschedulable: Harvester cannot place the VM.
 	VMUnschedulable = "VMUnschedulable"
 	// VolumeNotBound: a disk of the VM is Pending.
@@ -341,6 +344,7 @@ var behaviours = map[string]Behaviour{
 	UserDataTooLarge:        Permanent,
 	NetworkNotFound:         Waiting,
 	DiskInUse:               Attention,
+	DeviceUnavailable:       Attention,
 	VMUnschedulable:         Diagnosis,
 	VolumeNotBound:          Diagnosis,
 	VolumeMissing:           Diagnosis,

@@ -194,9 +194,10 @@ func BuildVirtualMachine(s *MachineSpec) *kubevirtv1.VirtualMachine {
 					Domain: kubevirtv1.DomainSpec{
 						CPU:       &kubevirtv1.CPU{Cores: s.CPU, Sockets: 1, Threads: 1, DedicatedCPUPlacement: s.DedicatedCPUs, Model: s.CPUModel},
 						Resources: vmResources(s),
-						Devices:   kubevirtv1.Devices{Disks: disks, Interfaces: interfaces, TPM: tpmDevice(s.Firmware)},
-						Firmware:  firmware(s.Firmware),
-						Features:  firmwareFeatures(s.Firmware),
+						Devices: kubevirtv1.Devices{Disks: disks, Interfaces: interfaces, TPM: tpmDevice(s.Firmware),
+							HostDevices: hostDevicesOf(s), GPUs: gpusOf(s)},
+						Firmware: firmware(s.Firmware),
+						Features: firmwareFeatures(s.Firmware),
 					},
 					Networks: networks,
 					Volumes:  volumes,
@@ -242,6 +243,38 @@ func tpmDevice(f Firmware) *kubevirtv1.TPMDevice {
 		return &kubevirtv1.TPMDevice{Persistent: ptr.To(true)}
 	}
 	return &kubevirtv1.TPMDevice{}
+}
+
+// hostDevicesOf are the VM's PCI passthrough devices (nil for none): each any free device of its
+// resource on the node the VM runs on. KubeVirt's virt-controller asks the launcher pod for one
+// of the resource per entry (requests and limits), so the scheduler places the VM only on a node
+// whose device plugin advertises enough of them free (kubevirt
+// pkg/virt-controller/services/renderresources.go, WithHostDevices and WithGPUs).
+func hostDevicesOf(s *MachineSpec) []kubevirtv1.HostDevice {
+	return devicesNamed(s.HostDevices, hostDeviceName, func(name, resource string) kubevirtv1.HostDevice {
+		return kubevirtv1.HostDevice{Name: name, DeviceName: resource}
+	})
+}
+
+// gpusOf are the VM's vGPUs (nil for none), placed as host devices are. Harvester v1.8's
+// pcidevices mutator turns them into host devices of the same names (vGPUs are PCI devices of
+// their own there); v1.5 to v1.7 keep them as mediated devices.
+func gpusOf(s *MachineSpec) []kubevirtv1.GPU {
+	return devicesNamed(s.GPUs, gpuName, func(name, resource string) kubevirtv1.GPU {
+		return kubevirtv1.GPU{Name: name, DeviceName: resource}
+	})
+}
+
+// devicesNamed builds one device entry per resource, named by its place (nil for none).
+func devicesNamed[T any](resources []string, name func(int) string, entry func(name, resource string) T) []T {
+	if len(resources) == 0 {
+		return nil
+	}
+	out := make([]T, 0, len(resources))
+	for i, resource := range resources {
+		out = append(out, entry(name(i), resource))
+	}
+	return out
 }
 
 // vmResources are the VM's limits: Harvester's mutating webhook derives the requests and the

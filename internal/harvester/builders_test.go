@@ -111,6 +111,31 @@ func TestBuildVirtualMachine(t *testing.T) {
 				t.Fatalf("firmware %+v, tpm %+v", d.Firmware, d.Devices.TPM)
 			}
 		}},
+		"no passthrough devices unless asked": {nil, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			if d := vm.Spec.Template.Spec.Domain.Devices; d.HostDevices != nil || d.GPUs != nil {
+				t.Fatalf("host devices %v, GPUs %v: want none", d.HostDevices, d.GPUs)
+			}
+		}},
+		"passthrough devices and vGPUs, one entry each, named in order": {func(s *MachineSpec) {
+			s.HostDevices = []string{"nvidia.com/GA102GL_A10", "intel.com/1533", "nvidia.com/GA102GL_A10"}
+			s.GPUs = []string{"nvidia.com/NVIDIA_A2-4Q", "nvidia.com/NVIDIA_A2-4Q"}
+		}, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
+			d := vm.Spec.Template.Spec.Domain.Devices
+			wantHost := []kubevirtv1.HostDevice{
+				{Name: "hostdevice-1", DeviceName: "nvidia.com/GA102GL_A10"},
+				{Name: "hostdevice-2", DeviceName: "intel.com/1533"},
+				{Name: "hostdevice-3", DeviceName: "nvidia.com/GA102GL_A10"},
+			}
+			wantGPUs := []kubevirtv1.GPU{{Name: "gpu-1", DeviceName: "nvidia.com/NVIDIA_A2-4Q"}, {Name: "gpu-2", DeviceName: "nvidia.com/NVIDIA_A2-4Q"}}
+			if !equality.Semantic.DeepEqual(d.HostDevices, wantHost) || !equality.Semantic.DeepEqual(d.GPUs, wantGPUs) {
+				t.Fatalf("host devices %+v, GPUs %+v; want %+v and %+v", d.HostDevices, d.GPUs, wantHost, wantGPUs)
+			}
+			// The requests are the scheduler's (virt-controller asks the launcher pod for each
+			// device); the VM asks only for CPU and memory, as without devices.
+			if r := vm.Spec.Template.Spec.Domain.Resources; len(r.Limits) != 2 || r.Requests != nil {
+				t.Fatalf("resources %+v: want CPU and memory limits only", r)
+			}
+		}},
 		"no cloud-init disk without data": {func(s *MachineSpec) { s.UserData, s.NetworkData = "", "" }, func(t *testing.T, vm *kubevirtv1.VirtualMachine) {
 			for _, v := range vm.Spec.Template.Spec.Volumes {
 				if v.CloudInitNoCloud != nil {

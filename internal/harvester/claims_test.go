@@ -157,6 +157,13 @@ func TestQuotaAndAdmissionErrors(t *testing.T) {
 		!strings.Contains(p.Message, "spec.firmware.tpm") || !strings.Contains(p.Message, "kubectl -n harvester-system edit kubevirt kubevirt") {
 		t.Fatalf("the persistent state gate off: %v", p)
 	}
+	// KubeVirt without its HostDevices gate: likewise.
+	hostDevicesOff := &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: 422, Reason: metav1.StatusReasonInvalid,
+		Message: `admission webhook "virtualmachine-validator.kubevirt.io" denied the request: Host Devices feature gate is not enabled in kubevirt-config`}}
+	if p, ok := errkind.AsPermanent(createError(hostDevicesOff, "VirtualMachine vms/x")); !ok || p.Reason != reasons.InvalidSpec ||
+		!strings.Contains(p.Message, "spec.hostDevices") || !strings.Contains(p.Message, "add HostDevices to spec.configuration.developerConfiguration.featureGates") {
+		t.Fatalf("the host devices gate off: %v", p)
+	}
 	conflict := apierrors.NewConflict(gr, "x", errorString("modified"))
 	if err := classify(conflict, "patch x"); !apierrors.IsConflict(err) {
 		t.Fatalf("a classified conflict is no longer recognisable: %v", err)

@@ -22,7 +22,7 @@ func (m *machines) Ensure(ctx context.Context, spec *MachineSpec) (Observation, 
 		// a new machine (a new disk, a new node) without telling it.
 		return Observation{}, vmGone(spec.Ref())
 	}
-	created := false
+	created, notice := false, ""
 	if vm == nil {
 		// The front door's gate and the image decide whether the machine can be created at
 		// all: both are read-only, and checked before the place is recorded and anything is
@@ -38,6 +38,9 @@ func (m *machines) Ensure(ctx context.Context, spec *MachineSpec) (Observation, 
 		}
 		image, err := m.usableImage(ctx, spec)
 		if err != nil {
+			return Observation{}, err
+		}
+		if notice, err = m.checkDevices(ctx, spec); err != nil {
 			return Observation{}, err
 		}
 		if err := m.record(ctx, spec); err != nil {
@@ -66,6 +69,9 @@ func (m *machines) Ensure(ctx context.Context, spec *MachineSpec) (Observation, 
 	}
 	obs, err := m.observeVM(ctx, vm)
 	obs.VMCreated, obs.TookOverFrom, obs.Predecessor = created, takenOver.UID, takenOver
+	if created {
+		obs.Notice = notice
+	}
 	return obs, err
 }
 

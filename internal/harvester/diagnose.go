@@ -114,10 +114,115 @@ func schedulingAdvice(vm *kubevirtv1.VirtualMachine, why string) string {
 			advice = append(advice, "The VM has dedicated CPUs (spec.dedicatedCpuPlacement): it runs only on a node whose CPU manager is on; turn it on for a node in Harvester (Hosts, Enable CPU Manager), or make the machine without dedicated CPUs")
 		}
 	}
-	if !mismatch || strings.Contains(why, "Insufficient") {
+	short := devicesShort(vm, why)
+	advice = append(advice, short...)
+	if strings.Contains(why, insufficient+string(corev1.ResourceCPU)) || strings.Contains(why, insufficient+string(corev1.ResourceMemory)) || (!mismatch && len(short) == 0) {
 		advice = append(advice, "Free CPU or memory on Harvester, or give the machine fewer CPUs or less memory")
 	}
 	return strings.Join(advice, ". ")
+}
+
+// insufficient starts kube-scheduler's reason for a node that lacks room for a resource the pod
+// requests (noderesources' "Insufficient <resource name>"), extended resources included.
+const insufficient = "Insufficient "
+
+// devicesShort says, for each passthrough device resource of the VM that the scheduler finds no
+// room for, which field asked for it and what to enable or free on Harvester. KubeVirt's
+// virt-controller asks the launcher pod for one of the resource per device, and only nodes whose
+// device plugin advertises one free fit: the resource is short when Harvester offers no device of
+// it (passthrough enabled for none, no vGPU of the type), or every one is in use by another VM.
+func devicesShort(vm *kubevirtv1.VirtualMachine, why string) []string {
+	var out []string
+	filtered := schedulerReasons(why)
+	seen := map[string]bool{}
+	for _, d := range vmDevices(vm) {
+		if seen[d.resource] || !filtered[insufficient+d.resource] {
+			continue
+		}
+		seen[d.resource] = true
+		enable := "enable passthrough for another device of that model in Harvester (Advanced > PCI Devices, Enable Passthrough)"
+		if d.vGPU {
+			enable = "enable another vGPU of that type in Harvester (Advanced > vGPU Devices, Enable, with that type)"
+		}
+		out = append(out, fmt.Sprintf(
+			"The VM asks for device %s (%s) and no Harvester node has one free: Harvester offers none of it, or every one it offers is in use by another VM. To run it, %s, or free one (stop or delete the VM that holds it); the VM starts once a node has one free",
+			d.resource, d.field, enable))
+	}
+	return out
+}
+
+// schedulerReasons are the reasons of a FailedScheduling message (kube-scheduler's FitError:
+// "0/3 nodes are available: 1 Insufficient memory, 2 Insufficient nvidia.com/GA102GL_A10.
+// preemption: ..."), without their node counts: whole reasons, so that a resource whose name
+// starts another's is not taken for it.
+func schedulerReasons(why string) map[string]bool {
+	head, _, _ := strings.Cut(why, " preemption:")
+	_, list, ok := strings.Cut(head, " nodes are available: ")
+	if !ok {
+		return nil
+	}
+	out := map[string]bool{}
+	for _, r := range strings.Split(strings.TrimSuffix(strings.TrimSpace(list), "."), ", ") {
+		if count, reason, ok := strings.Cut(r, " "); ok && strings.Trim(count, "0123456789") == "" {
+			r = reason
+		}
+		out[r] = true
+	}
+	return out
+}
+
+// vmDevice is a passthrough device of a VM as its spec names it.
+type vmDevice struct {
+	resource string
+	// field is the machine's field that asked for it.
+	field string
+	vGPU  bool
+}
+
+// vmDevices lists the VM's passthrough devices and vGPUs. Harvester v1.8's pcidevices mutator
+// moves vGPUs to hostDevices, keeping their names (gpuName), and Harvester renames a stopped
+// VM's devices after those it was given (its VM controller's OnVMIDeletion): a device is told
+// apart by its name where it can be.
+func vmDevices(vm *kubevirtv1.VirtualMachine) []vmDevice {
+	if vm.Spec.Template == nil {
+		return nil
+	}
+	d := vm.Spec.Template.Spec.Domain.Devices
+	var out []vmDevice
+	for i, g := range d.GPUs {
+		field, vGPU := deviceField(g.Name)
+		if field == "" {
+			field, vGPU = fmt.Sprintf("spec.gpus; the VM's gpus[%d]", i), true
+		}
+		out = append(out, vmDevice{resource: g.DeviceName, field: field, vGPU: vGPU})
+	}
+	for i, h := range d.HostDevices {
+		field, vGPU := deviceField(h.Name)
+		if field == "" {
+			field = fmt.Sprintf("spec.hostDevices or spec.gpus; the VM's hostDevices[%d]", i)
+		}
+		out = append(out, vmDevice{resource: h.DeviceName, field: field, vGPU: vGPU})
+	}
+	return out
+}
+
+// deviceField is the machine's field a device of the VM was made from, by the name the provider
+// gave it (hostDeviceName, gpuName); "" for a name it did not give.
+func deviceField(name string) (field string, vGPU bool) {
+	var n int
+	switch {
+	case scanIndex(name, "gpu-%d", &n):
+		return fmt.Sprintf("spec.gpus[%d]", n-1), true
+	case scanIndex(name, "hostdevice-%d", &n):
+		return fmt.Sprintf("spec.hostDevices[%d]", n-1), false
+	}
+	return "", false
+}
+
+// scanIndex reads the index of a device name of the form format (hostDeviceName, gpuName).
+func scanIndex(name, format string, n *int) bool {
+	_, err := fmt.Sscanf(name, format, n)
+	return err == nil && *n >= 1 && fmt.Sprintf(format, *n) == name
 }
 
 // dedicatedCPUs reports whether the VM pins its vCPUs (KubeVirt's dedicatedCpuPlacement).

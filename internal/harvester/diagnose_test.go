@@ -290,6 +290,23 @@ func TestSchedulingAdviceFitsTheScheduler(t *testing.T) {
 	dedicatedSpec := testSpec()
 	dedicatedSpec.DedicatedCPUs = true
 	dedicated := BuildVirtualMachine(dedicatedSpec)
+	devicesSpec := testSpec()
+	devicesSpec.HostDevices, devicesSpec.GPUs = []string{"intel.com/1533", "nvidia.com/GA102GL_A10"}, []string{"nvidia.com/NVIDIA_A2-4Q"}
+	withDevices := BuildVirtualMachine(devicesSpec)
+	// As Harvester v1.8's pcidevices mutator leaves it: the vGPU moved to hostDevices, its name
+	// kept.
+	converted := BuildVirtualMachine(devicesSpec)
+	converted.Spec.Template.Spec.Domain.Devices.HostDevices = append(converted.Spec.Template.Spec.Domain.Devices.HostDevices,
+		kubevirtv1.HostDevice{Name: "gpu-1", DeviceName: "nvidia.com/NVIDIA_A2-4Q"})
+	converted.Spec.Template.Spec.Domain.Devices.GPUs = nil
+	prefixSpec := testSpec()
+	prefixSpec.GPUs = []string{"nvidia.com/gpu"}
+	prefixed := BuildVirtualMachine(prefixSpec)
+	const (
+		gpuShort     = "0/3 nodes are available: 3 Insufficient nvidia.com/NVIDIA_A2-4Q. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
+		deviceAndRAM = "0/3 nodes are available: 1 Insufficient memory, 2 Insufficient nvidia.com/GA102GL_A10. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
+		otherShort   = "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.shared. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
+	)
 	const (
 		mismatch = "0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."
 		full     = "0/3 nodes are available: 3 Insufficient memory. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."
@@ -307,6 +324,13 @@ func TestSchedulingAdviceFitsTheScheduler(t *testing.T) {
 		"dedicated CPUs, no CPU manager": {dedicated, mismatch, []string{"spec.dedicatedCpuPlacement", "Enable CPU Manager"}, nil},
 		"dedicated CPUs, no room":        {dedicated, full, []string{"Free CPU or memory"}, []string{"CPU manager"}},
 		"shared CPUs":                    {zoned, mismatch, nil, []string{"CPU manager"}},
+		"no vGPU of the type free": {withDevices, gpuShort, []string{"device nvidia.com/NVIDIA_A2-4Q (spec.gpus[0])", "Advanced > vGPU Devices", "free one"},
+			[]string{"Free CPU", "PCI Devices", "spec.hostDevices"}},
+		"no PCI device free, nor memory": {withDevices, deviceAndRAM, []string{"device nvidia.com/GA102GL_A10 (spec.hostDevices[1])", "Advanced > PCI Devices, Enable Passthrough", "Free CPU or memory"},
+			[]string{"vGPU", "intel.com/1533"}},
+		"a vGPU Harvester v1.8 moved to hostDevices": {converted, gpuShort, []string{"(spec.gpus[0])", "Advanced > vGPU Devices"}, []string{"spec.hostDevices"}},
+		"another resource of a longer name":          {prefixed, otherShort, []string{"Free CPU or memory"}, []string{"asks for device"}},
+		"devices, no node with the labels":           {withDevices, mismatch, []string{"label the nodes"}, []string{"asks for device", "Free CPU"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			got := schedulingAdvice(tc.vm, tc.why)

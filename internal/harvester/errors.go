@@ -58,12 +58,42 @@ func classify(err error, action string) error {
 // 422) is a permanent InvalidSpec naming the object, since the same object would be refused
 // again; anything else is classified as usual.
 func createError(err error, what string) error {
+	if err == nil {
+		return nil
+	}
+	if msg := statusMessage(err); strings.Contains(msg, unknownDeviceRefusal) {
+		return Waiting(reasons.DeviceUnavailable, deviceRetry, "Harvester refused %s: %s. %s", what, msg, unknownDeviceAdvice(msg))
+	}
 	if apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) {
 		msg := statusMessage(err)
 		return Permanent(reasons.InvalidSpec, "Harvester rejected %s: %s%s", what, msg, refusalAdvice(msg))
 	}
 	return classify(err, "create "+what)
 }
+
+// unknownDeviceRefusal is in the message of Harvester's pcidevices VM webhook when it refuses a
+// device resource it knows no device of (harvester/pcidevices pkg/webhook/vm_validatation.go:
+// "hostdevice <name>: resource name <resource> not found in pcidevice and usbdevice cache", and
+// v1.5 to v1.7 "gpu device <name>: resource name <resource> not found in pcidevice cache"). Its
+// webhook framework answers it as an internal error (500), which would otherwise read as
+// Harvester failing: it is a wait, since enabling a vGPU, or a device appearing, ends it.
+const unknownDeviceRefusal = "not found in pcidevice"
+
+// unknownDeviceAdvice says which field asked for the device the webhook refused, and the fix.
+func unknownDeviceAdvice(msg string) string {
+	field := "spec.hostDevices or spec.gpus"
+	for _, word := range strings.Fields(msg) {
+		if f, _ := deviceField(strings.TrimSuffix(word, ":")); f != "" {
+			field = f
+			break
+		}
+	}
+	return fmt.Sprintf("Harvester knows no device of the resource %s names: a PCI device's resource is its PCIDevice's status.resourceName (Harvester's PCI Devices page), a vGPU type's is that of a vGPU enabled with the type (Advanced > vGPU Devices, Enable); correct the name or enable the vGPU, the provider retries every %s", field, deviceRetry)
+}
+
+// hostDevicesGateOff is how KubeVirt refuses host devices without its HostDevices feature gate
+// (vmi-create-admitter.go, validateHostDevicesWithPassthroughEnabled).
+const hostDevicesGateOff = "Host Devices feature gate is not enabled"
 
 // persistentStateGateOff is how KubeVirt (before 1.6, which Harvester v1.7.0 ships) refuses a
 // persistent TPM or EFI when its VMPersistentState feature gate is off.
@@ -72,6 +102,9 @@ const persistentStateGateOff = "VMPersistentState feature gate is not enabled"
 // refusalAdvice is the fix for a refusal the provider knows the cause of ("" for others),
 // starting with ". ".
 func refusalAdvice(msg string) string {
+	if strings.Contains(msg, hostDevicesGateOff) {
+		return ". This Harvester's KubeVirt passes host devices through (spec.hostDevices, and spec.gpus on Harvester v1.8) only with its HostDevices feature gate, which Harvester turns on: add HostDevices to spec.configuration.developerConfiguration.featureGates of the KubeVirt CR (kubectl -n harvester-system edit kubevirt kubevirt), or make the machine without devices"
+	}
 	if strings.Contains(msg, persistentStateGateOff) {
 		return ". This Harvester's KubeVirt keeps a persistent TPM or persistent EFI variables (spec.firmware.tpm: Persistent, spec.firmware.persistentEfi) only with its VMPersistentState feature gate, on by default from Harvester v1.7.0: add VMPersistentState to spec.configuration.developerConfiguration.featureGates of the KubeVirt CR (kubectl -n harvester-system edit kubevirt kubevirt), upgrade Harvester, or make the machine with an Ephemeral TPM and without persistentEfi"
 	}

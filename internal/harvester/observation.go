@@ -66,6 +66,9 @@ type Observation struct {
 	// DiagnoseAgainAt, if set, is when a diagnosis may have appeared with no change on Harvester
 	// to announce it (see schedulingGrace): the caller looks again then.
 	DiagnoseAgainAt time.Time
+	// Notice, set with VMCreated, is what the caller should tell its user about how the VM was
+	// made, though nothing is wrong (a check that could not run).
+	Notice string
 	// Watched is true when the machine's objects are watched: every change of its VM, VMI,
 	// disks and cloud-init Secret that matters reaches the Notifier, so a caller waiting on them
 	// need only poll in case an event was missed. False when the cluster's credentials do not

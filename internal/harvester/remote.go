@@ -116,6 +116,9 @@ type machines struct {
 	// volumeUsersCalls shares one live list of a namespace's VMs among the deletions that need
 	// it at the same time (see volumeUsers).
 	volumeUsersCalls singleflight.Group
+	// devices is what the cluster offers of passthrough devices, read for the machines that ask
+	// for some (see checkDevices).
+	devices deviceInventories
 }
 
 // images implements Images: the VirtualMachineImages of one cluster.

@@ -28,8 +28,11 @@ type MachineSpec struct {
 	CPUModel string
 	// Firmware is how the VM boots (the zero value: BIOS, no TPM).
 	Firmware Firmware
-	MemoryMB int64
-	DiskGB   int64
+	// HostDevices are the device resources of the PCI devices passed through to the VM, one
+	// device each (KubeVirt's hostDevices[].deviceName), and GPUs those of its vGPUs (gpus[]).
+	HostDevices, GPUs []string
+	MemoryMB          int64
+	DiskGB            int64
 	// ExtraDisks are blank data disks, attached in order after the root disk.
 	ExtraDisks []DiskSpec
 	// Image is the VirtualMachineImage the root disk is cloned from.
@@ -197,6 +200,16 @@ func (s *MachineSpec) Ref() MachineRef {
 func cloudInitSecretName(machine string) string  { return machine + "-cloudinit" }
 func diskName(i int) string                      { return fmt.Sprintf("disk-%d", i) }
 func diskClaimName(machine string, i int) string { return fmt.Sprintf("%s-%s", machine, diskName(i)) }
+
+// Names of the VM's passthrough devices, from 1 in the order of the spec: stable, unique in the
+// VM, and never a PCIDevice's name (Harvester's pcidevices webhooks look devices named after a
+// PCIDevice up as that very device, claimed by its owner; the provider asks for any free device of
+// a resource instead).
+func hostDeviceName(i int) string { return fmt.Sprintf("hostdevice-%d", i+1) }
+func gpuName(i int) string        { return fmt.Sprintf("gpu-%d", i+1) }
+
+// HasDevices reports whether the machine asks for passthrough devices or vGPUs.
+func (s *MachineSpec) HasDevices() bool { return len(s.HostDevices)+len(s.GPUs) > 0 }
 
 // NICName is the name of the VM's first (primary) network interface; its VMI status entry carries
 // the machine's address.

@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/harvester"
+	"github.com/butlerdotdev/butler-provider-harvester/test/sim"
 	"github.com/butlerdotdev/butler-provider-harvester/test/testbed"
 )
 
@@ -128,4 +130,147 @@ func namesOfClaims(claims []corev1.PersistentVolumeClaim) []string {
 		names = append(names, claims[i].Name)
 	}
 	return names
+}
+
+// TestClusterAPIDevicesPCIPassthroughAndVGPU runs Machines whose HarvesterMachines ask for a GPU
+// passed through whole and for a vGPU, through the real Cluster API core manager, on a simulated
+// Harvester with one A10 on harvester-node-2 and one vGPU on harvester-node-3 that can take type
+// NVIDIA A2-4Q. Until passthrough is enabled for the A10 the first machine waits with
+// DeviceUnavailable, naming the field, the PCIDevice and what to enable, and nothing is made on
+// Harvester; then it runs on the A10's node with the device in its VM. A second machine asking for
+// the one A10 is made and waits VMUnschedulable, naming the field, until the first machine is
+// deleted. The vGPU machine waits the same way until the vGPU is enabled with its type. The
+// template of such machines reports the devices' Node resource in status.capacity, and nothing
+// is left on Harvester at the end.
+func TestClusterAPIDevicesPCIPassthroughAndVGPU(t *testing.T) {
+	t.Parallel()
+	w := startCAPIWorld(t)
+	ctx, c, hv := w.ctx, w.c, w.hv
+	w.tenantCluster()
+	const (
+		a10      = "nvidia.com/GA102GL_A10"
+		vgpuType = "NVIDIA A2-4Q"
+		a2       = "nvidia.com/NVIDIA_A2-4Q"
+	)
+	device, err := hv.Sim.AddPCIDevice(ctx, sim.PCIDevice{Node: "harvester-node-2", Address: "0000:af:00.0", VendorID: "10de", DeviceID: "2236", ResourceName: a10})
+	w.must(err)
+	vgpu, err := hv.Sim.AddVGPUDevice(ctx, "harvester-node-3", "0000:08:01.4", vgpuType)
+	w.must(err)
+
+	gpuWorker := tenant
+	gpuWorker.MachineSpec.HostDevices = []infrav1.PassthroughDevice{{DeviceName: a10, NodeResourceName: "nvidia.com/gpu"}}
+	hm, machine := gpuWorker.Machine("tenant-gpu-0", "")
+	w.must(testbed.CreateAll(ctx, c, hm, machine))
+	w.readyCondition(hm.Name, infrav1.ReasonDeviceUnavailable, "spec.hostDevices[0].deviceName "+a10,
+		"passthrough is enabled for none of its PCIDevices ("+device+")", "Enable Passthrough")
+	if vms, disks, secrets := w.harvesterLeft(); vms+disks+secrets != 0 {
+		t.Errorf("%d VMs, %d disks and %d cloud-init Secrets on Harvester for a machine whose device is not offered", vms, disks, secrets)
+	}
+
+	w.must(hv.Sim.EnablePassthrough(ctx, device))
+	vm := &kubevirtv1.VirtualMachine{}
+	waitFor(ctx, t, w.capi, "the GPU machine provisioned once passthrough is enabled", func() error {
+		return machineOnHarvester(ctx, c, hv.Client, "vms", machine, vm, &infrav1.HarvesterMachine{})
+	})
+	if got, want := vm.Spec.Template.Spec.Domain.Devices.HostDevices, []kubevirtv1.HostDevice{{Name: "hostdevice-1", DeviceName: a10}}; !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("VM host devices %+v, want %+v", got, want)
+	}
+	vmi := &kubevirtv1.VirtualMachineInstance{}
+	w.must(hv.Client.Get(ctx, client.ObjectKeyFromObject(vm), vmi))
+	if vmi.Status.NodeName != "harvester-node-2" {
+		t.Errorf("the VMI runs on %q, want harvester-node-2, the A10's node", vmi.Status.NodeName)
+	}
+
+	// The one A10 is taken: a second machine asking for it is made, and waits for it.
+	hm2, machine2 := gpuWorker.Machine("tenant-gpu-1", "")
+	w.must(testbed.CreateAll(ctx, c, hm2, machine2))
+	w.readyCondition(hm2.Name, infrav1.ReasonVMUnschedulable, "Insufficient "+a10, "device "+a10+" (spec.hostDevices[0])", "in use by another VM", "Enable Passthrough")
+	w.must(c.Delete(ctx, machine))
+	w.gone(ns, hm.Name)
+	waitFor(ctx, t, w.capi, "the second GPU machine provisioned on the freed A10", func() error {
+		return machineOnHarvester(ctx, c, hv.Client, "vms", machine2, vm, &infrav1.HarvesterMachine{})
+	})
+
+	// A vGPU, until one is enabled with the type.
+	vgpuWorker := tenant
+	vgpuWorker.MachineSpec.GPUs = []infrav1.PassthroughDevice{{DeviceName: a2}}
+	hm3, machine3 := vgpuWorker.Machine("tenant-vgpu-0", "")
+	w.must(testbed.CreateAll(ctx, c, hm3, machine3))
+	w.readyCondition(hm3.Name, infrav1.ReasonDeviceUnavailable, "spec.gpus[0].deviceName "+a2, "Advanced > vGPU Devices", "VGPUDevices that can take it: "+vgpu)
+	w.must(hv.Sim.EnableVGPU(ctx, vgpu, vgpuType))
+	waitFor(ctx, t, w.capi, "the vGPU machine provisioned once the vGPU is enabled", func() error {
+		return machineOnHarvester(ctx, c, hv.Client, "vms", machine3, vm, &infrav1.HarvesterMachine{})
+	})
+	if got, want := vm.Spec.Template.Spec.Domain.Devices.GPUs, []kubevirtv1.GPU{{Name: "gpu-1", DeviceName: a2}}; !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("VM GPUs %+v, want %+v", got, want)
+	}
+
+	// What the autoscaler reads of such machines' template: the Node resource of the GPU.
+	tmpl, _ := gpuWorker.MachineDeployment("gpu-workers", 0)
+	tmpl.Spec.Template.Spec.GPUs = vgpuWorker.MachineSpec.GPUs
+	w.must(c.Create(ctx, tmpl))
+	waitFor(ctx, t, w.capi, "the GPU template's capacity", func() error {
+		w.must(c.Get(ctx, client.ObjectKeyFromObject(tmpl), tmpl))
+		gpus, ok := tmpl.Status.Capacity["nvidia.com/gpu"]
+		if !ok || gpus.Value() != 1 || len(tmpl.Status.Capacity) != 3 {
+			return fmt.Errorf("status.capacity %v, want cpu, memory and one nvidia.com/gpu (the vGPU names no Node resource)", tmpl.Status.Capacity)
+		}
+		return nil
+	})
+
+	w.deleteLeavingNothing(machine2, machine3)
+}
+
+// TestClusterAPIDevicesCheckedOnlyWithTheDeviceGrant runs device machines with the provider's
+// Harvester credentials bound by config/harvester/rbac.yaml alone: the device check is skipped,
+// never the machine, which is made as asked and says so in its Created event, and waits
+// VMUnschedulable, naming the field, while Harvester does not offer its device. With
+// config/harvester/device-rbac.yaml applied too, the check runs (a machine asking for a device
+// Harvester has none of waits DeviceUnavailable before anything is made) and the machine runs once
+// passthrough is enabled.
+func TestClusterAPIDevicesCheckedOnlyWithTheDeviceGrant(t *testing.T) {
+	t.Parallel()
+	w := startCAPIWorld(t)
+	ctx, c, hv := w.ctx, w.c, w.hv
+	w.credentialsBoundBy("rbac.yaml")
+	w.tenantCluster()
+	const a10 = "nvidia.com/GA102GL_A10"
+	device, err := hv.Sim.AddPCIDevice(ctx, sim.PCIDevice{Node: "harvester-node-1", Address: "0000:3b:00.0", VendorID: "10de", DeviceID: "2236", ResourceName: a10})
+	w.must(err)
+
+	gpuWorker := tenant
+	gpuWorker.MachineSpec.HostDevices = []infrav1.PassthroughDevice{{DeviceName: a10}}
+	hm, machine := gpuWorker.Machine("tenant-gpu-0", "")
+	w.must(testbed.CreateAll(ctx, c, hm, machine))
+	w.waitEvent("HarvesterMachine", hm.Name, "Created", "its passthrough devices were not checked before it was made", "may not get KubeVirt harvester-system/kubevirt",
+		"config/harvester/device-rbac.yaml")
+	w.readyCondition(hm.Name, infrav1.ReasonVMUnschedulable, "Insufficient "+a10, "device "+a10+" (spec.hostDevices[0])", "Enable Passthrough")
+
+	w.applyOnHarvester("device-rbac.yaml")
+	unknown := tenant
+	unknown.MachineSpec.HostDevices = []infrav1.PassthroughDevice{{DeviceName: "nvidia.com/GA100"}}
+	hm2, machine2 := unknown.Machine("tenant-gpu-1", "")
+	w.must(testbed.CreateAll(ctx, c, hm2, machine2))
+	w.readyCondition(hm2.Name, infrav1.ReasonDeviceUnavailable, "spec.hostDevices[0].deviceName nvidia.com/GA100", "no PCIDevice on Harvester has status.resourceName nvidia.com/GA100")
+	w.must(hv.Sim.EnablePassthrough(ctx, device))
+	waitFor(ctx, t, w.capi, "the GPU machine provisioned once passthrough is enabled", func() error {
+		return machineOnHarvester(ctx, c, hv.Client, "vms", machine, &kubevirtv1.VirtualMachine{}, &infrav1.HarvesterMachine{})
+	})
+
+	w.deleteLeavingNothing(machine, machine2)
+}
+
+// deleteLeavingNothing deletes the Machines, waits for their HarvesterMachines (of the same names)
+// to go, and checks that nothing of them is left on Harvester.
+func (w *capiWorld) deleteLeavingNothing(machines ...*unstructured.Unstructured) {
+	w.t.Helper()
+	for _, m := range machines {
+		w.must(w.c.Delete(w.ctx, m))
+	}
+	for _, m := range machines {
+		w.gone(ns, m.GetName())
+	}
+	if vms, disks, secrets := w.harvesterLeft(); vms+disks+secrets != 0 {
+		w.t.Errorf("%d VMs, %d disks and %d cloud-init Secrets left on Harvester", vms, disks, secrets)
+	}
 }

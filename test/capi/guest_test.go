@@ -264,16 +264,7 @@ func TestClusterAPIGuestCredentials(t *testing.T) {
 func TestClusterAPIGuestCredentialsNeedTheGuestRole(t *testing.T) {
 	w := startCAPIWorld(t)
 	ctx, c, hv := w.ctx, w.c, w.hv
-	w.applyOnHarvester("rbac.yaml")
-	cs, err := kubernetes.NewForConfig(hv.Config)
-	w.must(err)
-	tr, err := cs.CoreV1().ServiceAccounts("vms").CreateToken(ctx, "butler-provider-harvester", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
-	w.must(err)
-	restricted := &rest.Config{Host: hv.Config.Host, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: hv.Config.CAData}}
-	creds := &corev1.Secret{}
-	w.must(c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "harvester-kubeconfig"}, creds))
-	creds.Data["kubeconfig"] = sim.KubeconfigFor(restricted)
-	w.must(c.Update(ctx, creds))
+	w.credentialsBoundBy("rbac.yaml")
 
 	cluster := w.tenantCluster()
 	machine := w.machine("tenant-md-0", "")
@@ -435,6 +426,24 @@ func (w *capiWorld) earlierGuestRole() {
 
 // applyOnHarvester applies a file of config/harvester on the simulated Harvester, in namespace
 // vms instead of default (the world's ProviderConfig's namespace).
+// credentialsBoundBy gives the provider credentials of the ServiceAccount the files of
+// config/harvester bind (applied on Harvester, in namespace vms), in place of the administrator's.
+func (w *capiWorld) credentialsBoundBy(files ...string) {
+	w.t.Helper()
+	for _, file := range files {
+		w.applyOnHarvester(file)
+	}
+	cs, err := kubernetes.NewForConfig(w.hv.Config)
+	w.must(err)
+	tr, err := cs.CoreV1().ServiceAccounts("vms").CreateToken(w.ctx, "butler-provider-harvester", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	w.must(err)
+	restricted := &rest.Config{Host: w.hv.Config.Host, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: w.hv.Config.CAData}}
+	creds := &corev1.Secret{}
+	w.must(w.c.Get(w.ctx, client.ObjectKey{Namespace: ns, Name: "harvester-kubeconfig"}, creds))
+	creds.Data["kubeconfig"] = sim.KubeconfigFor(restricted)
+	w.must(w.c.Update(w.ctx, creds))
+}
+
 func (w *capiWorld) applyOnHarvester(file string) {
 	w.t.Helper()
 	data, err := os.ReadFile(filepath.Join(repoRoot(), "config", "harvester", file))

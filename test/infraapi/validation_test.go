@@ -141,6 +141,17 @@ func TestValidObjectsAreAcceptedWithDefaults(t *testing.T) {
 		mustCreate(t, machine(func(s *infrav1.HarvesterMachineSpec) { s.Firmware = &f }))
 	}
 
+	// Passthrough devices as Harvester names them: the most a machine may have, of PCI devices
+	// (whose names may carry digits only, for a model the PCI database does not know) and vGPU
+	// types, with and without the Node's resource.
+	mustCreate(t, machine(func(s *infrav1.HarvesterMachineSpec) {
+		for i := range 8 {
+			s.HostDevices = append(s.HostDevices, infrav1.PassthroughDevice{DeviceName: fmt.Sprintf("intel.com/%d", 1533+i)})
+			s.GPUs = append(s.GPUs, infrav1.PassthroughDevice{DeviceName: "nvidia.com/NVIDIA_A2-4Q", NodeResourceName: "nvidia.com/gpu"})
+		}
+		s.HostDevices[0] = infrav1.PassthroughDevice{DeviceName: "nvidia.com/GA102GL_A10", NodeResourceName: "nvidia.com/gpu.shared"}
+	}))
+
 	// Several NICs: static addresses from pools (dual stack), DHCP on another network.
 	mustCreate(t, machine(func(s *infrav1.HarvesterMachineSpec) {
 		v4 := infrav1.IPPoolReference{APIGroup: "ipam.cluster.x-k8s.io", Kind: "InClusterIPPool", Name: "v4"}
@@ -210,6 +221,31 @@ func TestBadObjectsAreRefused(t *testing.T) {
 		}, []string{"spec.firmware.persistentEfi", "needs boot: UEFI"}},
 		{"unknown firmware", func(s *infrav1.HarvesterMachineSpec) { s.Firmware = &infrav1.Firmware{Boot: "CSM"} }, []string{"spec.firmware.boot", "BIOS", "UEFI"}},
 		{"unknown TPM mode", func(s *infrav1.HarvesterMachineSpec) { s.Firmware = &infrav1.Firmware{TPM: "Sealed"} }, []string{"spec.firmware.tpm", "Persistent", "Ephemeral"}},
+		{"a host device without a vendor domain", func(s *infrav1.HarvesterMachineSpec) {
+			s.HostDevices = []infrav1.PassthroughDevice{{DeviceName: "GA102GL_A10"}}
+		}, []string{"spec.hostDevices[0].deviceName", "must be a device resource name", "nvidia.com/GA102GL_A10"}},
+		{"a host device with a space", func(s *infrav1.HarvesterMachineSpec) {
+			s.HostDevices = []infrav1.PassthroughDevice{{DeviceName: "nvidia.com/GA102GL A10"}}
+		}, []string{"spec.hostDevices[0].deviceName", "must be a device resource name"}},
+		{"a host device without its name", func(s *infrav1.HarvesterMachineSpec) {
+			s.HostDevices = []infrav1.PassthroughDevice{{NodeResourceName: "nvidia.com/gpu"}}
+		}, []string{"spec.hostDevices[0].deviceName"}},
+		{"nine host devices", func(s *infrav1.HarvesterMachineSpec) {
+			for range 9 {
+				s.HostDevices = append(s.HostDevices, infrav1.PassthroughDevice{DeviceName: "nvidia.com/GA102GL_A10"})
+			}
+		}, []string{"spec.hostDevices", "must have at most 8 items"}},
+		{"a vGPU with a capital domain", func(s *infrav1.HarvesterMachineSpec) {
+			s.GPUs = []infrav1.PassthroughDevice{{DeviceName: "NVIDIA.com/NVIDIA_A2-4Q"}}
+		}, []string{"spec.gpus[0].deviceName", "must be a device resource name"}},
+		{"nine vGPUs", func(s *infrav1.HarvesterMachineSpec) {
+			for range 9 {
+				s.GPUs = append(s.GPUs, infrav1.PassthroughDevice{DeviceName: "nvidia.com/NVIDIA_A2-4Q"})
+			}
+		}, []string{"spec.gpus", "must have at most 8 items"}},
+		{"a Node resource without a domain", func(s *infrav1.HarvesterMachineSpec) {
+			s.GPUs = []infrav1.PassthroughDevice{{DeviceName: "nvidia.com/NVIDIA_A2-4Q", NodeResourceName: "gpu"}}
+		}, []string{"spec.gpus[0].nodeResourceName", "must be an extended resource name", "nvidia.com/gpu"}},
 		{"two networks", func(s *infrav1.HarvesterMachineSpec) { s.Networks = []string{"default/a", "default/b"} }, []string{"spec.networks", "one network only"}},
 		{"network without namespace", func(s *infrav1.HarvesterMachineSpec) { s.Networks = []string{"vlan100"} }, []string{"spec.networks[0]", "should match"}},
 		{"network with capitals", func(s *infrav1.HarvesterMachineSpec) { s.Networks = []string{"Default/vlan100"} }, []string{"spec.networks[0]", "should match"}},
@@ -364,8 +400,35 @@ func TestProviderIDIsSetOnceAndTheSpecIsImmutable(t *testing.T) {
 		"dedicatedCpuPlacement": func(s *infrav1.HarvesterMachineSpec) { s.DedicatedCPUPlacement = true },
 		"cpuModel":              func(s *infrav1.HarvesterMachineSpec) { s.CPUModel = "host-passthrough" },
 		"firmware":              func(s *infrav1.HarvesterMachineSpec) { s.Firmware = &infrav1.Firmware{Boot: infrav1.FirmwareUEFI} },
+		"hostDevices": func(s *infrav1.HarvesterMachineSpec) {
+			s.HostDevices = []infrav1.PassthroughDevice{{DeviceName: "nvidia.com/GA102GL_A10"}}
+		},
+		"gpus": func(s *infrav1.HarvesterMachineSpec) {
+			s.GPUs = []infrav1.PassthroughDevice{{DeviceName: "nvidia.com/NVIDIA_A2-4Q"}}
+		},
 	} {
 		changed := m.DeepCopy()
+		mutate(&changed.Spec)
+		mustRefuse(t, "a change of spec."+name, k8s.Update(ctx, changed), "spec", "cannot be changed except for spec.providerID")
+	}
+
+	// A machine's devices stay as created, item by item.
+	withDevices := machine(func(s *infrav1.HarvesterMachineSpec) {
+		s.HostDevices = []infrav1.PassthroughDevice{{DeviceName: "nvidia.com/GA102GL_A10"}}
+		s.GPUs = []infrav1.PassthroughDevice{{DeviceName: "nvidia.com/NVIDIA_A2-4Q", NodeResourceName: "nvidia.com/gpu"}}
+	})
+	mustCreate(t, withDevices)
+	withDevices.Labels = map[string]string{"cluster.x-k8s.io/cluster-name": "c1"}
+	if err := k8s.Update(ctx, withDevices); err != nil {
+		t.Fatalf("a metadata change of a machine with devices was refused: %v", err)
+	}
+	for name, mutate := range map[string]func(*infrav1.HarvesterMachineSpec){
+		"hostDevices[0].deviceName": func(s *infrav1.HarvesterMachineSpec) { s.HostDevices[0].DeviceName = "nvidia.com/GA102GL_A40" },
+		"gpus[0].nodeResourceName":  func(s *infrav1.HarvesterMachineSpec) { s.GPUs[0].NodeResourceName = "nvidia.com/gpu.shared" },
+		"gpus, one more":            func(s *infrav1.HarvesterMachineSpec) { s.GPUs = append(s.GPUs, s.GPUs[0]) },
+		"hostDevices, removed":      func(s *infrav1.HarvesterMachineSpec) { s.HostDevices = nil },
+	} {
+		changed := withDevices.DeepCopy()
 		mutate(&changed.Spec)
 		mustRefuse(t, "a change of spec."+name, k8s.Update(ctx, changed), "spec", "cannot be changed except for spec.providerID")
 	}

@@ -864,21 +864,25 @@ func (f *fixture) launcherEvents(vmi string) []corev1.Event {
 }
 
 // kube-scheduler's FailedScheduling messages as the simulator writes them: reasons counted per
-// node and sorted, then preemption's verdict per node.
+// node and sorted, then preemption's verdict per node (one per node, however many resources it
+// lacks).
 func TestFitErrorSaysWhatTheSchedulerSays(t *testing.T) {
+	selection, memory, gpu := []string{reasonNodeSelection}, []string{reasonNoMemory}, []string{reasonInsufficient + "nvidia.com/GA102GL_A10"}
 	for _, tc := range []struct {
-		reasons map[string]int
+		perNode [][]string
 		want    string
 	}{
-		{map[string]int{reasonNoMemory: 3},
+		{[][]string{memory, memory, memory},
 			"0/3 nodes are available: 3 Insufficient memory. preemption: 0/3 nodes are available: 3 No preemption victims found for incoming pod."},
-		{map[string]int{reasonNodeSelection: 3},
+		{[][]string{selection, selection, selection},
 			"0/3 nodes are available: 3 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling."},
-		{map[string]int{reasonNodeSelection: 2, reasonNoMemory: 1},
+		{[][]string{selection, memory, selection},
 			"0/3 nodes are available: 1 Insufficient memory, 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/3 nodes are available: 1 No preemption victims found for incoming pod, 2 Preemption is not helpful for scheduling."},
+		{[][]string{gpu, append(slices.Clone(memory), gpu...), selection},
+			"0/3 nodes are available: 1 Insufficient memory, 1 node(s) didn't match Pod's node affinity/selector, 2 Insufficient nvidia.com/GA102GL_A10. preemption: 0/3 nodes are available: 1 Preemption is not helpful for scheduling, 2 No preemption victims found for incoming pod."},
 	} {
-		if got := fitError(3, tc.reasons); got != tc.want {
-			t.Errorf("fitError(%v) =\n%q, want\n%q", tc.reasons, got, tc.want)
+		if got := fitError(3, tc.perNode); got != tc.want {
+			t.Errorf("fitError(%v) =\n%q, want\n%q", tc.perNode, got, tc.want)
 		}
 	}
 }

@@ -30,6 +30,9 @@ type launcher struct {
 	started time.Time
 	// reported is the last Warning given about the pod, so that each new one is one event.
 	reported string
+	// devices are the device resources the pod requests (deviceRequests), which it takes on its
+	// node once bound.
+	devices map[string]int64
 }
 
 // launcherOf returns the VMI's launcher pod, nil until virt-controller has created it.
@@ -91,7 +94,7 @@ func (r *vmReconciler) lifecycle(ctx context.Context, vm *kubevirtv1.VirtualMach
 			// "Delaying pod creation while backend storage populates"
 			return st, recheck
 		}
-		l = &launcher{pod: types.NamespacedName{Namespace: vmi.Namespace, Name: "virt-launcher-" + vmi.Name + "-" + rand.String(5)}, uid: uuid.NewUUID()}
+		l = &launcher{pod: types.NamespacedName{Namespace: vmi.Namespace, Name: "virt-launcher-" + vmi.Name + "-" + rand.String(5)}, uid: uuid.NewUUID(), devices: deviceRequests(&vmi.Spec)}
 		r.sim.launchers.Store(vmi.UID, l)
 		r.sim.event(componentKubeVirt, vmi, corev1.EventTypeNormal, "SuccessfulCreate", "Created virtual machine pod "+l.pod.Name)
 		// The pod informer sees it a moment later: the VMI moves on at the next pass.
@@ -103,7 +106,7 @@ func (r *vmReconciler) lifecycle(ctx context.Context, vm *kubevirtv1.VirtualMach
 		st.ActivePods = map[types.UID]string{l.uid: ""}
 	}
 	if l.node == "" {
-		node, why, err := r.placeLauncher(ctx, vm, vmi)
+		why, err := r.placeLauncher(ctx, vm, vmi, l)
 		if err != nil {
 			return st, recheck // the scheduler tries again
 		}
@@ -116,8 +119,8 @@ func (r *vmReconciler) lifecycle(ctx context.Context, vm *kubevirtv1.VirtualMach
 			updateVMICondition(st, kubevirtv1.VirtualMachineInstanceReady, corev1.ConditionFalse, kubevirtv1.GuestNotRunningReason, msgGuestNotRunning)
 			return st, recheck
 		}
-		l.node, l.reported = node, ""
-		r.sim.event(componentScheduler, l.object(), corev1.EventTypeNormal, "Scheduled", fmt.Sprintf("Successfully assigned %s to %s", l.pod, node))
+		l.reported = ""
+		r.sim.event(componentScheduler, l.object(), corev1.EventTypeNormal, "Scheduled", fmt.Sprintf("Successfully assigned %s to %s", l.pod, l.node))
 	}
 	removeVMICondition(st, podScheduled)
 	st.ActivePods = map[types.UID]string{l.uid: l.node}

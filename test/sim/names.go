@@ -61,3 +61,23 @@ var NetworkAttachmentDefinitionGVK = schema.GroupVersionKind{Group: "k8s.cni.cnc
 // (kubevirt staging/src/kubevirt.io/api/core/v1/defaults.go DefaultPodNetwork and
 // DefaultBridgeNetworkInterface).
 const defaultNICName = "default"
+
+// Harvester's device kinds, of its pcidevices-controller add-on (harvester/pcidevices
+// pkg/apis/devices.harvesterhci.io/v1beta1: pcidevice.go, pcideviceclaim.go, sriovgpudevice.go),
+// cluster-scoped.
+var (
+	PCIDeviceGVK      = schema.GroupVersionKind{Group: "devices.harvesterhci.io", Version: "v1beta1", Kind: "PCIDevice"}
+	PCIDeviceClaimGVK = schema.GroupVersionKind{Group: "devices.harvesterhci.io", Version: "v1beta1", Kind: "PCIDeviceClaim"}
+	VGPUDeviceGVK     = schema.GroupVersionKind{Group: "devices.harvesterhci.io", Version: "v1beta1", Kind: "VGPUDevice"}
+)
+
+// Harvester's KubeVirt CR, which the pcidevices controllers permit devices in
+// (harvester/pcidevices pkg/controller/pcideviceclaim: DefaultNS and KubevirtCR).
+const (
+	KubeVirtNamespace = "harvester-system"
+	KubeVirtName      = "kubevirt"
+)
+
+// vGPUStatusConfigured is a configured VGPUDevice's status.vGPUStatus (harvester/pcidevices
+// sriovgpudevice.go, VGPUEnabled).
+const vGPUStatusConfigured = "vGPUConfigured"

@@ -52,59 +52,103 @@ func (s *Simulator) registerNodes(ctx context.Context) error {
 // no eviction can make fit, "No preemption victims found for incoming pod" otherwise).
 const (
 	reasonNodeSelection = "node(s) didn't match Pod's node affinity/selector"
-	reasonNoMemory      = "Insufficient memory"
+	reasonInsufficient  = "Insufficient "
+	reasonNoMemory      = reasonInsufficient + "memory"
 	preemptionUseless   = "Preemption is not helpful for scheduling"
 	preemptionNoVictims = "No preemption victims found for incoming pod"
 )
 
-// placeLauncher is the scheduler's decision for the VMI's virt-launcher pod: the node it binds the
-// pod to, or ("", why) in the scheduler's words when it cannot. Its immediate-binding PVCs must
+// placeLauncher is the scheduler's decision for the VMI's virt-launcher pod l: it binds the pod to
+// a node (l.node), or says why it cannot in the scheduler's words. Its immediate-binding PVCs must
 // be bound first (volume binding runs before the node filters); then the pod requires what
 // virt-controller's template gives it: the VMI's nodeSelector plus kubevirt.io/schedulable=true,
 // and the VMI's affinity (kubevirt pkg/virt-controller/services/template.go,
-// nodeselectorrenderer.go); kube-scheduler's NodeAffinity filter judges both.
-func (r *vmReconciler) placeLauncher(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance) (node, why string, err error) {
+// nodeselectorrenderer.go), which kube-scheduler's NodeAffinity filter judges; and its requests,
+// of which the simulator weighs the device resources (one per hostDevices and gpus entry) against
+// what the node advertises less what the pods already bound there take (the NodeResourcesFit
+// filter). Placements are made one at a time, as the scheduler binds one pod after another, so
+// that two pods never take the same free device.
+func (r *vmReconciler) placeLauncher(ctx context.Context, vm *kubevirtv1.VirtualMachine, vmi *kubevirtv1.VirtualMachineInstance, l *launcher) (why string, err error) {
 	nodes := &corev1.NodeList{}
 	if err := r.sim.c.List(ctx, nodes); err != nil {
-		return "", "", err
+		return "", err
 	}
 	if !r.claimsBound(ctx, vmi) {
-		return "", unboundClaimsMessage(len(nodes.Items)), nil
+		return unboundClaimsMessage(len(nodes.Items)), nil
 	}
 	selector := map[string]string{kubevirtv1.NodeSchedulable: "true"}
 	maps.Copy(selector, vmi.Spec.NodeSelector)
 	pod := &corev1.Pod{Spec: corev1.PodSpec{NodeSelector: selector, Affinity: vmi.Spec.Affinity}}
 	required := nodeaffinity.GetRequiredNodeAffinity(pod)
 	slices.SortFunc(nodes.Items, func(a, b corev1.Node) int { return strings.Compare(a.Name, b.Name) })
-	reasons := map[string]int{}
+	r.sim.placing.Lock()
+	defer r.sim.placing.Unlock()
+	var reasons [][]string // per node that does not fit
 	for i := range nodes.Items {
-		fits, err := required.Match(&nodes.Items[i])
+		node := &nodes.Items[i]
+		fits, err := required.Match(node)
 		switch {
 		case err != nil:
-			return "", "", err
+			return "", err
 		case !fits:
-			reasons[reasonNodeSelection]++
-		case r.sim.hasFault(vm, FaultUnschedulable):
-			reasons[reasonNoMemory]++
-		default:
-			return nodes.Items[i].Name, "", nil
+			reasons = append(reasons, []string{reasonNodeSelection})
+			continue
 		}
+		var insufficient []string
+		if r.sim.hasFault(vm, FaultUnschedulable) {
+			insufficient = append(insufficient, reasonNoMemory)
+		}
+		used := r.sim.devicesBoundTo(node.Name)
+		for _, name := range slices.Sorted(maps.Keys(l.devices)) {
+			free := node.Status.Allocatable[corev1.ResourceName(name)]
+			if free.Value()-used[name] < l.devices[name] {
+				insufficient = append(insufficient, reasonInsufficient+name)
+			}
+		}
+		if len(insufficient) > 0 {
+			reasons = append(reasons, insufficient)
+			continue
+		}
+		l.node = node.Name
+		return "", nil
 	}
-	return "", fitError(len(nodes.Items), reasons), nil
+	return fitError(len(nodes.Items), reasons), nil
+}
+
+// devicesBoundTo counts the device resources the launcher pods bound to node take. The caller
+// holds s.placing, under which every launcher's node is set.
+func (s *Simulator) devicesBoundTo(node string) map[string]int64 {
+	used := map[string]int64{}
+	s.launchers.Range(func(_, v any) bool {
+		if l := v.(*launcher); l.node == node {
+			for name, n := range l.devices {
+				used[name] += n
+			}
+		}
+		return true
+	})
+	return used
 }
 
 // fitError is kube-scheduler's FailedScheduling message (FitError.Error, framework/types.go): the
-// reasons counted per node, sorted, then what preemption found.
-func fitError(total int, reasons map[string]int) string {
+// reasons of the nodes that do not fit, counted and sorted, then what preemption found per node:
+// nothing helps a node whose node selection does not match, and no victims are found on one that
+// lacks room (the simulator's pods are all of one priority).
+func fitError(total int, perNode [][]string) string {
+	reasons, preempt := map[string]int{}, map[string]int{}
+	for _, node := range perNode {
+		for _, reason := range node {
+			reasons[reason]++
+		}
+		if slices.Contains(node, reasonNodeSelection) {
+			preempt[preemptionUseless]++
+		} else {
+			preempt[preemptionNoVictims]++
+		}
+	}
 	var filtered, preemption []string
-	preempt := map[string]int{}
 	for reason, n := range reasons {
 		filtered = append(filtered, fmt.Sprintf("%d %s", n, reason))
-		if reason == reasonNodeSelection {
-			preempt[preemptionUseless] += n
-		} else {
-			preempt[preemptionNoVictims] += n
-		}
 	}
 	for reason, n := range preempt {
 		preemption = append(preemption, fmt.Sprintf("%d %s", n, reason))

@@ -182,6 +182,8 @@ type Simulator struct {
 	// launchers holds the virt-launcher pod of each VMI (by VMI UID): the simulator plays the
 	// pod without creating it (see launcher).
 	launchers sync.Map
+	// placing makes the scheduler place one launcher pod at a time (see placeLauncher).
+	placing sync.Mutex
 	// recorders record events as the component that emits them on a real cluster.
 	recorders map[string]record.EventRecorder
 }
@@ -305,6 +307,9 @@ func (s *Simulator) Start(ctx context.Context, restConfig *rest.Config) error {
 	if err := s.registerNodes(ctx); err != nil {
 		return err
 	}
+	if err := s.createKubeVirt(ctx); err != nil {
+		return err
+	}
 	if err := s.setup(mgr); err != nil {
 		return err
 	}
@@ -350,6 +355,7 @@ func (s *Simulator) setup(mgr manager.Manager) error {
 		&dataVolumeReconciler{sim: s},
 		&garbageCollector{sim: s},
 		&tokenReconciler{sim: s, ca: s.ca},
+		&deviceReconciler{sim: s},
 	} {
 		if err := r.setup(mgr); err != nil {
 			return err

@@ -46,10 +46,14 @@ type webhooks struct {
 	server            *httptest.Server
 }
 
-// Names of Harvester's webhooks (pkg/webhook/server/server.go).
+// Names of Harvester's webhooks (pkg/webhook/server/server.go), and of its pcidevices-controller
+// add-on's validator (harvester/pcidevices pkg/webhook/server.go) with the path the simulator
+// serves it at.
 const (
-	validatorName = "validator.harvesterhci.io"
-	mutatorName   = "mutator.harvesterhci.io"
+	validatorName            = "validator.harvesterhci.io"
+	mutatorName              = "mutator.harvesterhci.io"
+	pcidevicesValidatorName  = "pcidevices.harvesterhci.io"
+	pcidevicesValidationPath = "/pcidevices/v1/webhook/validation"
 	// gcUser is who the garbage collector acts as; Harvester's webhooks let it delete anything.
 	gcUser = "system:serviceaccount:kube-system:generic-garbage-collector"
 	// defaultTerminationGracePeriod is Harvester's default-vm-termination-grace-period-seconds.
@@ -62,6 +66,7 @@ func startWebhooks(ctx context.Context, c client.Client, cfg Config) (*webhooks,
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/webhook/validation", w.serve(w.validate))
 	mux.HandleFunc("/v1/webhook/mutation", w.serve(w.mutate))
+	mux.HandleFunc(pcidevicesValidationPath, w.serve(w.validateDevices))
 	w.server = httptest.NewTLSServer(mux)
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: w.server.Certificate().Raw})
 	rule := func(group, resource string, ops ...admissionregistrationv1.OperationType) admissionregistrationv1.RuleWithOperations {
@@ -79,6 +84,20 @@ func startWebhooks(ctx context.Context, c client.Client, cfg Config) (*webhooks,
 			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
 			AdmissionReviewVersions: []string{"v1"},
 			FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+		}, {
+			// The pcidevices-controller add-on's own validator (harvester/pcidevices
+			// pkg/webhook/server.go: ValidatorName, failurePolicy Ignore). It allows every VM
+			// without devices: the API server calls it for VMs with devices only, so that the
+			// benchmarks' thousands of VM writes cost no call that could not refuse them.
+			Name: pcidevicesValidatorName,
+			MatchConditions: []admissionregistrationv1.MatchCondition{{Name: "has-devices", Expression: "has(object.spec) && has(object.spec.template) && " +
+				"has(object.spec.template.spec) && has(object.spec.template.spec.domain) && has(object.spec.template.spec.domain.devices) && " +
+				"(has(object.spec.template.spec.domain.devices.hostDevices) || has(object.spec.template.spec.domain.devices.gpus))"}},
+			ClientConfig:            admissionregistrationv1.WebhookClientConfig{URL: ptr.To(w.server.URL + pcidevicesValidationPath), CABundle: ca},
+			Rules:                   []admissionregistrationv1.RuleWithOperations{rule("kubevirt.io", "virtualmachines", create, update)},
+			SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+			AdmissionReviewVersions: []string{"v1"},
+			FailurePolicy:           ptr.To(admissionregistrationv1.Ignore),
 		}},
 	}
 	mutating := &admissionregistrationv1.MutatingWebhookConfiguration{
@@ -142,6 +161,9 @@ func (w *webhooks) validate(ctx context.Context, req *admissionv1.AdmissionReque
 			return denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, msg) // KubeVirt's own webhook, played here
 		}
 		if msg := firmwareRefusal(vm, w.noPersistentState); msg != "" {
+			return denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, msg) // KubeVirt's too
+		}
+		if msg := w.hostDevicesGateOff(ctx, vm); msg != "" {
 			return denied(http.StatusUnprocessableEntity, metav1.StatusReasonInvalid, msg) // KubeVirt's too
 		}
 	case "persistentvolumeclaims":

@@ -211,6 +211,11 @@ const (
 	// Harvester, and the VM is starting until it runs and reports its address. It is the
 	// MachineRequest's VMCreating, named as Cluster API names provisioning.
 	ReasonVMProvisioning = reasons.VMProvisioning
+	// ReasonDeviceUnavailable (HarvesterMachine): Harvester offers no device of a resource
+	// spec.hostDevices or spec.gpus names (passthrough not enabled for any device of it, no vGPU of
+	// the type enabled, or no such device at all); nothing is made until it does. The message
+	// names the field, what Harvester has of the resource, and what to enable.
+	ReasonDeviceUnavailable = reasons.DeviceUnavailable
 	// ReasonVMUnschedulable: Harvester cannot place the VM; the message carries the
 	// scheduler's reason.
 	ReasonVMUnschedulable = reasons.VMUnschedulable

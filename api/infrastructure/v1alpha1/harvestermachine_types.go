@@ -59,6 +59,30 @@ type HarvesterMachineSpec struct {
 	// +optional
 	Firmware *Firmware `json:"firmware,omitempty"`
 
+	// HostDevices are PCI devices of a Harvester node passed through to the VM, whole (a GPU, a
+	// NIC, an NVMe drive). Each names the device resource Harvester publishes for the device model
+	// (its PCIDevice's status.resourceName, shown on Harvester's PCI Devices page, for example
+	// nvidia.com/GA102GL_A10); the VM gets one device of that model per item, on a node that has
+	// one free. Harvester offers a device only once passthrough is enabled for it (Advanced > PCI
+	// Devices > Enable Passthrough, which needs the pcidevices-controller add-on): until one is,
+	// the machine waits and says so. A machine with passthrough devices cannot live-migrate.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	HostDevices []PassthroughDevice `json:"hostDevices,omitempty"`
+
+	// GPUs are virtual GPUs (NVIDIA vGPU types, mediated devices) given to the VM. Each names the
+	// vGPU type's device resource (nvidia.com/<type>, spaces as underscores, for example
+	// nvidia.com/NVIDIA_A2-4Q); the VM gets one vGPU of that type per item, on a node that has
+	// one free. Harvester offers a type once a vGPU of it is enabled (Advanced > vGPU Devices >
+	// Enable, choosing the type); until one is, the machine waits and says so. Harvester v1.8
+	// passes vGPUs through as PCI devices and turns these entries into host devices of the same
+	// names itself: give vGPUs here on every version.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	GPUs []PassthroughDevice `json:"gpus,omitempty"`
+
 	// Memory of the VM, a Kubernetes quantity of at least 1Gi (for example 4Gi or 8192Mi). The VM
 	// gets it in whole MiB, rounded up.
 	// +required
@@ -117,6 +141,35 @@ type HarvesterMachineSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxProperties=64
 	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// PassthroughDevice is a device of a Harvester node given to a machine's VM (KubeVirt's
+// hostDevices and gpus entries): the device resource Harvester offers it as, and the resource the
+// tenant cluster's Node advertises it as, for the HarvesterMachineTemplate's status.capacity.
+type PassthroughDevice struct {
+	// DeviceName is the device resource on Harvester (KubeVirt's deviceName): the resource name
+	// Harvester's pcidevices controller publishes in the KubeVirt CR's permittedHostDevices and
+	// its device plugin advertises on the nodes that have such a device free, "<vendor
+	// domain>/<name>" (nvidia.com/GA102GL_A10 for a PCI device, nvidia.com/NVIDIA_A2-4Q for a
+	// vGPU type).
+	// +required
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')",message="deviceName must be a device resource name \"<vendor domain>/<name>\" as Harvester's PCI Devices and vGPU Devices pages show it, for example nvidia.com/GA102GL_A10 or nvidia.com/NVIDIA_A2-4Q"
+	DeviceName string `json:"deviceName"`
+
+	// NodeResourceName is the extended resource the tenant cluster's Node advertises for the
+	// device once the guest's device plugin runs (nvidia.com/gpu for the NVIDIA device plugin or
+	// GPU operator, whatever name a MIG or time-slicing configuration gives), counted in the
+	// HarvesterMachineTemplate's status.capacity (summed per name), so that the cluster
+	// autoscaler can scale a MachineDeployment from zero for pods that request it. Without it the
+	// device is not reported there: the name Harvester gives the device is not the one the
+	// guest's Node advertises, and the provider cannot tell that one.
+	// +optional
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')",message="nodeResourceName must be an extended resource name \"<domain>/<name>\" as the tenant's Node advertises it, for example nvidia.com/gpu"
+	NodeResourceName string `json:"nodeResourceName,omitempty"`
 }
 
 // Firmware is a machine's firmware and its persistent state (KubeVirt's firmware.bootloader,
@@ -356,7 +409,7 @@ type HarvesterMachine struct {
 	// Spec is the machine.
 	// +required
 	// +kubebuilder:validation:XValidation:rule="!has(oldSelf.providerID) || (has(self.providerID) && self.providerID == oldSelf.providerID)",message="spec.providerID cannot be changed or removed once set: it names the machine's VM",fieldPath=".providerID"
-	// +kubebuilder:validation:XValidation:rule="self.cpu == oldSelf.cpu && has(self.firmware) == has(oldSelf.firmware) && (!has(self.firmware) || self.firmware == oldSelf.firmware) && has(self.dedicatedCpuPlacement) == has(oldSelf.dedicatedCpuPlacement) && (!has(self.dedicatedCpuPlacement) || self.dedicatedCpuPlacement == oldSelf.dedicatedCpuPlacement) && has(self.cpuModel) == has(oldSelf.cpuModel) && (!has(self.cpuModel) || self.cpuModel == oldSelf.cpuModel) && self.memory == oldSelf.memory && self.rootDisk == oldSelf.rootDisk && has(self.extraDisks) == has(oldSelf.extraDisks) && (!has(self.extraDisks) || self.extraDisks == oldSelf.extraDisks) && has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image) && has(self.networks) == has(oldSelf.networks) && (!has(self.networks) || self.networks == oldSelf.networks) && has(self.interfaces) == has(oldSelf.interfaces) && (!has(self.interfaces) || self.interfaces == oldSelf.interfaces) && has(self.labels) == has(oldSelf.labels) && (!has(self.labels) || self.labels == oldSelf.labels)",message="spec cannot be changed except for spec.providerID: the machine's VM is not resized or rebuilt in place; change the HarvesterMachineTemplate and let Cluster API roll out new machines"
+	// +kubebuilder:validation:XValidation:rule="self.cpu == oldSelf.cpu && has(self.firmware) == has(oldSelf.firmware) && (!has(self.firmware) || self.firmware == oldSelf.firmware) && has(self.dedicatedCpuPlacement) == has(oldSelf.dedicatedCpuPlacement) && (!has(self.dedicatedCpuPlacement) || self.dedicatedCpuPlacement == oldSelf.dedicatedCpuPlacement) && has(self.cpuModel) == has(oldSelf.cpuModel) && (!has(self.cpuModel) || self.cpuModel == oldSelf.cpuModel) && has(self.hostDevices) == has(oldSelf.hostDevices) && (!has(self.hostDevices) || self.hostDevices == oldSelf.hostDevices) && has(self.gpus) == has(oldSelf.gpus) && (!has(self.gpus) || self.gpus == oldSelf.gpus) && self.memory == oldSelf.memory && self.rootDisk == oldSelf.rootDisk && has(self.extraDisks) == has(oldSelf.extraDisks) && (!has(self.extraDisks) || self.extraDisks == oldSelf.extraDisks) && has(self.image) == has(oldSelf.image) && (!has(self.image) || self.image == oldSelf.image) && has(self.networks) == has(oldSelf.networks) && (!has(self.networks) || self.networks == oldSelf.networks) && has(self.interfaces) == has(oldSelf.interfaces) && (!has(self.interfaces) || self.interfaces == oldSelf.interfaces) && has(self.labels) == has(oldSelf.labels) && (!has(self.labels) || self.labels == oldSelf.labels)",message="spec cannot be changed except for spec.providerID: the machine's VM is not resized or rebuilt in place; change the HarvesterMachineTemplate and let Cluster API roll out new machines"
 	Spec HarvesterMachineSpec `json:"spec"`
 
 	// Status is what the provider observed.

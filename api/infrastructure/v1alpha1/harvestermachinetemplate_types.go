@@ -36,7 +36,10 @@ type HarvesterMachineTemplateStatus struct {
 	// Harvester's default settings its VM mutator reserves none of it for QEMU: the
 	// additional-guest-memory-overhead-ratio setting puts QEMU's share on top). The guest kernel
 	// keeps a few percent for itself, so the Node's own capacity reads a little lower: leave
-	// that headroom in the requests of pods that should fit a new machine.
+	// that headroom in the requests of pods that should fit a new machine. Each device of
+	// spec.hostDevices and spec.gpus that names a nodeResourceName adds one of it (nvidia.com/gpu:
+	// 2 for two GPUs the guest's NVIDIA device plugin advertises so); a device without one is not
+	// counted, since the name Harvester gives it is not what the guest's Node advertises.
 	// +optional
 	Capacity corev1.ResourceList `json:"capacity,omitempty"`
 

@@ -319,7 +319,13 @@ func (r *HarvesterMachineReconciler) reportObservation(ctx context.Context, s *h
 	reportTakeOver(ctx, s, vm, obs.Predecessor)
 	rebuildFailureDomain(hm, obs)
 	if obs.VMCreated {
-		s.Event(corev1.EventTypeNormal, "Created", "Create", "Created "+vm+" on Harvester")
+		msg := "Created " + vm + " on Harvester"
+		if obs.Notice != "" {
+			// Said once per machine, where its user looks: kubectl describe, and the log.
+			msg += "; " + obs.Notice
+			log.FromContext(ctx).Info("Made a machine without checking what Harvester offers first", "notice", obs.Notice)
+		}
+		s.Event(corev1.EventTypeNormal, "Created", "Create", msg)
 	}
 	if obs.Running && obs.Addresses.Primary != "" {
 		hm.Status.Addresses = machineAddresses(spec.Name, s.assigned, obs.Addresses)

@@ -70,6 +70,8 @@ func harvesterMachineSpec(hm *infrav1.HarvesterMachine, m capiMachine, t *target
 		DedicatedCPUs:       hm.Spec.DedicatedCPUPlacement,
 		CPUModel:            hm.Spec.CPUModel,
 		Firmware:            machineFirmware(hm.Spec.Firmware),
+		HostDevices:         deviceResources(hm.Spec.HostDevices),
+		GPUs:                deviceResources(hm.Spec.GPUs),
 		MemoryMB:            ceilUnits(hm.Spec.Memory, 1<<20),
 		DiskGB:              ceilUnits(hm.Spec.RootDisk.Size, 1<<30),
 		Image:               image,
@@ -92,6 +94,19 @@ func machineFirmware(f *infrav1.Firmware) harvester.Firmware {
 		UEFI: f.Boot == infrav1.FirmwareUEFI, SecureBoot: f.SecureBoot, PersistentEFI: f.PersistentEFI,
 		TPM: f.TPM != "", PersistentTPM: f.TPM == infrav1.TPMPersistent,
 	}
+}
+
+// deviceResources are the Harvester device resources of the machine's devices, in order (nil for
+// none). The Node resources they come with are the template's capacity, none of the VM's.
+func deviceResources(devices []infrav1.PassthroughDevice) []string {
+	if len(devices) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(devices))
+	for _, d := range devices {
+		out = append(out, d.DeviceName)
+	}
+	return out
 }
 
 // failureDomainNodes returns the node labels of the failure domain the Machine places the

@@ -57,6 +57,9 @@ func TestHarvesterMachineSpec(t *testing.T) {
 				if s.Owner.Kind != OwnerKindHarvesterMachine || s.Owner.UID != "hm-uid" || s.Owner.Namespace != "tenants" || s.Owner.Cluster != "mgmt-uid" {
 					t.Fatalf("owner %+v", s.Owner)
 				}
+				if s.HasDevices() {
+					t.Fatalf("devices %v %v asked for by none", s.HostDevices, s.GPUs)
+				}
 				if s.UserData != "" {
 					t.Fatalf("userData %q: the engine reads the bootstrap data when it needs it (harvesterMachineDoor.LoadUserData)", s.UserData)
 				}
@@ -79,6 +82,17 @@ func TestHarvesterMachineSpec(t *testing.T) {
 				}
 				if len(s.ExtraDisks) != 1 || s.ExtraDisks[0] != (harvester.DiskSpec{SizeGB: 10, StorageClass: "fast"}) {
 					t.Fatalf("extra disks %+v", s.ExtraDisks)
+				}
+			},
+		},
+		"passthrough devices and vGPUs, by their Harvester resources, in order": {
+			change: func(hm *infrav1.HarvesterMachine, _ *capiMachine, _ *v1alpha1.ProviderConfig) {
+				hm.Spec.HostDevices = []infrav1.PassthroughDevice{{DeviceName: "nvidia.com/GA102GL_A10", NodeResourceName: "nvidia.com/gpu"}, {DeviceName: "intel.com/1533"}}
+				hm.Spec.GPUs = []infrav1.PassthroughDevice{{DeviceName: "nvidia.com/NVIDIA_A2-4Q"}}
+			},
+			check: func(t *testing.T, s *harvester.MachineSpec) {
+				if !slices.Equal(s.HostDevices, []string{"nvidia.com/GA102GL_A10", "intel.com/1533"}) || !slices.Equal(s.GPUs, []string{"nvidia.com/NVIDIA_A2-4Q"}) {
+					t.Fatalf("host devices %v, GPUs %v", s.HostDevices, s.GPUs)
 				}
 			},
 		},

@@ -3,6 +3,7 @@ package clusterapi
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -50,15 +51,28 @@ func (r *HarvesterMachineTemplateReconciler) Reconcile(ctx context.Context, req 
 	return ctrl.Result{}, nil
 }
 
-// templateStatus is what a machine made from spec will have: its vCPUs, and its memory as the VM
+// templateStatus is what a machine made from spec will have: its vCPUs, its memory as the VM
 // is given it (harvesterMachineSpec rounds it up to a whole MiB) and the guest sees it (Harvester's
-// VM mutator reserves none of it for QEMU under its default settings).
+// VM mutator reserves none of it for QEMU under its default settings), and one of each device's
+// Node resource per device that names one.
 func templateStatus(spec infrav1.HarvesterMachineSpec) infrav1.HarvesterMachineTemplateStatus {
+	capacity := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewQuantity(int64(spec.CPU), resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(ceilUnits(spec.Memory, 1<<20)<<20, resource.BinarySI),
+	}
+	// A device's resource on Harvester is not what the guest's device plugin advertises (the
+	// NVIDIA one says nvidia.com/gpu for any model): only a name the template gives is counted.
+	for _, d := range slices.Concat(spec.HostDevices, spec.GPUs) {
+		if d.NodeResourceName == "" {
+			continue
+		}
+		name := corev1.ResourceName(d.NodeResourceName)
+		n := capacity[name]
+		n.Add(*resource.NewQuantity(1, resource.DecimalSI))
+		capacity[name] = n
+	}
 	return infrav1.HarvesterMachineTemplateStatus{
-		Capacity: corev1.ResourceList{
-			corev1.ResourceCPU:    *resource.NewQuantity(int64(spec.CPU), resource.DecimalSI),
-			corev1.ResourceMemory: *resource.NewQuantity(ceilUnits(spec.Memory, 1<<20)<<20, resource.BinarySI),
-		},
+		Capacity: capacity,
 		NodeInfo: &infrav1.NodeInfo{OperatingSystem: nodeOperatingSystem},
 	}
 }

@@ -49,6 +49,51 @@ func TestTemplateStatus(t *testing.T) {
 	}
 }
 
+// Each device that names the resource its Node advertises adds one of it, summed per name; one
+// that names none adds nothing, and neither does the resource it has on Harvester.
+func TestTemplateStatusDevices(t *testing.T) {
+	for name, tc := range map[string]struct {
+		hostDevices, gpus []infrav1.PassthroughDevice
+		want              corev1.ResourceList // beside cpu and memory
+	}{
+		"none": {},
+		"a GPU passed through": {
+			hostDevices: []infrav1.PassthroughDevice{{DeviceName: "nvidia.com/GA102GL_A10", NodeResourceName: "nvidia.com/gpu"}},
+			want:        corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")},
+		},
+		"GPUs and vGPUs of one Node resource, summed": {
+			hostDevices: []infrav1.PassthroughDevice{{DeviceName: "nvidia.com/GA102GL_A10", NodeResourceName: "nvidia.com/gpu"}, {DeviceName: "nvidia.com/GA102GL_A10", NodeResourceName: "nvidia.com/gpu"}},
+			gpus:        []infrav1.PassthroughDevice{{DeviceName: "nvidia.com/NVIDIA_A2-4Q", NodeResourceName: "nvidia.com/gpu"}},
+			want:        corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("3")},
+		},
+		"two Node resources": {
+			hostDevices: []infrav1.PassthroughDevice{{DeviceName: "intel.com/1533", NodeResourceName: "intel.com/sriov_netdevice"}},
+			gpus:        []infrav1.PassthroughDevice{{DeviceName: "nvidia.com/NVIDIA_A2-4Q", NodeResourceName: "nvidia.com/gpu.shared"}},
+			want:        corev1.ResourceList{"intel.com/sriov_netdevice": resource.MustParse("1"), "nvidia.com/gpu.shared": resource.MustParse("1")},
+		},
+		"devices without a Node resource": {
+			hostDevices: []infrav1.PassthroughDevice{{DeviceName: "nvidia.com/GA102GL_A10"}},
+			gpus:        []infrav1.PassthroughDevice{{DeviceName: "nvidia.com/NVIDIA_A2-4Q"}, {DeviceName: "nvidia.com/NVIDIA_A2-4Q", NodeResourceName: "nvidia.com/gpu"}},
+			want:        corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := templateStatus(infrav1.HarvesterMachineSpec{CPU: 2, Memory: resource.MustParse("4Gi"), HostDevices: tc.hostDevices, GPUs: tc.gpus})
+			if len(got.Capacity) != 2+len(tc.want) {
+				t.Errorf("capacity %v, want cpu, memory and %v", got.Capacity, tc.want)
+			}
+			for name, want := range tc.want {
+				if have := got.Capacity[name]; have.Cmp(want) != 0 {
+					t.Errorf("capacity %s = %s, want %s", name, have.String(), want.String())
+				}
+			}
+			if cpu := got.Capacity[corev1.ResourceCPU]; cpu.Cmp(resource.MustParse("2")) != 0 {
+				t.Errorf("cpu %s, want 2", cpu.String())
+			}
+		})
+	}
+}
+
 // The reconciler writes the status its spec gives, over a wrong one, and writes nothing when it
 // is right.
 func TestHarvesterMachineTemplateReconcile(t *testing.T) {
