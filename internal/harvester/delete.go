@@ -16,6 +16,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
 )
 
 // Delete removes the machine in Harvester's own way: the VM's annotation names the disks Harvester
@@ -220,6 +221,7 @@ func (m *machines) deleteVM(ctx context.Context, vm *kubevirtv1.VirtualMachine, 
 func (m *machines) deleteVMAsRead(ctx context.Context, vm *kubevirtv1.VirtualMachine, o Owner) error {
 	what := describe("VirtualMachine", vm.Namespace, vm.Name)
 	m.forgetDiagnosis(vm)
+	metrics.ForgetVM(vm.UID)
 	if vm.DeletionTimestamp != nil {
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
 )
 
 func (m *machines) Observe(ctx context.Context, ref MachineRef) (Observation, error) {
@@ -73,6 +74,9 @@ func (m *machines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMachine)
 		PrintableStatus: string(vm.Status.PrintableStatus),
 		VMCreatedAt:     vm.CreationTimestamp.Time,
 		Watched:         m.cacheFor(vm.Namespace) != nil,
+	}
+	if obs.Watched {
+		metrics.ObserveVM(vm.UID)
 	}
 	vmi := &kubevirtv1.VirtualMachineInstance{}
 	if err := m.peek(ctx, client.ObjectKeyFromObject(vm), vmi); err != nil {

@@ -77,7 +77,7 @@ var Packages = Table{
 	}},
 	{"internal/options", "the manager's flags, names and defaults", []string{"internal/clustercache"}},
 	{"internal/imagefactory", "the Butler Image Factory's URLs and names", []string{"api/v1alpha1"}},
-	{"internal/harvester", "the engine", []string{"api/reasons", "internal/clustercache", "internal/errkind"}},
+	{"internal/harvester", "the engine", []string{"api/reasons", "internal/clustercache", "internal/errkind", "internal/metrics"}},
 	{"internal/clustercache", "a client, cache and identity per Harvester cluster", []string{"internal/metrics"}},
 	{"internal/metrics", "the provider's metrics", []string{"api/v1alpha1"}},
 	{"internal/errkind", "the error kinds: a wait, a permanent failure; the engine's words translated once", nil},

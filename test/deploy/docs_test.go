@@ -118,7 +118,7 @@ func TestDocsListEveryFieldAndMetric(t *testing.T) {
 		}
 	}
 	for _, name := range []string{metrics.MachineRequestsName, metrics.ProvisioningDurationName, metrics.DeletionDurationName,
-		metrics.HarvesterAPIRequestsName, metrics.HarvesterAPIErrorsName, metrics.RateLimiterWaitName} {
+		metrics.HarvesterAPIRequestsName, metrics.HarvesterAPIErrorsName, metrics.RateLimiterWaitName, metrics.MachinesObservedName} {
 		if !strings.Contains(doc, "`"+name+"`") {
 			t.Errorf("docs/configuration.md does not mention metric %s", name)
 		}
