@@ -94,36 +94,52 @@ func runDirectTwin(ctx context.Context, o options, sc scenario, work string) (di
 
 // drive does what a perfect provider would, as the direct provider (see asDirectProvider): it
 // creates the machines, learns their IPs from its watch of VMIs, and deletes them. What it does
-// only to measure (the per-second counts of the deletion) runs unlabelled.
+// only to measure (the per-second counts of the deletion) runs unlabelled. With several Harvester
+// clusters, machine i goes to cluster i mod K, as the provider's run spreads them, and the
+// perfect provider keeps a client and a watch of VMIs to each.
 func (d *directResult) drive(ctx context.Context, o options, sc scenario, tb *testbed.Testbed) error {
-	cfg := ownConnection(tb.Harvester.Config)
-	c, err := client.New(cfg, client.Options{Scheme: tb.Harvester.Client.Scheme()})
-	if err != nil {
-		return err
+	clusters := make([]directCluster, len(tb.Harvesters))
+	for k, hv := range tb.Harvesters {
+		cfg := ownConnection(hv.Config)
+		c, err := client.New(cfg, client.Options{Scheme: hv.Client.Scheme()})
+		if err != nil {
+			return err
+		}
+		imageRef := harvester.ObjectRef{Namespace: testbed.HarvesterNamespace, Name: testbed.ImageName}
+		image, err := harvester.ReadImage(ctx, c, imageRef)
+		if err != nil {
+			return err
+		}
+		running, stop, err := watchVMIAddresses(ctx, cfg, c.Scheme())
+		if err != nil {
+			return err
+		}
+		defer stop()
+		clusters[k] = directCluster{c: c, image: image, running: running}
 	}
-	imageRef := harvester.ObjectRef{Namespace: testbed.HarvesterNamespace, Name: testbed.ImageName}
-	image, err := harvester.ReadImage(ctx, c, imageRef)
-	if err != nil {
-		return err
+	running := func() int {
+		sum := 0
+		for _, cl := range clusters {
+			sum += cl.running.count()
+		}
+		return sum
 	}
-	running, stop, err := watchVMIAddresses(ctx, cfg, c.Scheme())
-	if err != nil {
-		return err
-	}
-	defer stop()
 
-	writesAtStart, err := apiServerWrites(ctx, tb.Harvester.Config)
+	writesAtStart, err := harvesterWrites(ctx, tb)
 	if err != nil {
 		return err
 	}
 	cpuAtStart := processCPU(tb)
 	profile := startLabelledCPU()
 	start := time.Now()
-	if err := forEachMachine(o.n, func(i int) error { return createDirect(ctx, c, image, i, !sc.noUserData) }); err != nil {
+	if err := forEachMachine(o.n, func(i int) error {
+		cl := clusters[i%len(clusters)]
+		return createDirect(ctx, cl.c, cl.image, i, !sc.noUserData)
+	}); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) { return running.count() == o.n, nil }); err != nil {
-		return fmt.Errorf("waiting for VMIs to report an IP (%d of %d): %w", running.count(), o.n, err)
+	if err := waitFor(ctx, o.timeout, tb, func() (bool, error) { return running() == o.n, nil }); err != nil {
+		return fmt.Errorf("waiting for VMIs to report an IP (%d of %d): %w", running(), o.n, err)
 	}
 	d.toRunning = time.Since(start)
 	d.providerCPU[0], d.providerCPUErr = profile.stop()
@@ -143,8 +159,10 @@ func (d *directResult) drive(ctx context.Context, o options, sc scenario, tb *te
 	defer counts.stop()
 	profile = startLabelledCPU()
 	start = time.Now()
-	if err := c.DeleteAllOf(ctx, &kubevirtv1.VirtualMachine{}, client.InNamespace(testbed.HarvesterNamespace)); err != nil {
-		return err
+	for _, cl := range clusters {
+		if err := cl.c.DeleteAllOf(ctx, &kubevirtv1.VirtualMachine{}, client.InNamespace(testbed.HarvesterNamespace)); err != nil {
+			return err
+		}
 	}
 	if err := counts.waitEmpty(ctx, o.timeout, tb); err != nil {
 		return fmt.Errorf("waiting for deletion (%s left: %s): %w", counts.what(), counts.sample(), err)
@@ -155,12 +173,20 @@ func (d *directResult) drive(ctx context.Context, o options, sc scenario, tb *te
 	d.providerCPUErr = errors.Join(d.providerCPUErr, deleteErr)
 	d.deletion = progress.finish()
 	d.cpu[1] = totalCPU(progress.cpu)
-	writesAtEnd, err := apiServerWrites(ctx, tb.Harvester.Config)
+	writesAtEnd, err := harvesterWrites(ctx, tb)
 	if err != nil {
 		return err
 	}
 	d.hvWrites = describeWrites(writesAtStart, writesAtEnd, o.n)
 	return nil
+}
+
+// directCluster is what the direct provider keeps of one Harvester cluster: its client, the image
+// of the machines there, and its watch of VMIs.
+type directCluster struct {
+	c       client.Client
+	image   harvester.ImageInfo
+	running *ipSeen
 }
 
 // createDirect creates machine i as the provider would (createDirectMachine), as createAll's

@@ -76,7 +76,7 @@ func TestReconcileCountSumsTheControllersResults(t *testing.T) {
 }
 
 func TestStandingCPUIsPerSecondOfItsWindow(t *testing.T) {
-	if got, want := (standingCPU{seconds: 0.25}).perSecond(), 1000*0.25/standingWindow.Seconds(); got != want || got <= 0 {
+	if got, want := (standingCPU{window: standingWindow, seconds: 0.25}).perSecond(), 1000*0.25/standingWindow.Seconds(); got != want || got <= 0 {
 		t.Errorf("perSecond = %v, want %v ms per second", got, want)
 	}
 }
@@ -136,5 +136,19 @@ func TestRepeatedMarginsSummaryIsTheMedianOfEachRatio(t *testing.T) {
 	r.margins = append(r.margins, floorMargin{create: 1.11, del: 1.10, cpu: 4.0})
 	if got := r.summary(); !strings.Contains(got, "median: create 1.08x") || !strings.Contains(got, "delete 1.05x") || !strings.Contains(got, "CPU 2.8x") {
 		t.Errorf("summary of four runs = %s, want create 1.08x, delete 1.05x, CPU 2.8x (the middle two's means)", got)
+	}
+}
+
+// A cluster's share of the machines fits the VM network with room to spare; a /20 at least.
+func TestNetworkFor(t *testing.T) {
+	for _, tc := range []struct {
+		n, k int
+		want string
+	}{
+		{100, 1, "10.40.0.0/20"}, {5000, 5, "10.40.0.0/20"}, {5000, 1, "10.40.0.0/19"}, {20000, 2, "10.40.0.0/18"},
+	} {
+		if got := networkFor(tc.n, tc.k); got != tc.want {
+			t.Errorf("networkFor(%d, %d) = %s, want %s", tc.n, tc.k, got, tc.want)
+		}
 	}
 }

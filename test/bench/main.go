@@ -47,6 +47,13 @@ type options struct {
 	// spread spreads the MachineRequests' creates, and their deletes, over this long (see
 	// machineRequests.create and deleteAll).
 	spread time.Duration
+	// harvesters is how many simulated Harvester clusters the MachineRequest runs spread their
+	// machines over, one ProviderConfig each (scale.go).
+	harvesters int
+	// standing is how long the manager is watched with all machines running and nothing asked
+	// of it; restart kills and starts it again once all run (scale.go).
+	standing time.Duration
+	restart  bool
 	// The world and the other provider of make bench-published (see published.go).
 	schema                       string
 	legacyImageStorageClassNames bool
@@ -71,6 +78,9 @@ func main() {
 	flag.IntVar(&o.repeat, "repeat", 1, "Do the chosen runs this many times, one after the other, and print the median of each run's vs floor ratios over the repeats: on a shared 2-CPU machine the floor's own times vary by 10% and more from one run to the next, as much as the margins measured.")
 	flag.StringVar(&o.only, "only", "", "If set, do only the runs among those -runs chooses whose names contain this (case-insensitive), e.g. -only 'cluster api'.")
 	flag.DurationVar(&o.spread, "spread", 0, "Create the MachineRequests one after another over this long instead of all at once, and delete them so (the runs of MachineRequests only, not their direct twins or floors: use -direct=false), e.g. at the pace Cluster API core hands a MachineDeployment's machines to the provider and takes them back: what the provider costs per machine when its machines come and go a few at a time.")
+	flag.IntVar(&o.harvesters, "harvesters", 1, "Simulated Harvester clusters the MachineRequest runs spread their machines over, round-robin, one ProviderConfig each (their direct twin and floor too): a platform of several sites. The Cluster API runs use one.")
+	flag.DurationVar(&o.standing, "standing", standingWindow, "How long the manager is watched while all machines run and nothing is asked of it: its CPU, its reads and writes to each cluster and its memory then (30m takes in the periodic health checks and watch renewals).")
+	flag.BoolVar(&o.restart, "restart", false, "Once all machines run (and the standing window is over), kill the manager (SIGKILL) and start it again: the time until it has observed every machine again (butler_harvester_machines_observed_total), and its reads and writes until then.")
 	flag.BoolVar(&o.direct, "direct", true, "After each run, run its \"direct\" twin (the bench creates the Harvester objects itself, no provider: the machine's physical limit) and print the provider's time over it.")
 	flag.StringVar(&o.schema, "schema", "", "Butler's CRDs for the management cluster instead of this project's: one of "+strings.Join(testbed.ButlerSchemas, ", ")+" (test/testdata/butler-crds).")
 	flag.BoolVar(&o.legacyImageStorageClassNames, "legacy-image-storage-class-names", false, "Simulate a Harvester v0.3.0 to v1.7.x, which named image storage classes longhorn-<image name> (later versions: lh-<image uid>).")
@@ -122,6 +132,9 @@ func run(ctx context.Context, o options) error {
 	}
 	if o.repeat < 1 {
 		return errors.New("-repeat must be at least 1")
+	}
+	if o.harvesters < 1 || o.standing <= 0 {
+		return errors.New("-harvesters must be at least 1 and -standing positive")
 	}
 	repeats := make([]repeatedMargins, len(chosen))
 	for i := range o.repeat * len(chosen) {

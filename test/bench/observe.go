@@ -401,8 +401,8 @@ func processCPU(tb *testbed.Testbed) map[int]procCPU {
 		children[pid] = child{comm: strings.TrimSpace(string(comm)), flags: flags}
 	}
 	clusterOfPort := map[string]string{portOf(tb.MgmtConfig.Host): "management"}
-	if tb.Harvester != nil {
-		clusterOfPort[portOf(tb.Harvester.Config.Host)] = "Harvester"
+	for _, hv := range tb.Harvesters { // several Harvester clusters count as one kind
+		clusterOfPort[portOf(hv.Config.Host)] = "Harvester"
 	}
 	clusterOfEtcd := map[string]string{}
 	for _, c := range children {

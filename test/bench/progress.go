@@ -31,16 +31,23 @@ type countedKind struct {
 }
 
 // harvesterKinds are the objects a machine has on Harvester, counted during deletion.
+// With several Harvester clusters, each kind is counted on each (what names the cluster).
 func harvesterKinds(tb *testbed.Testbed) []countedKind {
-	kind := func(what string, gvr schema.GroupVersionResource) countedKind {
-		return countedKind{what: what, config: tb.Harvester.Config, namespace: testbed.HarvesterNamespace, resource: gvr}
+	var kinds []countedKind
+	for k, hv := range tb.Harvesters {
+		kind := func(what string, gvr schema.GroupVersionResource) countedKind {
+			if len(tb.Harvesters) > 1 {
+				what = fmt.Sprintf("%s (cluster %d)", what, k+1)
+			}
+			return countedKind{what: what, config: hv.Config, namespace: testbed.HarvesterNamespace, resource: gvr}
+		}
+		kinds = append(kinds,
+			kind("VMs", kubevirtv1.GroupVersion.WithResource("virtualmachines")),
+			kind("VMIs", kubevirtv1.GroupVersion.WithResource("virtualmachineinstances")),
+			kind("disks", corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims")),
+			kind("Secrets", corev1.SchemeGroupVersion.WithResource("secrets")))
 	}
-	return []countedKind{
-		kind("VMs", kubevirtv1.GroupVersion.WithResource("virtualmachines")),
-		kind("VMIs", kubevirtv1.GroupVersion.WithResource("virtualmachineinstances")),
-		kind("disks", corev1.SchemeGroupVersion.WithResource("persistentvolumeclaims")),
-		kind("Secrets", corev1.SchemeGroupVersion.WithResource("secrets")),
-	}
+	return kinds
 }
 
 // deletionKinds are what a deletion is watched by, in both a provider's run and its floor's: the

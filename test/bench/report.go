@@ -29,7 +29,14 @@ func scrapeRequests(metricsURL string, tb *testbed.Testbed) (requestCounts, erro
 	}
 	defer resp.Body.Close()
 	mgmtHost := hostOf(tb.MgmtConfig.Host)
-	hvHost := hostOf(tb.Harvester.Config.Host)
+	onHarvester := func(labels string) bool {
+		for _, hv := range tb.Harvesters {
+			if strings.Contains(labels, `host="`+hostOf(hv.Config.Host)+`"`) {
+				return true
+			}
+		}
+		return false
+	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	found := false
@@ -48,9 +55,9 @@ func scrapeRequests(metricsURL string, tb *testbed.Testbed) (requestCounts, erro
 			rc.mgmtWrites += v
 		case strings.Contains(labels, `host="`+mgmtHost+`"`):
 			rc.mgmtReads += v
-		case strings.Contains(labels, `host="`+hvHost+`"`) && write:
+		case onHarvester(labels) && write:
 			rc.hvWrites += v
-		case strings.Contains(labels, `host="`+hvHost+`"`):
+		case onHarvester(labels):
 			rc.hvReads += v
 		}
 	}
@@ -78,7 +85,8 @@ func (r result) summary() string {
 		"\n   Harvester API server writes per machine (manager and simulator): " + r.hvWrites +
 		"\n   manager RSS (MB) every 5 s from the first create, | at all Running: " + r.rss +
 		fmt.Sprintf("\n   reconciles per machine: %.1f until all Running, %.1f deleting", r.obs.reconciles/n, r.deletionReconciles/n) +
-		fmt.Sprintf("\n   manager CPU while all run and nothing is asked of it: %.1f ms per second (over %s, left out of its CPU above); management API server writes per second meanwhile: %s", r.standing.perSecond(), standingWindow, r.standing.writes()) +
+		fmt.Sprintf("\n   manager CPU while all run and nothing is asked of it: %.1f ms per second (over %s, left out of its CPU above); management API server writes per second meanwhile: %s", r.standing.perSecond(), r.standing.window, r.standing.writes()) +
+		r.platform() +
 		"\n   deletion: " + r.deletion
 	if r.notes != "" {
 		out += "\n   " + r.notes

@@ -115,16 +115,31 @@ type result struct {
 	// standing is the manager's CPU while all machines run and nothing is asked of it (see
 	// measureStanding), left out of cpuSeconds.
 	standing standingCPU
+	// The platform's figures (scale.go): the manager's memory with its ProviderConfigs connected
+	// and no machine, with all running (settled: the least over settleWindow) and at its peak;
+	// what it keeps open to each Harvester cluster and every process's memory, at all Running;
+	// and a restart's, with -restart.
+	idle, steady memory
+	peakHeapMB   float64
+	links        clusterLinks
+	processes    string
+	restart      *restartResult
 }
 
-// standingWindow is how long measureStanding watches the manager.
+// settleWindow is how long the manager's memory is sampled for its settled figure.
+const settleWindow = 20 * time.Second
+
+// standingWindow is how long measureStanding watches the manager unless -standing says otherwise.
 const standingWindow = 10 * time.Second
 
-// standingCPU is the CPU the manager used in standingWindow, and what the management API server
-// was asked to write meanwhile, per second (the changes its watches heard).
+// standingCPU is the CPU the manager used in its window, and what the management API server was
+// asked to write meanwhile, per second (the changes its watches heard); cost is every request to
+// each side, per minute.
 type standingCPU struct {
+	window     time.Duration
 	seconds    float64
 	mgmtWrites string
+	cost       standingCost
 }
 
 // measureStanding measures the manager's CPU for standingWindow once all machines run, with
@@ -133,26 +148,46 @@ type standingCPU struct {
 // writing). It explains a run that takes longer costing more per machine. With prof, and once
 // the creating CPU profile is done (a run of at least its window), the manager's CPU profile of
 // the window is cpu-standing-manager.pprof.
-func measureStanding(ctx context.Context, tb *testbed.Testbed, prof *profiler, runningAfter time.Duration) (standingCPU, error) {
+func measureStanding(ctx context.Context, tb *testbed.Testbed, prof *profiler, runningAfter, window time.Duration, metricsURL string) (standingCPU, error) {
+	res := standingCPU{window: window, cost: standingCost{window: window}}
 	writesAtStart, err := apiServerWrites(ctx, tb.MgmtConfig)
 	if err != nil {
-		return standingCPU{}, err
+		return res, err
+	}
+	mgmtAtStart, err := apiServerRequests(ctx, tb.MgmtConfig)
+	if err != nil {
+		return res, err
+	}
+	hvAtStart, err := managerHarvesterRequests(ctx, metricsURL)
+	if err != nil {
+		return res, err
 	}
 	_, atStart, err := processUsage(tb.ManagerPID())
 	if err != nil {
-		return standingCPU{}, err
+		return res, err
 	}
 	if prof != nil && runningAfter > cpuWindowStart+cpuWindowSpan {
-		prof.managerCPU(ctx, "cpu-standing-manager.pprof", standingWindow)
-	} else if err := pause(ctx, standingWindow); err != nil {
-		return standingCPU{}, err
+		prof.managerCPU(ctx, "cpu-standing-manager.pprof", window)
+	} else if err := pause(ctx, window); err != nil {
+		return res, err
 	}
 	_, atEnd, err := processUsage(tb.ManagerPID())
 	if err != nil {
-		return standingCPU{}, err
+		return res, err
 	}
+	res.seconds = atEnd - atStart
+	hvAtEnd, err := managerHarvesterRequests(ctx, metricsURL)
+	if err != nil {
+		return res, err
+	}
+	mgmtAtEnd, err := apiServerRequests(ctx, tb.MgmtConfig)
+	if err != nil {
+		return res, err
+	}
+	res.cost.hvRequests, res.cost.mgmtRequests = perMinute(hvAtStart, hvAtEnd, window), perMinute(mgmtAtStart, mgmtAtEnd, window)
 	writesAtEnd, err := apiServerWrites(ctx, tb.MgmtConfig)
-	return standingCPU{seconds: atEnd - atStart, mgmtWrites: describeWrites(writesAtStart, writesAtEnd, int(standingWindow.Seconds()))}, err
+	res.mgmtWrites = describeWrites(writesAtStart, writesAtEnd, int(window.Seconds()))
+	return res, err
 }
 
 // pause waits d, or until ctx ends.
@@ -174,7 +209,7 @@ func (s standingCPU) writes() string {
 }
 
 // perSecond is the standing CPU in milliseconds per second.
-func (s standingCPU) perSecond() float64 { return 1000 * s.seconds / standingWindow.Seconds() }
+func (s standingCPU) perSecond() float64 { return 1000 * s.seconds / s.window.Seconds() }
 
 // runScenario measures a provider (this one, or the published one: see published.go) on a
 // scenario.
@@ -201,10 +236,25 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 	if err != nil {
 		return res, err
 	}
+	metricsURL := "http://" + metricsAddr + "/metrics"
+	swapAtStart, err := swapUsedMB()
+	if err != nil {
+		return res, err
+	}
+	watchesBefore, err := longRunningWatches(ctx, tb)
+	if err != nil {
+		return res, err
+	}
 	if _, err := tb.ApplyFile(ctx, o.repoRoot+"/config/samples/providerconfig.yaml"); err != nil {
 		return res, err
 	}
-	if err := p.waitReady(ctx, tb, "http://"+metricsAddr+"/metrics"); err != nil {
+	if err := createProviderConfigs(ctx, tb); err != nil {
+		return res, err
+	}
+	if err := p.waitReady(ctx, tb, metricsURL); err != nil {
+		return res, err
+	}
+	if res.idle, err = settledMemory(ctx, tb, metricsURL, settleWindow); err != nil {
 		return res, err
 	}
 
@@ -221,7 +271,7 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 	if err != nil {
 		return res, err
 	}
-	hvWritesAtStart, err := apiServerWrites(ctx, tb.Harvester.Config)
+	hvWritesAtStart, err := harvesterWrites(ctx, tb)
 	if err != nil {
 		return res, err
 	}
@@ -238,6 +288,8 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 	}
 	rss := sampleRSS(ctx, tb.ManagerPID())
 	defer rss.stop()
+	heap := sampleHeap(ctx, metricsURL)
+	defer heap.stop()
 	start := time.Now()
 	if err := fd.create(ctx, tb, o.n); err != nil {
 		return res, err
@@ -247,6 +299,14 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 	}
 	res.toRunning = time.Since(start)
 	rss.allRunning()
+	heap.stop()
+	res.peakHeapMB, res.processes = heap.peakMB, processMemory(tb)
+	if res.links, err = managerLinks(ctx, tb, watchesBefore); err != nil {
+		return res, err
+	}
+	if err := requireNoSwapping(swapAtStart); err != nil {
+		return res, err
+	}
 	if prof != nil {
 		prof.heap(ctx, "running")
 	}
@@ -254,7 +314,29 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 		return res, err
 	}
 	res.ipDelays = fd.afterRunning(tb)
-	if res.standing, err = measureStanding(ctx, tb, prof, res.toRunning); err != nil {
+	if res.standing, err = measureStanding(ctx, tb, prof, res.toRunning, o.standing, metricsURL); err != nil {
+		return res, err
+	}
+	if res.steady, err = settledMemory(ctx, tb, metricsURL, settleWindow); err != nil {
+		return res, err
+	}
+	// A restart replaces the manager's process: what the first used is kept, and what the second
+	// used to observe every machine again is reported apart (restartResult) and left out.
+	var before processTotals
+	if o.restart {
+		if before.peakRSSMB, before.cpuSeconds, err = processUsage(tb.ManagerPID()); err != nil {
+			return res, err
+		}
+		r, err := measureRestart(ctx, tb, metricsURL, o.n, o.timeout)
+		if err != nil {
+			return res, err
+		}
+		res.restart = &r
+		if _, before.restartCPU, err = processUsage(tb.ManagerPID()); err != nil {
+			return res, err
+		}
+	}
+	if err := requireNoSwapping(swapAtStart); err != nil {
 		return res, err
 	}
 
@@ -302,7 +384,7 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 		return res, err
 	}
 	res.hvRequests = describeWrites(hvRequestsAtStart, hvRequestsAtEnd, o.n)
-	hvWritesAtEnd, err := apiServerWrites(ctx, tb.Harvester.Config)
+	hvWritesAtEnd, err := harvesterWrites(ctx, tb)
 	if err != nil {
 		return res, err
 	}
@@ -314,7 +396,8 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 	if res.peakRSSMB, res.cpuSeconds, err = processUsage(tb.ManagerPID()); err != nil {
 		return res, err
 	}
-	res.cpuSeconds -= res.standing.seconds
+	res.peakRSSMB = max(res.peakRSSMB, before.peakRSSMB)
+	res.cpuSeconds += before.cpuSeconds - before.restartCPU - res.standing.seconds
 	res.notes, err = fd.finish(ctx, tb)
 	return res, err
 }
@@ -419,8 +502,10 @@ func (m *machineRequests) finish(context.Context, *testbed.Testbed) (string, err
 func sinceIPReported(tb *testbed.Testbed, at map[string]time.Time) []time.Duration {
 	var out []time.Duration
 	for name, t := range at {
-		if reported := tb.Harvester.Sim.IPReportedAt(testbed.HarvesterNamespace, name); !reported.IsZero() {
-			out = append(out, t.Sub(reported))
+		for _, hv := range tb.Harvesters {
+			if reported := hv.Sim.IPReportedAt(testbed.HarvesterNamespace, name); !reported.IsZero() {
+				out = append(out, t.Sub(reported))
+			}
 		}
 	}
 	return out
@@ -430,9 +515,12 @@ func sinceIPReported(tb *testbed.Testbed, at map[string]time.Time) []time.Durati
 // and seeds it; opts gives the work directory and the manager, if any. Stop it also after an error.
 func startSeeded(ctx context.Context, o options, sc scenario, opts testbed.Options) (*testbed.Testbed, error) {
 	opts.RepoRoot = o.repoRoot
-	opts.NetworkCIDR = "10.40.0.0/20" // 4000 leases: a /24 runs out of addresses at N=245
+	opts.NetworkCIDR = networkFor(o.n, o.harvesters)
 	opts.Sim = sim.Config{BootDelay: sc.boot, IPDelay: sc.ip, LegacyImageStorageClassNames: o.legacyImageStorageClassNames}
 	opts.Schema = o.schema
+	if !sc.clusterAPI {
+		opts.Harvesters = o.harvesters
+	}
 	tb, err := testbed.Start(ctx, opts)
 	if err != nil {
 		return tb, err
@@ -452,11 +540,17 @@ func startSeededWithClusterAPI(ctx context.Context, o options, sc scenario, opts
 	return startSeeded(ctx, o, sc, opts)
 }
 
+// waitProviderConfigReady waits until the ProviderConfig of every Harvester cluster is Ready.
 func waitProviderConfigReady(ctx context.Context, tb *testbed.Testbed) error {
 	return waitFor(ctx, time.Minute, tb, func() (bool, error) {
-		pc := &v1alpha1.ProviderConfig{}
-		err := tb.Mgmt.Get(ctx, client.ObjectKey{Namespace: testbed.Namespace, Name: "harvester-config"}, pc)
-		return err == nil && pc.Status.Ready, client.IgnoreNotFound(err)
+		for k := range tb.Harvesters {
+			pc := &v1alpha1.ProviderConfig{}
+			err := tb.Mgmt.Get(ctx, client.ObjectKey{Namespace: testbed.Namespace, Name: providerConfigName(k)}, pc)
+			if err != nil || !pc.Status.Ready {
+				return false, client.IgnoreNotFound(err)
+			}
+		}
+		return true, nil
 	})
 }
 
@@ -477,7 +571,7 @@ func createMachineRequest(ctx context.Context, tb *testbed.Testbed, i int, userD
 	mr := &v1alpha1.MachineRequest{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testbed.Namespace},
 		Spec: v1alpha1.MachineRequestSpec{
-			ProviderRef: v1alpha1.ProviderReference{Name: "harvester-config"},
+			ProviderRef: v1alpha1.ProviderReference{Name: providerConfigOf(i, len(tb.Harvesters))},
 			MachineName: name, Role: role, CPU: 4, MemoryMB: 8192, DiskGB: 50,
 		},
 	}

@@ -101,6 +101,10 @@ type Options struct {
 	// WithProxy puts the simulator's FaultProxy between the manager and Harvester: the
 	// credentials Secret then holds the proxy's kubeconfig.
 	WithProxy bool
+	// Harvesters is how many simulated Harvester clusters run (default 1): a platform's sites,
+	// each with its own API server and simulator, seeded alike, and each with a credentials
+	// Secret of its own (CredentialsSecretOf).
+	Harvesters int
 	// Progress, if set, is told what happens.
 	Progress func(format string, args ...any)
 }
@@ -111,7 +115,10 @@ type Testbed struct {
 	mgmtEnv    *envtest.Environment
 	MgmtConfig *rest.Config
 	Mgmt       client.Client
+	// Harvester is the first simulated Harvester cluster, and Harvesters all of them
+	// (Options.Harvesters).
 	Harvester  *sim.Harvester
+	Harvesters []*sim.Harvester
 	// ClusterAPI is the Cluster API core manager, if Options.ClusterAPI asked for it.
 	ClusterAPI *ClusterAPI
 	// KubeadmBootstrap is the kubeadm bootstrap provider, if Options.KubeadmBootstrap asked for it.
@@ -214,14 +221,40 @@ func (t *Testbed) startManagement(context.Context) error {
 func (t *Testbed) startHarvester(ctx context.Context) error {
 	simCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	t.cancelSim = cancel
-	var err error
-	if t.Harvester, err = sim.StartHarvester(simCtx, sim.Options{Sim: t.opts.Sim, WithProxy: t.opts.WithProxy}); err != nil {
-		return err
+	for k := range max(t.opts.Harvesters, 1) {
+		hv, err := sim.StartHarvester(simCtx, sim.Options{Sim: t.opts.Sim, WithProxy: t.opts.WithProxy})
+		if hv != nil {
+			t.Harvesters = append(t.Harvesters, hv)
+		}
+		if err != nil {
+			return err
+		}
+		if err := InstallGuestReader(ctx, hv.Client); err != nil {
+			return err
+		}
+		if err := os.WriteFile(t.Path(harvesterKubeconfigFile(k)), hv.Kubeconfig, 0o600); err != nil {
+			return err
+		}
 	}
-	if err := InstallGuestReader(ctx, t.Harvester.Client); err != nil {
-		return err
+	t.Harvester = t.Harvesters[0]
+	return nil
+}
+
+// harvesterKubeconfigFile names the kubeconfig file of Harvester cluster k (0 is the first).
+func harvesterKubeconfigFile(k int) string {
+	if k == 0 {
+		return "harvester.kubeconfig"
 	}
-	return os.WriteFile(t.Path("harvester.kubeconfig"), t.Harvester.Kubeconfig, 0o600)
+	return fmt.Sprintf("harvester-%d.kubeconfig", k+1)
+}
+
+// CredentialsSecretOf names the credentials Secret, in Namespace, of Harvester cluster k (0 is
+// the first, whose Secret is CredentialsSecret, as config/samples name it).
+func CredentialsSecretOf(k int) string {
+	if k == 0 {
+		return CredentialsSecret
+	}
+	return fmt.Sprintf("%s-%d", CredentialsSecret, k+1)
 }
 
 func (t *Testbed) startClusterAPI(ctx context.Context) error {
@@ -335,11 +368,39 @@ func (t *Testbed) ManagerLogTail() string {
 	return "last lines of the manager log:\n  " + strings.Join(lines, "\n  ") + "\n"
 }
 
-// Seed creates what the samples expect: on Harvester a VLAN network and an imported image, on the
-// management cluster the namespace, the credentials Secret holding the simulated Harvester's
-// kubeconfig, and Butler's ButlerConfig with an image factory (for ImageSyncs).
+// Seed creates what the samples expect: on every Harvester cluster a VLAN network and an imported
+// image, on the management cluster the namespace, the credentials Secret holding each simulated
+// Harvester's kubeconfig (CredentialsSecretOf), and Butler's ButlerConfig with an image factory
+// (for ImageSyncs).
 func (t *Testbed) Seed(ctx context.Context) error {
-	hv := t.Harvester.Client
+	for _, hv := range t.Harvesters {
+		if err := t.seedHarvester(ctx, hv.Client); err != nil {
+			return err
+		}
+	}
+	if err := t.Mgmt.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil {
+		return err
+	}
+	if err := t.Mgmt.Create(ctx, &platformv1alpha1.ButlerConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: platformv1alpha1.ButlerConfigName},
+		Spec:       platformv1alpha1.ButlerConfigSpec{ImageFactory: &platformv1alpha1.ImageFactoryConfig{URL: FactoryURL}},
+	}); err != nil {
+		return err
+	}
+	for k, hv := range t.Harvesters {
+		if err := t.Mgmt.Create(ctx, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: CredentialsSecretOf(k), Namespace: Namespace},
+			Data:       map[string][]byte{"kubeconfig": hv.Kubeconfig},
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// seedHarvester creates the VLAN network and the image of the samples on one Harvester cluster,
+// and waits for the image to be imported.
+func (t *Testbed) seedHarvester(ctx context.Context, hv client.Client) error {
 	nad := &unstructured.Unstructured{}
 	nad.SetGroupVersionKind(sim.NetworkAttachmentDefinitionGVK)
 	nad.SetNamespace(HarvesterNamespace)
@@ -363,19 +424,7 @@ func (t *Testbed) Seed(ctx context.Context) error {
 		return err
 	}
 	t.say("  image %s/%s imported, network %s/%s (%s) created", HarvesterNamespace, ImageName, HarvesterNamespace, NetworkName, t.opts.NetworkCIDR)
-	if err := t.Mgmt.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}); err != nil {
-		return err
-	}
-	if err := t.Mgmt.Create(ctx, &platformv1alpha1.ButlerConfig{
-		ObjectMeta: metav1.ObjectMeta{Name: platformv1alpha1.ButlerConfigName},
-		Spec:       platformv1alpha1.ButlerConfigSpec{ImageFactory: &platformv1alpha1.ImageFactoryConfig{URL: FactoryURL}},
-	}); err != nil {
-		return err
-	}
-	return t.Mgmt.Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: CredentialsSecret, Namespace: Namespace},
-		Data:       map[string][]byte{"kubeconfig": t.Harvester.Kubeconfig},
-	})
+	return nil
 }
 
 // waitImported waits, like an operator would, for an uploaded image to finish importing.
@@ -458,18 +507,10 @@ func (t *Testbed) HarvesterLeft(ctx context.Context) (vms, vmis, pvcs, secrets i
 	return t.HarvesterLeftOf(ctx, "")
 }
 
-// HarvesterLeftOf counts what is left in the Harvester namespace of the machines whose names start
-// with prefix: their objects are named after them (the VM and VMI, disks <name>-disk-<i>, the
-// cloud-init Secret <name>-cloudinit).
+// HarvesterLeftOf counts what is left in the Harvester namespace, on every Harvester cluster, of
+// the machines whose names start with prefix: their objects are named after them (the VM and
+// VMI, disks <name>-disk-<i>, the cloud-init Secret <name>-cloudinit).
 func (t *Testbed) HarvesterLeftOf(ctx context.Context, prefix string) (vms, vmis, pvcs, secrets int, err error) {
-	c := t.Harvester.Client
-	in := client.InNamespace(HarvesterNamespace)
-	vmList, vmiList, pvcList, secretList := &kubevirtv1.VirtualMachineList{}, &kubevirtv1.VirtualMachineInstanceList{}, &corev1.PersistentVolumeClaimList{}, &corev1.SecretList{}
-	for _, l := range []client.ObjectList{vmList, vmiList, pvcList, secretList} {
-		if err := c.List(ctx, l, in); err != nil {
-			return 0, 0, 0, 0, err
-		}
-	}
 	count := func(l client.ObjectList) int {
 		n := 0
 		_ = meta.EachListItem(l, func(o runtime.Object) error {
@@ -480,7 +521,17 @@ func (t *Testbed) HarvesterLeftOf(ctx context.Context, prefix string) (vms, vmis
 		})
 		return n
 	}
-	return count(vmList), count(vmiList), count(pvcList), count(secretList), nil
+	in := client.InNamespace(HarvesterNamespace)
+	for _, hv := range t.Harvesters {
+		vmList, vmiList, pvcList, secretList := &kubevirtv1.VirtualMachineList{}, &kubevirtv1.VirtualMachineInstanceList{}, &corev1.PersistentVolumeClaimList{}, &corev1.SecretList{}
+		for _, l := range []client.ObjectList{vmList, vmiList, pvcList, secretList} {
+			if err := hv.Client.List(ctx, l, in); err != nil {
+				return 0, 0, 0, 0, err
+			}
+		}
+		vms, vmis, pvcs, secrets = vms+count(vmList), vmis+count(vmiList), pvcs+count(pvcList), secrets+count(secretList)
+	}
+	return vms, vmis, pvcs, secrets, nil
 }
 
 // HarvesterImages names the VirtualMachineImages of the Harvester namespace.
@@ -517,8 +568,8 @@ func (t *Testbed) Stop() {
 	if t.cancelSim != nil {
 		t.cancelSim()
 	}
-	if t.Harvester != nil {
-		_ = t.Harvester.Stop()
+	for _, hv := range t.Harvesters {
+		_ = hv.Stop()
 	}
 	if t.mgmtEnv != nil {
 		_ = t.mgmtEnv.Stop()
