@@ -178,6 +178,27 @@ bench-published: ## Optional, not in make bench or CI: the published provider (b
 		KUBEBUILDER_ASSETS=$$assets $(GO) run ./test/bench -n $(N) -runs=3 -schema=butler-api-v0.13.0 -legacy-image-storage-class-names \
 			-published-manager=$$published -published-commit=$(PUBLISHED_COMMIT) $(BENCH_FLAGS)
 
+SCALE_N ?= 5000
+SCALE_HARVESTERS ?= 5
+SCALE_STANDING ?= 30m
+.PHONY: bench-scale
+bench-scale: ## Optional, not in CI: a platform's shape: SCALE_N MachineRequests (5000) over SCALE_HARVESTERS simulated Harvester clusters (5), one ProviderConfig each; the manager's memory per machine, its watches and connections per cluster, its standing cost over SCALE_STANDING (30m) and a restart, beside the floor of that many clusters. SCALE_N=1000 SCALE_HARVESTERS=2 SCALE_STANDING=2m to iterate.
+	@$(CONTROLPLANE_ASSETS) && \
+		KUBEBUILDER_ASSETS=$$assets $(GO) run ./test/bench -n $(SCALE_N) -harvesters $(SCALE_HARVESTERS) -standing $(SCALE_STANDING) -restart -runs=1 -timeout=60m $(BENCH_FLAGS)
+
+UPGRADE_FROM ?= HEAD^
+.PHONY: bench-upgrade
+bench-upgrade: ## Optional, not in CI: N MachineRequests run by this repository's manager at UPGRADE_FROM (the previous commit; built by hack/tools/manager-at.sh), then upgraded to this one: the time until every machine is observed again, what it read and wrote.
+	@$(CONTROLPLANE_ASSETS) && from=$$(bash hack/tools/manager-at.sh $(UPGRADE_FROM)) && \
+		KUBEBUILDER_ASSETS=$$assets $(GO) run ./test/bench -n $(N) -runs=1 -upgrade-from=$$from -upgrade-from-label="$$(git rev-parse --short $(UPGRADE_FROM))" $(BENCH_FLAGS)
+
+.PHONY: bench-upgrade-published
+bench-upgrade-published: ## Optional, not in CI: N MachineRequests run by the published provider (PUBLISHED_COMMIT), then upgraded to this one: its VMs adopted by label patches, the time until every machine is observed again.
+	@$(CONTROLPLANE_ASSETS) && \
+		published=$$(PUBLISHED_COMMIT=$(PUBLISHED_COMMIT) bash hack/tools/published-provider.sh) && \
+		KUBEBUILDER_ASSETS=$$assets $(GO) run ./test/bench -n $(N) -runs=1 -schema=butler-api-v0.13.0 -legacy-image-storage-class-names \
+			-upgrade-from=$$published -upgrade-from-published -upgrade-from-label="the published provider $(PUBLISHED_COMMIT)" $(BENCH_FLAGS)
+
 .PHONY: test-chaos
 test-chaos: ## 200 machines, 11 SIGKILLs of the manager, Harvester API errors, hangs, conflicts and lost responses; nothing lost, duplicated, recreated, orphaned or leaked; deletions that finish although Harvester watches never answer.
 	@$(CONTROLPLANE_ASSETS) && \

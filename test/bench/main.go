@@ -54,6 +54,11 @@ type options struct {
 	// of it; restart kills and starts it again once all run (scale.go).
 	standing time.Duration
 	restart  bool
+	// upgradeFrom is a manager the runs start with, replaced by this repository's once all
+	// machines run (upgradeFromLabel names it, upgradeFromPublished says it is the published
+	// provider, with its flags).
+	upgradeFrom, upgradeFromLabel string
+	upgradeFromPublished          bool
 	// The world and the other provider of make bench-published (see published.go).
 	schema                       string
 	legacyImageStorageClassNames bool
@@ -81,6 +86,9 @@ func main() {
 	flag.IntVar(&o.harvesters, "harvesters", 1, "Simulated Harvester clusters the MachineRequest runs spread their machines over, round-robin, one ProviderConfig each (their direct twin and floor too): a platform of several sites. The Cluster API runs use one.")
 	flag.DurationVar(&o.standing, "standing", standingWindow, "How long the manager is watched while all machines run and nothing is asked of it: its CPU, its reads and writes to each cluster and its memory then (30m takes in the periodic health checks and watch renewals).")
 	flag.BoolVar(&o.restart, "restart", false, "Once all machines run (and the standing window is over), kill the manager (SIGKILL) and start it again: the time until it has observed every machine again (butler_harvester_machines_observed_total), and its reads and writes until then.")
+	flag.StringVar(&o.upgradeFrom, "upgrade-from", "", "A manager binary the runs start with (this repository's at another commit: hack/tools/manager-at.sh; or the published provider's, with -upgrade-from-published): once all machines run it is replaced by this repository's, as a Deployment's rollout does, and the run measures as -restart does. The Cluster API runs need this repository's (the published provider has no Cluster API door).")
+	flag.StringVar(&o.upgradeFromLabel, "upgrade-from-label", "another build", "Names the -upgrade-from manager in the report (a commit).")
+	flag.BoolVar(&o.upgradeFromPublished, "upgrade-from-published", false, "The -upgrade-from manager is the published provider: its flags, and its readiness by its work queue (needs -schema=butler-api-v0.13.0 -legacy-image-storage-class-names, as make bench-published).")
 	flag.BoolVar(&o.direct, "direct", true, "After each run, run its \"direct\" twin (the bench creates the Harvester objects itself, no provider: the machine's physical limit) and print the provider's time over it.")
 	flag.StringVar(&o.schema, "schema", "", "Butler's CRDs for the management cluster instead of this project's: one of "+strings.Join(testbed.ButlerSchemas, ", ")+" (test/testdata/butler-crds).")
 	flag.BoolVar(&o.legacyImageStorageClassNames, "legacy-image-storage-class-names", false, "Simulate a Harvester v0.3.0 to v1.7.x, which named image storage classes longhorn-<image name> (later versions: lh-<image uid>).")
@@ -141,7 +149,11 @@ func run(ctx context.Context, o options) error {
 		sc := chosen[i%len(chosen)]
 		fmt.Printf("== N=%d, %s\n", o.n, sc.name)
 		dir := filepath.Join(work, fmt.Sprintf("run-%d", i+1))
-		r, err := runScenario(ctx, o, sc, dir, thisProvider)
+		p := thisProvider
+		if up, ok := o.upgradedProvider(); ok && (!sc.clusterAPI || !o.upgradeFromPublished) {
+			p = up
+		}
+		r, err := runScenario(ctx, o, sc, dir, p)
 		o.profileDir = "" // profiles of the first run only
 		if err != nil {
 			return fmt.Errorf("%s: %w", sc.name, err)

@@ -26,12 +26,26 @@ type provider struct {
 	label string
 	// binary is a prebuilt manager; "" builds this repository's cmd/manager.
 	binary string
+	// ourFlags is set for a prebuilt manager of this repository (another commit's), which takes
+	// this provider's flags and says when it is ready as this provider does.
+	ourFlags bool
+	// upgrade replaces it with this repository's manager once all machines run (-upgrade-from).
+	upgrade bool
 }
 
 // thisProvider is the provider of this repository.
 var thisProvider = provider{}
 
 func (p provider) ours() bool { return p.binary == "" }
+
+// upgradedProvider is the manager -upgrade-from names, if any: the runs start with it and replace
+// it with this repository's once all machines run.
+func (o options) upgradedProvider() (provider, bool) {
+	if o.upgradeFrom == "" {
+		return provider{}, false
+	}
+	return provider{label: "upgraded from " + o.upgradeFromLabel, binary: o.upgradeFrom, ourFlags: !o.upgradeFromPublished, upgrade: true}, true
+}
 
 // publishedProvider is the published provider given by -published-manager, if any.
 func (o options) publishedProvider() (provider, bool) {
@@ -48,7 +62,7 @@ func (o options) publishedProvider() (provider, bool) {
 // managerArgs are the manager's flags: metrics over plain HTTP on metricsAddr, nothing logged
 // below warnings; for this provider also pprof on pprofAddr (if not empty) and the tuning flags.
 func (p provider) managerArgs(o options, metricsAddr, pprofAddr string) []string {
-	if !p.ours() {
+	if !p.ours() && !p.ourFlags {
 		// controller-runtime's zap knows no warn level; the published provider logs nothing between
 		// info and error anyway.
 		return []string{"--metrics-bind-address=" + metricsAddr, "--metrics-secure=false", "--health-probe-bind-address=0", "--zap-log-level=error"}
@@ -74,7 +88,7 @@ func (p provider) managerArgs(o options, metricsAddr, pprofAddr string) []string
 // MachineRequest controller to have started (its work queue shows in the metrics once it watches
 // MachineRequests; the first list of an empty namespace follows within milliseconds).
 func (p provider) waitReady(ctx context.Context, tb *testbed.Testbed, metricsURL string) error {
-	if p.ours() {
+	if p.ours() || p.ourFlags {
 		return waitProviderConfigReady(ctx, tb)
 	}
 	return waitFor(ctx, time.Minute, tb, func() (bool, error) {

@@ -357,10 +357,10 @@ type restartResult struct {
 	statusWrites float64
 }
 
-// measureRestart kills the manager (SIGKILL) and starts it again, and measures how long the new
-// process takes to observe all n machines, and what it reads and writes until then and for
-// settleTime after.
-func measureRestart(ctx context.Context, tb *testbed.Testbed, metricsURL string, n int, timeout time.Duration) (restartResult, error) {
+// measureRestart replaces the manager's process (replace: a restart after SIGKILL, or an
+// upgrade), and measures how long the new process takes to observe all n machines, and what it
+// reads and writes until then and for settleTime after.
+func measureRestart(ctx context.Context, tb *testbed.Testbed, metricsURL string, n int, timeout time.Duration, replace func() error) (restartResult, error) {
 	var res restartResult
 	mgmtAtStart, err := apiServerWrites(ctx, tb.MgmtConfig)
 	if err != nil {
@@ -370,7 +370,7 @@ func measureRestart(ctx context.Context, tb *testbed.Testbed, metricsURL string,
 	if err != nil {
 		return res, err
 	}
-	if err := tb.KillManager(); err != nil {
+	if err := replace(); err != nil {
 		return res, err
 	}
 	start := time.Now()
@@ -433,7 +433,10 @@ func (r result) platform() string {
 		"\n   to Harvester at all Running: " + r.links.String() +
 		"\n   every process's RSS at all Running: " + r.processes +
 		fmt.Sprintf("\n   standing over %s, per minute: the manager's Harvester requests %s; management API server requests (all clients) %s", r.standing.window, r.standing.cost.hvRequests, r.standing.cost.mgmtRequests)
-	if r.restart != nil {
+	switch {
+	case r.restart != nil && r.upgraded:
+		out += "\n   upgrade to this provider (SIGTERM, then this repository's manager; leader election off): " + r.restart.String()
+	case r.restart != nil:
 		out += "\n   restart (SIGKILL, leader election off): " + r.restart.String()
 	}
 	return out

@@ -124,6 +124,7 @@ type result struct {
 	links        clusterLinks
 	processes    string
 	restart      *restartResult
+	upgraded     bool
 }
 
 // settleWindow is how long the manager's memory is sampled for its settled figure.
@@ -323,15 +324,20 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 	// A restart replaces the manager's process: what the first used is kept, and what the second
 	// used to observe every machine again is reported apart (restartResult) and left out.
 	var before processTotals
-	if o.restart {
+	// The published provider does not count the machines it observes: it is not restarted.
+	if (o.restart && (p.ours() || p.ourFlags)) || p.upgrade {
 		if before.peakRSSMB, before.cpuSeconds, err = processUsage(tb.ManagerPID()); err != nil {
 			return res, err
 		}
-		r, err := measureRestart(ctx, tb, metricsURL, o.n, o.timeout)
+		replace := tb.KillManager
+		if p.upgrade {
+			replace = func() error { return tb.ReplaceManager("", thisProvider.managerArgs(o, metricsAddr, "")) }
+		}
+		r, err := measureRestart(ctx, tb, metricsURL, o.n, o.timeout, replace)
 		if err != nil {
 			return res, err
 		}
-		res.restart = &r
+		res.restart, res.upgraded = &r, p.upgrade
 		if _, before.restartCPU, err = processUsage(tb.ManagerPID()); err != nil {
 			return res, err
 		}

@@ -272,12 +272,8 @@ func (t *Testbed) startKubeadmBootstrap(ctx context.Context) error {
 func (t *Testbed) startManager(context.Context) error {
 	_ = os.Remove(t.Path("manager.log")) // one log per testbed; restarts append to it
 	if t.opts.ManagerBinary == "" {
-		bin := t.Path("manager")
-		build := exec.Command("go", "build", "-o", bin, "./cmd/manager") //nolint:gosec // G204: fixed command; the only variable is the output path inside the testbed's work directory
-		var out bytes.Buffer
-		build.Dir, build.Stdout, build.Stderr = t.opts.RepoRoot, &out, &out
-		if err := build.Run(); err != nil {
-			return fmt.Errorf("go build ./cmd/manager: %w\n%s", err, out.String())
+		if err := t.buildManager(); err != nil {
+			return err
 		}
 	}
 	// After the build, right before the start: a port chosen earlier may be taken meanwhile.
@@ -288,6 +284,43 @@ func (t *Testbed) startManager(context.Context) error {
 		}
 		t.opts.ManagerArgs = append(slices.Clip(t.opts.ManagerArgs), late...) // restarts keep them
 	}
+	return t.runManager()
+}
+
+// buildManager builds this repository's manager into the work directory.
+func (t *Testbed) buildManager() error {
+	build := exec.Command("go", "build", "-o", t.Path("manager"), "./cmd/manager") //nolint:gosec // G204: fixed command; the only variable is the output path inside the testbed's work directory
+	var out bytes.Buffer
+	build.Dir, build.Stdout, build.Stderr = t.opts.RepoRoot, &out, &out
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("go build ./cmd/manager: %w\n%s", err, out.String())
+	}
+	return nil
+}
+
+// ReplaceManager upgrades the manager as a Deployment's rollout does: it stops the running one
+// (SIGTERM, SIGKILL after 10 s) and starts binary in its place with args ("": this repository's
+// manager, built now, with the testbed's own flags before args), appending to the same log.
+func (t *Testbed) ReplaceManager(binary string, args []string) error {
+	if t.exited == nil {
+		return fmt.Errorf("the manager is not running")
+	}
+	if binary == "" {
+		if err := t.buildManager(); err != nil {
+			return err
+		}
+	}
+	_ = t.manager.Process.Signal(os.Interrupt)
+	select {
+	case exitErr := <-t.exited:
+		_ = exitErr // how the old manager exits does not matter to its successor
+	case <-time.After(10 * time.Second):
+		_ = t.manager.Process.Kill()
+		exitErr := <-t.exited
+		_ = exitErr // "signal: killed", as intended
+	}
+	t.exited = nil
+	t.opts.ManagerBinary, t.opts.ManagerArgs = binary, args
 	return t.runManager()
 }
 
