@@ -66,6 +66,9 @@ func run(ctx context.Context, args []string) error {
 	for _, note := range o.FlagNotes {
 		logger.Info(note)
 	}
+	if limit := setMemoryLimit("/sys/fs/cgroup", os.Getenv); limit != "" {
+		logger.Info(limit)
+	}
 
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {

@@ -61,8 +61,22 @@ func TestDeletionSaysHowLongTheVMMayTakeToShutDown(t *testing.T) {
 
 // A machine's observation and deletion say whether its objects are watched (the owned cache
 // serves the namespace, and its events reach the Notifier), so that the front door polls only as
-// a safety net; read live, they are not, and the front door polls as it must.
+// a safety net; read live, they are not, and the front door polls as it must. A VM adopted from
+// the published provider, whose template gives its VMI no owner annotation, is observed as not
+// watched: its VMI's changes wake nothing.
 func TestObservationAndDeletionSayWhetherTheMachineIsWatched(t *testing.T) {
+	t.Run("adopted VM", func(t *testing.T) {
+		spec := testSpec()
+		spec.UserData = ""
+		vm := BuildVirtualMachine(spec)
+		delete(vm.Spec.Template.ObjectMeta.Annotations, AnnotationMachineRequest)
+		c := fake.NewClientBuilder().WithScheme(remoteScheme).WithObjects(vm).Build()
+		m := NewCluster(clustercache.NewCluster(c, map[string]client.Reader{ownedCache: c}, nil, "https://harvester.example:6443", spec.Namespace)).(*engine)
+		obs, err := m.Observe(context.Background(), MachineRef{Owner: spec.Owner, Namespace: spec.Namespace, Name: spec.Name})
+		if err != nil || !obs.VMExists || obs.Watched {
+			t.Fatalf("Observe = %+v, %v; want the VM, not watched", obs, err)
+		}
+	})
 	for name, watched := range map[string]bool{"owned cache serves": true, "read live": false} {
 		t.Run(name, func(t *testing.T) {
 			spec := testSpec()

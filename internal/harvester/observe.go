@@ -33,6 +33,14 @@ func isRecordedVM(vm *kubevirtv1.VirtualMachine, ref MachineRef) bool {
 	return vm != nil && vm.UID == ref.VMUID
 }
 
+// vmiNotifies says whether the VM's VMI wakes its machine when it changes: the VMI carries the
+// owner annotation of the VM's template (see notifier). A VM adopted from the published provider
+// has none there (its template is never rewritten: KubeVirt would ask for a restart), so its
+// machine is looked at as one whose objects are not watched.
+func vmiNotifies(vm *kubevirtv1.VirtualMachine) bool {
+	return vm.Spec.Template != nil && vm.Spec.Template.ObjectMeta.Annotations[AnnotationMachineRequest] != ""
+}
+
 func vmGone(ref MachineRef) error {
 	return Permanent(reasons.VMDeleted, "%s (UID %s) was deleted outside the provider", describe("VirtualMachine", ref.Namespace, ref.Name), ref.VMUID)
 }
@@ -73,10 +81,10 @@ func (m *machines) observeVM(ctx context.Context, vm *kubevirtv1.VirtualMachine)
 		FailureDomain:   vm.Annotations[AnnotationFailureDomain],
 		PrintableStatus: string(vm.Status.PrintableStatus),
 		VMCreatedAt:     vm.CreationTimestamp.Time,
-		Watched:         m.cacheFor(vm.Namespace) != nil,
 	}
-	if obs.Watched {
+	if m.cacheFor(vm.Namespace) != nil {
 		metrics.ObserveVM(vm.UID)
+		obs.Watched = vmiNotifies(vm)
 	}
 	vmi := &kubevirtv1.VirtualMachineInstance{}
 	if err := m.peek(ctx, client.ObjectKeyFromObject(vm), vmi); err != nil {

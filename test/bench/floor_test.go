@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -150,5 +151,14 @@ func TestNetworkFor(t *testing.T) {
 		if got := networkFor(tc.n, tc.k); got != tc.want {
 			t.Errorf("networkFor(%d, %d) = %s, want %s", tc.n, tc.k, got, tc.want)
 		}
+	}
+}
+
+// The bench's manager takes the Go memory limit a Deployment of the chart gives it: 90% of the
+// chart's memory limit.
+func TestChartMemoryLimit(t *testing.T) {
+	got, err := chartMemoryLimit(filepath.Join("..", ".."))
+	if err != nil || got != "GOMEMLIMIT=241591910" {
+		t.Fatalf("chartMemoryLimit = %q, %v; want GOMEMLIMIT=241591910 (90%% of the chart's 256Mi)", got, err)
 	}
 }

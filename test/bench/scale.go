@@ -12,9 +12,11 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/metrics"
@@ -73,6 +75,27 @@ func networkFor(n, k int) string {
 		prefix--
 	}
 	return fmt.Sprintf("10.40.0.0/%d", prefix)
+}
+
+// chartMemoryLimit is the Go memory limit the manager takes in a Deployment of the chart:
+// GOMEMLIMIT at 90% of the chart's default memory limit (cmd/manager's setMemoryLimit), which the
+// bench gives the manager so that its memory is what it would be there.
+func chartMemoryLimit(repoRoot string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(repoRoot, "charts", "butler-provider-harvester", "values.yaml")) //nolint:gosec // G304: the repository's chart
+	if err != nil {
+		return "", err
+	}
+	var values struct {
+		Resources corev1.ResourceRequirements `json:"resources"`
+	}
+	if err := yaml.Unmarshal(data, &values); err != nil {
+		return "", err
+	}
+	limit := values.Resources.Limits.Memory()
+	if limit.IsZero() {
+		return "", fmt.Errorf("the chart's values.yaml sets no resources.limits.memory")
+	}
+	return fmt.Sprintf("GOMEMLIMIT=%d", limit.Value()*9/10), nil
 }
 
 // harvesterWrites is apiServerWrites summed over every Harvester cluster of the testbed.

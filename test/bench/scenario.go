@@ -217,7 +217,11 @@ func (s standingCPU) perSecond() float64 { return 1000 * s.seconds / s.window.Se
 func runScenario(ctx context.Context, o options, sc scenario, work string, p provider) (result, error) {
 	res := result{scenario: sc, n: o.n, provider: p.label}
 	var metricsAddr, pprofAddr string
-	opts := testbed.Options{WorkDir: work, ManagerBinary: p.binary, ManagerArgsLate: func() (_ []string, err error) {
+	memLimit, err := chartMemoryLimit(o.repoRoot)
+	if err != nil {
+		return res, err
+	}
+	opts := testbed.Options{WorkDir: work, ManagerBinary: p.binary, ManagerEnv: []string{memLimit}, ManagerArgsLate: func() (_ []string, err error) {
 		if metricsAddr, err = testbed.FreeLocalAddr(); err != nil {
 			return nil, err
 		}

@@ -39,7 +39,7 @@ concurrency: 4
 clusterAPI: {enabled: false}
 managementAPI: {qps: 20, burst: 40}
 harvesterAPI: {qps: 30, burst: 60}
-intervals: {creatingPoll: 20s, watchedPoll: 3m, healthCheck: 10m, providerConfigRecheck: 2m, provisioningTimeout: 30m, ipReportTimeout: 5m, configGracePeriod: 2m}
+intervals: {creatingPoll: 20s, watchedPoll: 3m, healthCheck: 10m, watchedHealthCheck: 40m, providerConfigRecheck: 2m, provisioningTimeout: 30m, ipReportTimeout: 5m, configGracePeriod: 2m}
 gracefulShutdownTimeout: 1m
 terminationGracePeriodSeconds: 75
 hostNetwork: true
@@ -119,7 +119,7 @@ func TestChartNonDefaultValues(t *testing.T) {
 		MetricsAddr: ":9443", MetricsSecure: true, MetricsCertDir: "/etc/butler/metrics-certs", MetricsCertName: "tls.crt", MetricsCertKey: "tls.key",
 		EnableHTTP2: true, ProbeAddr: ":9081",
 		LeaderElect: true, LeaderElectionID: "bph-leader", WatchNamespaces: []string{"butler-system", "tenant-a"},
-		SyncPeriod: 2 * time.Hour, Concurrency: 4, CreatingPoll: 20 * time.Second, WatchedPoll: 3 * time.Minute, HealthInterval: 10 * time.Minute,
+		SyncPeriod: 2 * time.Hour, Concurrency: 4, CreatingPoll: 20 * time.Second, WatchedPoll: 3 * time.Minute, HealthInterval: 10 * time.Minute, WatchedHealth: 40 * time.Minute,
 		RecheckInterval: 2 * time.Minute, ProvisioningTimeout: 30 * time.Minute, IPReportTimeout: 5 * time.Minute, ConfigGracePeriod: 2 * time.Minute,
 		HarvesterQPS: 30, HarvesterBurst: 60, KubeQPS: 20, KubeBurst: 40, LogLevel: "debug", LogFormat: "text",
 		GracefulShutdownTimeout: time.Minute,

@@ -85,6 +85,7 @@ app.kubernetes.io/part-of: butler
 - --creating-poll-interval={{ .Values.intervals.creatingPoll }}
 - --watched-poll-interval={{ .Values.intervals.watchedPoll }}
 - --health-check-interval={{ .Values.intervals.healthCheck }}
+- --watched-health-check-interval={{ .Values.intervals.watchedHealthCheck }}
 - --providerconfig-recheck-interval={{ .Values.intervals.providerConfigRecheck }}
 - --provisioning-timeout={{ .Values.intervals.provisioningTimeout }}
 - --ip-report-timeout={{ .Values.intervals.ipReportTimeout }}

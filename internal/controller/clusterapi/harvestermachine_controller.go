@@ -70,8 +70,11 @@ type HarvesterMachineReconciler struct {
 	// WatchedPollInterval is how often it is looked at again when they are watched: their
 	// changes wake it, so this only catches an event that was missed (see pollInterval).
 	WatchedPollInterval time.Duration
-	// HealthCheckInterval is how often a running machine's VM is checked.
+	// HealthCheckInterval is how often a running machine's VM is checked when its objects on
+	// Harvester are not watched, WatchedHealthCheck when they are: the watch wakes it when its VM
+	// or VMI changes or goes, so this only catches a notification that was missed.
 	HealthCheckInterval time.Duration
+	WatchedHealthCheck  time.Duration
 	// StartLimits say when a slow start is reported (see harvester.Assess).
 	StartLimits harvester.StartLimits
 	// HandOverFrom are the management clusters (kube-system UIDs) whose HarvesterMachines'
@@ -342,7 +345,7 @@ func (r *HarvesterMachineReconciler) reportObservation(ctx context.Context, s *h
 		} else {
 			s.Healthy()
 		}
-		return reconcile.Result{RequeueAfter: r.HealthCheckInterval}
+		return reconcile.Result{RequeueAfter: requeue.PollInterval(obs.Watched, r.HealthCheckInterval, r.WatchedHealthCheck)}
 	}
 	if len(s.assigned) > 0 {
 		// Known before the guest says anything: the addresses its pools assigned.
@@ -736,6 +739,9 @@ func (r *HarvesterMachineReconciler) applyDefaults() {
 	}
 	if r.HealthCheckInterval <= 0 {
 		r.HealthCheckInterval = options.DefaultHealthCheckInterval
+	}
+	if r.WatchedHealthCheck <= 0 {
+		r.WatchedHealthCheck = options.DefaultWatchedHealthCheckInterval
 	}
 	if r.DeletionReportDelay <= 0 {
 		r.DeletionReportDelay = requeue.DefaultDeletionReportDelay

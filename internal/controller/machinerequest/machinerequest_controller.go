@@ -55,8 +55,10 @@ type Reconciler struct {
 	// are watched is looked at again anyway: their changes wake it, so this only catches an event
 	// that was missed (see pollInterval).
 	WatchedPollInterval time.Duration
-	// HealthCheckInterval is how often a Running machine's VM is checked.
+	// HealthCheckInterval is how often a Running machine's VM is checked when its objects on
+	// Harvester are not watched, WatchedHealthCheck when they are (see healthCheck).
 	HealthCheckInterval time.Duration
+	WatchedHealthCheck  time.Duration
 	// DeletionPollInterval is how often a deletion in progress is looked at again when the
 	// machine's objects on Harvester are not watched (see WatchedPollInterval).
 	DeletionPollInterval time.Duration
@@ -204,6 +206,9 @@ func (r *Reconciler) applyDefaults() {
 	}
 	if r.HealthCheckInterval <= 0 {
 		r.HealthCheckInterval = options.DefaultHealthCheckInterval
+	}
+	if r.WatchedHealthCheck <= 0 {
+		r.WatchedHealthCheck = options.DefaultWatchedHealthCheckInterval
 	}
 	if r.DeletionPollInterval <= 0 {
 		r.DeletionPollInterval = requeue.DefaultDeletionPollInterval

@@ -182,7 +182,7 @@ func (r *Reconciler) reconcileProvisioning(ctx context.Context, s *machineScope)
 	if obs.Running && obs.Addresses.Primary != "" {
 		r.markRunning(ctx, s, vm, obs)
 		s.reportMoved(home)
-		return reconcile.Result{RequeueAfter: r.HealthCheckInterval}, nil
+		return reconcile.Result{RequeueAfter: requeue.PollInterval(obs.Watched, r.HealthCheckInterval, r.WatchedHealthCheck)}, nil
 	}
 	next := r.reportCreating(s, vm, obs)
 	s.reportMoved(home)
@@ -325,7 +325,7 @@ func (r *Reconciler) reconcileRunning(ctx context.Context, s *machineScope) (rec
 	}
 	r.markRunning(ctx, s, vm, obs)
 	s.reportMoved(home)
-	return reconcile.Result{RequeueAfter: r.HealthCheckInterval}, nil
+	return reconcile.Result{RequeueAfter: requeue.PollInterval(obs.Watched, r.HealthCheckInterval, r.WatchedHealthCheck)}, nil
 }
 
 // reconcileDelete removes the machine from Harvester, where it lives, and then releases the

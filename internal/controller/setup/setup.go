@@ -77,6 +77,7 @@ func machineRequests(mgr ctrl.Manager, o *options.Options, shared Shared, prefli
 		CreatingPollInterval: o.CreatingPoll,
 		WatchedPollInterval:  o.WatchedPoll,
 		HealthCheckInterval:  o.HealthInterval,
+		WatchedHealthCheck:   o.WatchedHealth,
 		ProvisioningTimeout:  o.ProvisioningTimeout,
 		IPReportTimeout:      o.IPReportTimeout,
 		ConfigGracePeriod:    o.ConfigGracePeriod,
@@ -110,7 +111,7 @@ func clusterAPI(ctx context.Context, mgr ctrl.Manager, o *options.Options, share
 	}
 	machines := &clusterapi.HarvesterMachineReconciler{
 		Client: mgr.GetClient(), LiveReader: mgr.GetAPIReader(), Harvester: shared.Harvester, HarvesterEvents: shared.HarvesterEvents, Recorder: shared.Recorder, Preflight: preflight,
-		PollInterval: o.CreatingPoll, WatchedPollInterval: o.WatchedPoll, HealthCheckInterval: o.HealthInterval,
+		PollInterval: o.CreatingPoll, WatchedPollInterval: o.WatchedPoll, HealthCheckInterval: o.HealthInterval, WatchedHealthCheck: o.WatchedHealth,
 		StartLimits:        harvester.StartLimits{IPReport: o.IPReportTimeout},
 		HandOverFrom:       o.HandOverFrom,
 		SkipCleanupAnytime: o.SkipCleanupAnytime,
