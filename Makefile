@@ -188,9 +188,10 @@ bench-scale: ## Optional, not in CI: a platform's shape: SCALE_N MachineRequests
 
 UPGRADE_FROM ?= HEAD^
 .PHONY: bench-upgrade
-bench-upgrade: ## Optional, not in CI: N MachineRequests run by this repository's manager at UPGRADE_FROM (the previous commit; built by hack/tools/manager-at.sh), then upgraded to this one: the time until every machine is observed again, what it read and wrote.
-	@$(CONTROLPLANE_ASSETS) && from=$$(bash hack/tools/manager-at.sh $(UPGRADE_FROM)) && \
-		KUBEBUILDER_ASSETS=$$assets $(GO) run ./test/bench -n $(N) -runs=1 -upgrade-from=$$from -upgrade-from-label="$$(git rev-parse --short $(UPGRADE_FROM))" $(BENCH_FLAGS)
+bench-upgrade: ## Optional, not in CI: N machines run by this repository's manager at UPGRADE_FROM (the previous commit; built by hack/tools/manager-at.sh), as MachineRequests and as a Cluster API MachineDeployment, then upgraded to this one: the time until every machine is observed again, what it read and wrote.
+	@$(CONTROLPLANE_ASSETS) && $(CAPI_BUILT) && from=$$(bash hack/tools/manager-at.sh $(UPGRADE_FROM)) && label=$$(git rev-parse --short $(UPGRADE_FROM)) && \
+		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) run ./test/bench -n $(N) -runs=1 -upgrade-from=$$from -upgrade-from-label="$$label" $(BENCH_FLAGS) && \
+		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) run ./test/bench -n $(N) -runs=4 -only='cluster api' -upgrade-from=$$from -upgrade-from-label="$$label" $(BENCH_FLAGS)
 
 .PHONY: bench-upgrade-published
 bench-upgrade-published: ## Optional, not in CI: N MachineRequests run by the published provider (PUBLISHED_COMMIT), then upgraded to this one: its VMs adopted by label patches, the time until every machine is observed again.
