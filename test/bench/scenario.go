@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -419,9 +420,11 @@ type machineRequests struct {
 	// spread is how long the creates, and the deletes, are spread over (0: all at once).
 	spread time.Duration
 	// n is how many were created with spread, for deleteAll.
-	n         int
-	seen      *ipSeen
-	stopWatch func()
+	n int
+	// collectionDeletes counts deleteAll's requests to delete the collection (see deleteAll).
+	collectionDeletes int
+	seen              *ipSeen
+	stopWatch         func()
 }
 
 func (m *machineRequests) queue() string { return "machinerequest" }
@@ -474,10 +477,19 @@ func (m *machineRequests) afterRunning(tb *testbed.Testbed) []time.Duration {
 	return sinceIPReported(tb, m.seen.snapshot())
 }
 
-// deleteAll deletes the MachineRequests, all at once or, with spread, one after another.
+// deleteAll deletes the MachineRequests, all at once or, with spread, one after another. A
+// collection of thousands takes the API server longer than its request timeout (one minute) to
+// mark for deletion: it answers 504 and stops where it got to, and the request is sent again
+// until it completes.
 func (m *machineRequests) deleteAll(ctx context.Context, tb *testbed.Testbed) error {
 	if m.spread <= 0 {
-		return tb.Mgmt.DeleteAllOf(ctx, &v1alpha1.MachineRequest{}, client.InNamespace(testbed.Namespace))
+		for {
+			m.collectionDeletes++
+			err := tb.Mgmt.DeleteAllOf(ctx, &v1alpha1.MachineRequest{}, client.InNamespace(testbed.Namespace))
+			if !apierrors.IsTimeout(err) || ctx.Err() != nil {
+				return err
+			}
+		}
 	}
 	return spreadOut(ctx, m.n, m.spread, func(i int) error {
 		mr := &v1alpha1.MachineRequest{ObjectMeta: metav1.ObjectMeta{Namespace: testbed.Namespace, Name: machineName(i)}}
@@ -497,12 +509,12 @@ func (m *machineRequests) counted(tb *testbed.Testbed) countedKind {
 	return countedKind{what: "MachineRequests", config: tb.MgmtConfig, namespace: testbed.Namespace, resource: v1alpha1.GroupVersion.WithResource("machinerequests")}
 }
 
-// ownWrites: the creates, and one delete of the collection (with spread, one delete each).
+// ownWrites: the creates, and the deletes of the collection (with spread, one delete each).
 func (m *machineRequests) ownWrites(n int) map[string]float64 {
 	if m.spread > 0 {
 		return map[string]float64{"POST machinerequests": float64(n), "DELETE machinerequests": float64(n)}
 	}
-	return map[string]float64{"POST machinerequests": float64(n), "DELETECOLLECTION machinerequests": 1}
+	return map[string]float64{"POST machinerequests": float64(n), "DELETECOLLECTION machinerequests": float64(max(1, m.collectionDeletes))}
 }
 
 func (m *machineRequests) finish(context.Context, *testbed.Testbed) (string, error) { return "", nil }
