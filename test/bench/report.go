@@ -86,7 +86,6 @@ func (r result) summary() string {
 		"\n   manager RSS (MB) every 5 s from the first create, | at all Running: " + r.rss +
 		fmt.Sprintf("\n   reconciles per machine: %.1f until all Running, %.1f deleting", r.obs.reconciles/n, r.deletionReconciles/n) +
 		fmt.Sprintf("\n   manager CPU while all run and nothing is asked of it: %.1f ms per second (over %s, left out of its CPU above); management API server writes per second meanwhile: %s", r.standing.perSecond(), r.standing.window, r.standing.writes()) +
-		r.platform() +
 		"\n   deletion: " + r.deletion
 	if r.notes != "" {
 		out += "\n   " + r.notes

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -350,6 +351,9 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 	if err := requireNoSwapping(swapAtStart); err != nil {
 		return res, err
 	}
+	// Printed now: at thousands of machines a failure later in the run would lose what took the
+	// standing window to measure.
+	fmt.Println("   with all machines running:" + res.platform())
 
 	counts, err := watchCounts(ctx, deletionKinds(fd, tb))
 	if err != nil {
@@ -479,14 +483,14 @@ func (m *machineRequests) afterRunning(tb *testbed.Testbed) []time.Duration {
 
 // deleteAll deletes the MachineRequests, all at once or, with spread, one after another. A
 // collection of thousands takes the API server longer than its request timeout (one minute) to
-// mark for deletion: it answers 504 and stops where it got to, and the request is sent again
-// until it completes.
+// mark for deletion: it answers 504, or resets the HTTP/2 stream, and stops where it got to; the
+// request is sent again until it completes.
 func (m *machineRequests) deleteAll(ctx context.Context, tb *testbed.Testbed) error {
 	if m.spread <= 0 {
 		for {
 			m.collectionDeletes++
 			err := tb.Mgmt.DeleteAllOf(ctx, &v1alpha1.MachineRequest{}, client.InNamespace(testbed.Namespace))
-			if !apierrors.IsTimeout(err) || ctx.Err() != nil {
+			if !cutShort(err) || m.collectionDeletes >= 10 || ctx.Err() != nil {
 				return err
 			}
 		}
@@ -495,6 +499,16 @@ func (m *machineRequests) deleteAll(ctx context.Context, tb *testbed.Testbed) er
 		mr := &v1alpha1.MachineRequest{ObjectMeta: metav1.ObjectMeta{Namespace: testbed.Namespace, Name: machineName(i)}}
 		return tb.Mgmt.Delete(ctx, mr)
 	})
+}
+
+// cutShort reports whether a request failed by taking longer than the API server lets it: a 504,
+// or an error without an API status (the server's timeout handler resets an HTTP/2 stream).
+func cutShort(err error) bool {
+	if err == nil {
+		return false
+	}
+	var status apierrors.APIStatus
+	return apierrors.IsTimeout(err) || !errors.As(err, &status)
 }
 
 // gone: no MachineRequest is left (counted() is the first kind counted).
