@@ -2,11 +2,8 @@ package harvester
 
 import (
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"path/filepath"
 	"regexp"
-	"strings"
 	"testing"
 )
 
@@ -16,20 +13,9 @@ import (
 // owner kinds were recorded imply.
 func TestEngineMessagesNameNoFrontDoor(t *testing.T) {
 	frontDoorWords := regexp.MustCompile(`MachineRequest|HarvesterMachine|HarvesterCluster|spec\.(machineName|memoryMB|image|providerID)`)
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
 	checked := 0
-	for _, file := range files {
-		if strings.HasSuffix(file, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ast.Inspect(f, func(n ast.Node) bool {
+	for _, src := range engineSources(t) {
+		ast.Inspect(src.file, func(n ast.Node) bool {
 			if spec, ok := n.(*ast.ValueSpec); ok && len(spec.Names) == 1 && spec.Names[0].Name == "OwnerKindMachineRequest" {
 				return false
 			}
@@ -39,7 +25,7 @@ func TestEngineMessagesNameNoFrontDoor(t *testing.T) {
 			}
 			checked++
 			if frontDoorWords.MatchString(lit.Value) {
-				t.Errorf("%s: %s names a front door's kind or field: say it in the front door's advice (engine_errors.go)", file, lit.Value)
+				t.Errorf("%s: %s names a front door's kind or field: say it in the front door's advice (engine_errors.go)", src.name, lit.Value)
 			}
 			return true
 		})

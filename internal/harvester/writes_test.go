@@ -2,10 +2,6 @@ package harvester
 
 import (
 	"go/ast"
-	"go/parser"
-	"go/token"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -18,20 +14,9 @@ import (
 // never caches, so that of two writers one fails on the resourceVersion.
 func TestNoUpdateIsBuiltFromACachedObject(t *testing.T) {
 	updatesMayBeIn := map[string]bool{"writeLease": true}
-	files, err := filepath.Glob("*.go")
-	if err != nil {
-		t.Fatal(err)
-	}
 	seen := map[string]int{}
-	for _, file := range files {
-		if strings.HasSuffix(file, "_test.go") {
-			continue
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, decl := range f.Decls {
+	for _, src := range engineSources(t) {
+		for _, decl := range src.file.Decls {
 			fn, ok := decl.(*ast.FuncDecl)
 			if !ok || fn.Body == nil {
 				continue
@@ -44,7 +29,7 @@ func TestNoUpdateIsBuiltFromACachedObject(t *testing.T) {
 				if sel, ok := call.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Update" {
 					seen[fn.Name.Name]++
 					if !updatesMayBeIn[fn.Name.Name] {
-						t.Errorf("%s: %s calls Update: patch what it changes instead (a cached copy may be trimmed), or read the object live and add the function here with why", file, fn.Name.Name)
+						t.Errorf("%s: %s calls Update: patch what it changes instead (a cached copy may be trimmed), or read the object live and add the function here with why", src.name, fn.Name.Name)
 					}
 				}
 				return true
