@@ -11,6 +11,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -125,6 +126,44 @@ func TestPreflightImageMissing(t *testing.T) {
 	w.waitPhase(ownImage, v1alpha1.MachinePhaseRunning)
 	w.deleteAndWait(usesDefault)
 	w.deleteAndWait(ownImage)
+}
+
+// A ProviderConfig that passed its checks is not polled: a machine that Harvester refuses for a
+// reason a check covers (here its default image, deleted since) has the checks run again at once,
+// and the ProviderConfig's status then holds up the machines still to come, without a round trip
+// to Harvester each.
+func TestPreflightRecheckedWhenAMachineIsRefused(t *testing.T) {
+	w := newWorld(t)
+	w.image("short-lived", nil)
+	w.imageClass("short-lived")
+	pc := w.otherPC("short-lived", func(pc *v1alpha1.ProviderConfig) { pc.Spec.Harvester.ImageName = w.hvNs + "/short-lived" })
+	passed := w.waitPCCondition(pc, v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonAllChecksPassed)
+
+	img := &unstructured.Unstructured{}
+	img.SetGroupVersionKind(sim.VirtualMachineImageGVK)
+	img.SetNamespace(w.hvNs)
+	img.SetName("short-lived")
+	w.must(hv.Delete(w.ctx, img))
+	time.Sleep(time.Second) // longer than the suite's NotReadyRetry: a recheck this soon after the last is not asked for
+
+	first := w.machineRequest("refused-0")
+	first.Spec.ProviderRef.Name = pc.Name
+	w.must(mgmt.Create(w.ctx, first))
+	c := w.waitPCCondition(pc, v1alpha1.ConditionImageReady, metav1.ConditionFalse, v1alpha1.ReasonImageNotFound)
+	requireMentions(t, "ImageReady message", c.Message, "VirtualMachineImage "+w.hvNs+"/short-lived")
+	if !c.LastTransitionTime.After(passed.LastTransitionTime.Time) {
+		t.Fatalf("ImageReady went False at %s, not after the checks passed at %s", c.LastTransitionTime, passed.LastTransitionTime)
+	}
+	w.waitPCCondition(pc, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonChecksFailed)
+
+	next := w.machineRequest("refused-1")
+	next.Spec.ProviderRef.Name = pc.Name
+	w.must(mgmt.Create(w.ctx, next))
+	c = w.waitMRCondition(next, v1alpha1.ConditionProgressing, v1alpha1.ReasonProviderConfigNotReady)
+	requireMentions(t, "MachineRequest message", c.Message, "ImageReady=False", "short-lived")
+	w.deleteAndWait(first)
+	w.deleteAndWait(next)
+	w.requireHarvesterEmpty("after the deletions")
 }
 
 // Troubleshooting, "Image not bootable": the image upload failed.

@@ -169,13 +169,16 @@ func startManager(parent context.Context, cfg *rest.Config) (stop func()) {
 		DeletionReportDelay:  10 * time.Second, // a held-up deletion is reported within the tests' timeout
 		StartGracePeriod:     startGrace,
 	}
-	if err := r.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 4}); err != nil {
-		panic(err)
-	}
+	// The ProviderConfigs' checks with the default recheck interval (a day): what a machine meets
+	// has them checked again (TestPreflightRecheckedWhenAMachineIsRefused), not a timer.
 	pcr := &providerconfig.Reconciler{
 		Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: r.Harvester,
 		Recorder:        mgr.GetEventRecorder("butler-provider-harvester"),
 		CredentialsPoll: 500 * time.Millisecond, NotReadyRetry: 500 * time.Millisecond,
+	}
+	r.Preflight = pcr
+	if err := r.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 4}); err != nil {
+		panic(err)
 	}
 	if err := pcr.SetupWithManager(ctx, mgr, controller.Options{}); err != nil {
 		panic(err)

@@ -219,12 +219,15 @@ func (r *HarvesterMachineReconciler) targetOf(ctx context.Context, hm *infrav1.H
 // reconcileNormal makes or observes the machine: its place reached, Cluster API's order kept, its
 // spec and door built, the engine's Ensure, the providerID recorded, and what the engine observed
 // reported.
-func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *harvesterMachineScope, machine *capiMachine, cluster *capiCluster) (reconcile.Result, error) {
+func (r *HarvesterMachineReconciler) reconcileNormal(ctx context.Context, s *harvesterMachineScope, machine *capiMachine, cluster *capiCluster) (_ reconcile.Result, err error) {
 	hm := s.hm
 	t, home, err := r.reach(ctx, hm, cluster)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	// Harvester refusing the machine for a reason the ProviderConfig's checks cover has them run
+	// again, so that its status says so and gates the machines still to come.
+	defer func() { r.Preflight.NoticeRefusal(t.ProviderConfig, err) }()
 	if home == nil {
 		if err := providerIDOfItsOwn(hm); err != nil {
 			return reconcile.Result{}, err

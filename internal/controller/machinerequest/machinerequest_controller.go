@@ -138,6 +138,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return requeue.AsPoll(scope.Outcome(ctx, res, asMachineRequestError(err)))
 	}
 	res, err := r.reconcileNormal(ctx, scope)
+	// Harvester refusing the machine for a reason the ProviderConfig's checks cover has them run
+	// again, so that its status says so and gates the machines still to come.
+	r.Preflight.NoticeRefusal(pc, err)
 	// The finalizer is written with the machine's place, before anything is created (see
 	// recordPlacement). A machine that stopped short of that, waiting or failed, gets it now,
 	// before its status: it is ours from its first status on.

@@ -20,8 +20,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/controller/outcome"
@@ -50,7 +52,8 @@ var preflightChecks = []string{
 
 // Reconciler validates harvester ProviderConfigs before and while MachineRequests
 // use them: credentials, default image, network, storage classes and permissions, each a
-// condition, and Ready when all pass. It re-checks every RecheckInterval, and within
+// condition, and Ready when all pass. It re-checks when a machine meets a refusal a check covers
+// (NoticeRefusal), every RecheckInterval, and within
 // CredentialsPoll of a change to the credentials Secret (which it reads, but never watches: the
 // manager has no list or watch permission on Secrets).
 type Reconciler struct {
@@ -71,6 +74,8 @@ type Reconciler struct {
 	// When the manager may not write ProviderConfig status: see providerconfig_unwritten.go.
 	statusForbidden atomic.Bool             // said once
 	unwrittenWake   chan event.GenericEvent // guarded by mu
+
+	recheckWake chan event.GenericEvent // guarded by mu; see NoticeRefusal
 }
 
 type lastValidation struct {
@@ -80,6 +85,8 @@ type lastValidation struct {
 	at              time.Time
 	ready           bool
 	reportedFailure string
+	// recheckAsked: a machine met a refusal a check covers since (NoticeRefusal).
+	recheckAsked bool
 	// unwritten is the status the checks gave when the manager may not write it (see
 	// statusNotWritten), nil when it was written.
 	unwritten *v1alpha1.ProviderConfigStatus
@@ -141,12 +148,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 // due reports whether a full validation should run now: never done, the spec or the Secret
-// changed, the last one failed and its retry period passed, or the recheck interval passed.
+// changed, a machine met a refusal a check covers, the last one failed and its retry period
+// passed, or the recheck interval passed.
 func (r *Reconciler) due(pc *v1alpha1.ProviderConfig, secretVersion string) (lastValidation, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	last, ok := r.seen[client.ObjectKeyFromObject(pc)]
-	if !ok || last.uid != pc.UID || last.generation != pc.Generation || last.secretVersion != secretVersion {
+	if !ok || last.uid != pc.UID || last.generation != pc.Generation || last.secretVersion != secretVersion || last.recheckAsked {
 		return last, true
 	}
 	period := r.RecheckInterval
@@ -301,6 +309,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("providerconfig").
 		For(&v1alpha1.ProviderConfig{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WatchesRawSource(source.Channel(r.recheckRequests(), &handler.EnqueueRequestForObject{})).
 		WithOptions(requeue.WithReconcileTimeout(options)).
 		Complete(r)
 }

@@ -1,0 +1,81 @@
+package providerconfig
+
+import (
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
+	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
+	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
+)
+
+// A ProviderConfig that passed its checks is not asked about again on a short timer: with many
+// Harvester clusters that would be a steady stream of reviews and reads beside the watches, for
+// news that the machines hear first. What its checks cover (credentials, permissions, image,
+// network, storage classes) is met by every machine that uses it, so a machine that Harvester
+// refuses for one of those reasons asks for a recheck (NoticeRefusal), and the ProviderConfig's
+// status says what changed, in the words of the check, and gates the machines still to come.
+// The recheck interval (--providerconfig-recheck-interval) is left for what no machine meets.
+
+// recheckWakeBuffer bounds the ProviderConfigs waiting for a recheck a machine asked for. A wake
+// that does not fit is dropped: the machine that met the refusal retries, and asks again.
+const recheckWakeBuffer = 64
+
+// refusalsChecked are the reasons of a machine's failure that one of the checks covers.
+var refusalsChecked = map[string]bool{
+	reasons.PermissionDenied:       true,
+	reasons.CredentialsUnavailable: true,
+	reasons.ImageNotFound:          true,
+	reasons.NetworkNotFound:        true,
+	reasons.StorageClassNotFound:   true,
+}
+
+// NoticeRefusal is told the outcome of a machine's reconcile against pc's Harvester. When
+// Harvester refused it for a reason a check covers, and pc last passed its checks longer than
+// NotReadyRetry ago, the checks run again now. It never blocks; a nil reconciler does nothing.
+func (r *Reconciler) NoticeRefusal(pc *v1alpha1.ProviderConfig, err error) {
+	if r == nil || pc == nil || err == nil || !refusalsChecked[reasonOfRefusal(err)] {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := client.ObjectKeyFromObject(pc)
+	last, ok := r.seen[key]
+	if !ok || last.uid != pc.UID || !last.ready || last.recheckAsked || time.Since(last.at) < r.NotReadyRetry {
+		// Not validated yet, already failing (retried every NotReadyRetry), already asked, or
+		// just checked: a recheck now would say nothing new.
+		return
+	}
+	if r.recheckWake == nil {
+		r.recheckWake = make(chan event.GenericEvent, recheckWakeBuffer)
+	}
+	select {
+	case r.recheckWake <- event.GenericEvent{Object: pc.DeepCopy()}:
+		last.recheckAsked = true
+		r.seen[key] = last
+	default:
+	}
+}
+
+// recheckRequests delivers the ProviderConfigs whose machines asked for a recheck.
+func (r *Reconciler) recheckRequests() <-chan event.GenericEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.recheckWake == nil {
+		r.recheckWake = make(chan event.GenericEvent, recheckWakeBuffer)
+	}
+	return r.recheckWake
+}
+
+// reasonOfRefusal is the reason of a waiting or permanent error, "" for any other.
+func reasonOfRefusal(err error) string {
+	if w, ok := errkind.AsWaiting(err); ok {
+		return w.Reason
+	}
+	if p, ok := errkind.AsPermanent(err); ok {
+		return p.Reason
+	}
+	return ""
+}
