@@ -48,11 +48,8 @@ func (r *Reconciler) NoticeRefusal(pc *v1alpha1.ProviderConfig, err error) {
 		// just checked: a recheck now would say nothing new.
 		return
 	}
-	if r.recheckWake == nil {
-		r.recheckWake = make(chan event.GenericEvent, recheckWakeBuffer)
-	}
 	select {
-	case r.recheckWake <- event.GenericEvent{Object: pc.DeepCopy()}:
+	case madeOnFirstUse(&r.recheckWake, recheckWakeBuffer) <- event.GenericEvent{Object: pc.DeepCopy()}:
 		last.recheckAsked = true
 		r.seen[key] = last
 	default:
@@ -63,10 +60,17 @@ func (r *Reconciler) NoticeRefusal(pc *v1alpha1.ProviderConfig, err error) {
 func (r *Reconciler) recheckRequests() <-chan event.GenericEvent {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.recheckWake == nil {
-		r.recheckWake = make(chan event.GenericEvent, recheckWakeBuffer)
+	return madeOnFirstUse(&r.recheckWake, recheckWakeBuffer)
+}
+
+// madeOnFirstUse returns *ch, made with room for size events if it is not yet: the channels that
+// wake controllers exist from whichever comes first, the controller's watch or a wake. The
+// reconciler's mu must be held.
+func madeOnFirstUse(ch *chan event.GenericEvent, size int) chan event.GenericEvent {
+	if *ch == nil {
+		*ch = make(chan event.GenericEvent, size)
 	}
-	return r.recheckWake
+	return *ch
 }
 
 // reasonOfRefusal is the reason of a waiting or permanent error, "" for any other.

@@ -51,10 +51,7 @@ func (r *Reconciler) WithUnwrittenChecks(pc *v1alpha1.ProviderConfig) {
 func (r *Reconciler) UnwrittenChanges() <-chan event.GenericEvent {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.unwrittenWake == nil {
-		r.unwrittenWake = make(chan event.GenericEvent, unwrittenWakeBuffer)
-	}
-	return r.unwrittenWake
+	return madeOnFirstUse(&r.unwrittenWake, unwrittenWakeBuffer)
 }
 
 // wakeMachineRequests tells the MachineRequest front door, if it listens, that pc's unwritten
