@@ -6,7 +6,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
-	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
@@ -25,11 +24,11 @@ const recheckWakeBuffer = 64
 
 // refusalsChecked are the reasons of a machine's failure that one of the checks covers.
 var refusalsChecked = map[string]bool{
-	reasons.PermissionDenied:       true,
-	reasons.CredentialsUnavailable: true,
-	reasons.ImageNotFound:          true,
-	reasons.NetworkNotFound:        true,
-	reasons.StorageClassNotFound:   true,
+	v1alpha1.ReasonPermissionDenied:       true,
+	v1alpha1.ReasonCredentialsUnavailable: true,
+	v1alpha1.ReasonImageNotFound:          true,
+	v1alpha1.ReasonNetworkNotFound:        true,
+	v1alpha1.ReasonStorageClassNotFound:   true,
 }
 
 // NoticeRefusal is told the outcome of a machine's reconcile against pc's Harvester. When

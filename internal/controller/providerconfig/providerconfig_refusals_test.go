@@ -8,7 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/butlerdotdev/butler-provider-harvester/api/reasons"
 	"github.com/butlerdotdev/butler-provider-harvester/api/v1alpha1"
 	"github.com/butlerdotdev/butler-provider-harvester/internal/errkind"
 )
@@ -16,7 +15,7 @@ import (
 func TestNoticeRefusalAsksForOneRecheck(t *testing.T) {
 	const retry = time.Minute
 	pc := &v1alpha1.ProviderConfig{ObjectMeta: metav1.ObjectMeta{Namespace: "butler-system", Name: "site-a", UID: "uid-a", Generation: 3}}
-	denied := errkind.Waiting(reasons.PermissionDenied, time.Minute, "Harvester refused to create VirtualMachine x: the credentials lack permission")
+	denied := errkind.Waiting(v1alpha1.ReasonPermissionDenied, time.Minute, "Harvester refused to create VirtualMachine x: the credentials lack permission")
 	for _, tc := range []struct {
 		name      string
 		last      *lastValidation // nil: never validated
@@ -25,13 +24,13 @@ func TestNoticeRefusalAsksForOneRecheck(t *testing.T) {
 	}{
 		{name: "passed long ago, refused for a checked reason", last: &lastValidation{uid: "uid-a", generation: 3, ready: true, at: time.Now().Add(-time.Hour)}, err: denied, wantAsked: true},
 		{name: "a missing image", last: &lastValidation{uid: "uid-a", generation: 3, ready: true, at: time.Now().Add(-time.Hour)},
-			err: errkind.Permanent(reasons.ImageNotFound, "VirtualMachineImage default/x does not exist"), wantAsked: true},
+			err: errkind.Permanent(v1alpha1.ReasonImageNotFound, "VirtualMachineImage default/x does not exist"), wantAsked: true},
 		{name: "checked a moment ago", last: &lastValidation{uid: "uid-a", generation: 3, ready: true, at: time.Now()}, err: denied},
 		{name: "already failing: retried on its own", last: &lastValidation{uid: "uid-a", generation: 3, ready: false, at: time.Now().Add(-time.Hour)}, err: denied},
 		{name: "never validated", err: denied},
 		{name: "a recreated ProviderConfig of the same name", last: &lastValidation{uid: "uid-old", generation: 3, ready: true, at: time.Now().Add(-time.Hour)}, err: denied},
 		{name: "a reason no check covers", last: &lastValidation{uid: "uid-a", generation: 3, ready: true, at: time.Now().Add(-time.Hour)},
-			err: errkind.Waiting(reasons.VMUnschedulable, time.Minute, "no node can run it")},
+			err: errkind.Waiting(v1alpha1.ReasonVMUnschedulable, time.Minute, "no node can run it")},
 		{name: "a transient error", last: &lastValidation{uid: "uid-a", generation: 3, ready: true, at: time.Now().Add(-time.Hour)}, err: errors.New("connection reset")},
 		{name: "no error", last: &lastValidation{uid: "uid-a", generation: 3, ready: true, at: time.Now().Add(-time.Hour)}},
 	} {
