@@ -79,6 +79,18 @@ func AsPermanent(err error) (*PermanentError, bool) {
 	return p, errors.As(err, &p)
 }
 
+// ReasonOf is the reason of the wait or permanent failure in err's chain, "" when there is none
+// (a transient error, a conflict, nil).
+func ReasonOf(err error) string {
+	if w, ok := AsWaiting(err); ok {
+		return w.Reason
+	}
+	if p, ok := AsPermanent(err); ok {
+		return p.Reason
+	}
+	return ""
+}
+
 // Terms puts one of the engine's reasons in a front door's words: the reason its API reports, and
 // the advice its users can follow, appended to the engine's message ("" for none).
 type Terms func(engineReason string) (reason, advice string)

@@ -63,3 +63,19 @@ func TestInEngineWords(t *testing.T) {
 		t.Error("a door's error or another is said to be in the engine's words")
 	}
 }
+
+func TestReasonOf(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("x: %w", EngineWaiting("Waits", time.Second, "m")), "Waits"},
+		{fmt.Errorf("x: %w", Permanent("Fails", "m")), "Fails"},
+		{errors.New("connection reset"), ""},
+		{nil, ""},
+	} {
+		if got := ReasonOf(tc.err); got != tc.want {
+			t.Errorf("ReasonOf(%v) = %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}

@@ -277,11 +277,8 @@ func (m *preflight) checkPermissions(ctx context.Context, spec PreflightSpec, im
 
 // reasonOf returns the reason of a classified error, or HarvesterUnreachable.
 func reasonOf(err error) string {
-	if p, ok := errkind.AsPermanent(err); ok {
-		return p.Reason
-	}
-	if w, ok := errkind.AsWaiting(err); ok {
-		return w.Reason
+	if reason := errkind.ReasonOf(err); reason != "" {
+		return reason
 	}
 	return reasons.HarvesterUnreachable
 }

@@ -35,7 +35,7 @@ var refusalsChecked = map[string]bool{
 // Harvester refused it for a reason a check covers, and pc last passed its checks longer than
 // NotReadyRetry ago, the checks run again now. It never blocks; a nil reconciler does nothing.
 func (r *Reconciler) NoticeRefusal(pc *v1alpha1.ProviderConfig, err error) {
-	if r == nil || pc == nil || err == nil || !refusalsChecked[reasonOfRefusal(err)] {
+	if r == nil || pc == nil || err == nil || !refusalsChecked[errkind.ReasonOf(err)] {
 		return
 	}
 	r.mu.Lock()
@@ -70,15 +70,4 @@ func madeOnFirstUse(ch *chan event.GenericEvent, size int) chan event.GenericEve
 		*ch = make(chan event.GenericEvent, size)
 	}
 	return *ch
-}
-
-// reasonOfRefusal is the reason of a waiting or permanent error, "" for any other.
-func reasonOfRefusal(err error) string {
-	if w, ok := errkind.AsWaiting(err); ok {
-		return w.Reason
-	}
-	if p, ok := errkind.AsPermanent(err); ok {
-		return p.Reason
-	}
-	return ""
 }
