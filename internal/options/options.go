@@ -61,8 +61,8 @@ const (
 	DefaultConfigGracePeriod = time.Minute
 	// DefaultRecheckInterval is how often a ProviderConfig that passed its checks is checked
 	// again (--providerconfig-recheck-interval) when nothing else asks: its spec or credentials
-	// changing, and a machine that Harvester refuses for a reason a check covers, have it checked
-	// at once. A day: the checks cost a fixed number of requests to Harvester, and what only this
+	// changing have it checked at once, and a machine that Harvester refuses for a reason a check
+	// covers once the last check is 5 minutes old (providerconfig.DefaultRefusalRecheckGap). A day: the checks cost a fixed number of requests to Harvester, and what only this
 	// timer finds (a permission revoked that no machine has used since) harms no machine yet.
 	DefaultRecheckInterval = 24 * time.Hour
 )
@@ -174,7 +174,7 @@ func NewFlagSet(output io.Writer) (*flag.FlagSet, *Options) {
 	fs.DurationVar(&o.ProvisioningTimeout, "provisioning-timeout", DefaultProvisioningTimeout, "How long a machine may take to become Running (from its creation or last retry) before it is Failed with reason ProvisioningTimeout and the diagnosis as its message, so that a caller waiting for Running or Failed (the Butler bootstrap) can act; 0 waits for ever. Transient Harvester errors never make a machine Failed by themselves.")
 	fs.DurationVar(&o.ConfigGracePeriod, "config-grace-period", DefaultConfigGracePeriod, "How long a MachineRequest that has no VM yet, or an ImageSync, waits on a problem only you can fix (missing or unusable credentials, a missing setting, missing permissions, a ProviderConfig not shared, no ButlerConfig) before it becomes Failed with that reason, which the Butler bootstrap acts on. It is retried by itself once the problem is fixed.")
 	fs.DurationVar(&o.IPReportTimeout, "ip-report-timeout", DefaultIPReportTimeout, "How long a running VM may go without reporting an IPv4 address before the diagnosis points at the guest agent and DHCP.")
-	fs.DurationVar(&o.RecheckInterval, "providerconfig-recheck-interval", DefaultRecheckInterval, "How often a ProviderConfig that passed its checks (credentials, image, network, storage, permissions) is checked again; a change to it, to its credentials Secret (within 30s) or a machine refused by Harvester for a reason a check covers has it checked at once.")
+	fs.DurationVar(&o.RecheckInterval, "providerconfig-recheck-interval", DefaultRecheckInterval, "How often a ProviderConfig that passed its checks (credentials, image, network, storage, permissions) is checked again; a change to it or to its credentials Secret (within 30s) has it checked at once, and a machine refused by Harvester for a reason a check covers once its last check is 5m old.")
 	fs.Float64Var(&o.HarvesterQPS, "harvester-qps", clustercache.DefaultQPS, "Requests per second to each Harvester cluster.")
 	fs.IntVar(&o.HarvesterBurst, "harvester-burst", clustercache.DefaultBurst, "Request burst to each Harvester cluster.")
 	fs.Float64Var(&o.KubeQPS, "kube-api-qps", DefaultKubeQPS, "Requests per second to the management cluster's API server.")

@@ -592,7 +592,7 @@ func startProvider(ctx context.Context, t *testing.T, cfg *rest.Config, scheme *
 	clusters := harvester.NewClusters(&clustercache.Cache{SecretReader: mgr.GetAPIReader(), Context: ctx}, events)
 	recorder := mgr.GetEventRecorder("butler-provider-harvester")
 	pcr := &providerconfig.Reconciler{Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: clusters, Recorder: recorder,
-		CredentialsPoll: 500 * time.Millisecond, NotReadyRetry: 500 * time.Millisecond}
+		CredentialsPoll: 500 * time.Millisecond, NotReadyRetry: 500 * time.Millisecond, RefusalRecheckGap: 500 * time.Millisecond}
 	if err := pcr.SetupWithManager(ctx, mgr, controller.Options{}); err != nil {
 		t.Fatal(err)
 	}

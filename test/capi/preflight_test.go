@@ -29,7 +29,7 @@ func TestClusterAPIRefusedMachineRechecksItsProviderConfig(t *testing.T) {
 	image.SetNamespace("vms")
 	image.SetName("ubuntu")
 	w.must(w.hv.Client.Delete(w.ctx, image))
-	time.Sleep(time.Second) // past the harness's NotReadyRetry: a recheck right after the last is not asked for
+	time.Sleep(time.Second) // past the harness's RefusalRecheckGap: a refusal this soon after the last check asks for none
 
 	w.machine("tenant-refused", "")
 	failed := w.waitCondition(pc, conditions, v1alpha1.ConditionImageReady, v1alpha1.ReasonImageNotFound, "VirtualMachineImage vms/ubuntu")

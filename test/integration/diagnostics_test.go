@@ -144,7 +144,7 @@ func TestPreflightRecheckedWhenAMachineIsRefused(t *testing.T) {
 	img.SetNamespace(w.hvNs)
 	img.SetName("short-lived")
 	w.must(hv.Delete(w.ctx, img))
-	time.Sleep(time.Second) // longer than the suite's NotReadyRetry: a recheck this soon after the last is not asked for
+	time.Sleep(time.Second) // longer than the suite's RefusalRecheckGap: a refusal this soon after the last check asks for none
 
 	first := w.machineRequest("refused-0")
 	first.Spec.ProviderRef.Name = pc.Name

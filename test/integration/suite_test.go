@@ -174,7 +174,7 @@ func startManager(parent context.Context, cfg *rest.Config) (stop func()) {
 	pcr := &providerconfig.Reconciler{
 		Client: mgr.GetClient(), SecretReader: mgr.GetAPIReader(), Harvester: r.Harvester,
 		Recorder:        mgr.GetEventRecorder("butler-provider-harvester"),
-		CredentialsPoll: 500 * time.Millisecond, NotReadyRetry: 500 * time.Millisecond,
+		CredentialsPoll: 500 * time.Millisecond, NotReadyRetry: 500 * time.Millisecond, RefusalRecheckGap: 500 * time.Millisecond,
 	}
 	r.Preflight = pcr
 	if err := r.SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: 4}); err != nil {

@@ -40,6 +40,9 @@ import (
 const (
 	DefaultCredentialsPoll     = 30 * time.Second
 	DefaultNotReadyRetryPeriod = 30 * time.Second
+	// DefaultRefusalRecheckGap is how long after its last check a ProviderConfig that passed is
+	// checked again for a machine's refusal (see NoticeRefusal).
+	DefaultRefusalRecheckGap = 5 * time.Minute
 )
 
 // preflightChecks are the ProviderConfig's check conditions, in the order they are reported.
@@ -67,6 +70,9 @@ type Reconciler struct {
 	CredentialsPoll time.Duration
 	// NotReadyRetry is how often a ProviderConfig that failed a check is checked again.
 	NotReadyRetry time.Duration
+	// RefusalRecheckGap is the least time between a passed check and one a machine's refusal
+	// asks for (see NoticeRefusal).
+	RefusalRecheckGap time.Duration
 
 	mu   sync.Mutex
 	seen map[types.NamespacedName]lastValidation // last full validation per ProviderConfig
@@ -323,6 +329,9 @@ func (r *Reconciler) applyDefaults() {
 	}
 	if r.NotReadyRetry <= 0 {
 		r.NotReadyRetry = DefaultNotReadyRetryPeriod
+	}
+	if r.RefusalRecheckGap <= 0 {
+		r.RefusalRecheckGap = DefaultRefusalRecheckGap
 	}
 }
 

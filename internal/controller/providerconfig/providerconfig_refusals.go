@@ -32,8 +32,12 @@ var refusalsChecked = map[string]bool{
 }
 
 // NoticeRefusal is told the outcome of a machine's reconcile against pc's Harvester. When
-// Harvester refused it for a reason a check covers, and pc last passed its checks longer than
-// NotReadyRetry ago, the checks run again now. It never blocks; a nil reconciler does nothing.
+// Harvester refused it for a reason a check covers, and pc last passed its checks at least
+// RefusalRecheckGap ago, the checks run again now. The gap bounds what refusals cost: a reason is
+// not always about what the checks cover (a machine may name its own image, network or storage
+// class, or use a device permission the checks do not require), so a tenant whose machine keeps
+// being refused asks for no more than a check every gap, the cost of a fixed timer of that
+// period. It never blocks; a nil reconciler does nothing.
 func (r *Reconciler) NoticeRefusal(pc *v1alpha1.ProviderConfig, err error) {
 	if r == nil || pc == nil || err == nil || !refusalsChecked[errkind.ReasonOf(err)] {
 		return
@@ -42,9 +46,9 @@ func (r *Reconciler) NoticeRefusal(pc *v1alpha1.ProviderConfig, err error) {
 	defer r.mu.Unlock()
 	key := client.ObjectKeyFromObject(pc)
 	last, ok := r.seen[key]
-	if !ok || last.uid != pc.UID || !last.ready || last.recheckAsked || time.Since(last.at) < r.NotReadyRetry {
+	if !ok || last.uid != pc.UID || !last.ready || last.recheckAsked || time.Since(last.at) < r.RefusalRecheckGap {
 		// Not validated yet, already failing (retried every NotReadyRetry), already asked, or
-		// just checked: a recheck now would say nothing new.
+		// checked within the gap.
 		return
 	}
 	select {

@@ -26,6 +26,7 @@ func TestNoticeRefusalAsksForOneRecheck(t *testing.T) {
 		{name: "a missing image", last: &lastValidation{uid: "uid-a", generation: 3, ready: true, at: time.Now().Add(-time.Hour)},
 			err: errkind.Permanent(v1alpha1.ReasonImageNotFound, "VirtualMachineImage default/x does not exist"), wantAsked: true},
 		{name: "checked a moment ago", last: &lastValidation{uid: "uid-a", generation: 3, ready: true, at: time.Now()}, err: denied},
+		{name: "checked within the gap", last: &lastValidation{uid: "uid-a", generation: 3, ready: true, at: time.Now().Add(-4 * time.Minute)}, err: denied},
 		{name: "already failing: retried on its own", last: &lastValidation{uid: "uid-a", generation: 3, ready: false, at: time.Now().Add(-time.Hour)}, err: denied},
 		{name: "never validated", err: denied},
 		{name: "a recreated ProviderConfig of the same name", last: &lastValidation{uid: "uid-old", generation: 3, ready: true, at: time.Now().Add(-time.Hour)}, err: denied},
@@ -35,7 +36,7 @@ func TestNoticeRefusalAsksForOneRecheck(t *testing.T) {
 		{name: "no error", last: &lastValidation{uid: "uid-a", generation: 3, ready: true, at: time.Now().Add(-time.Hour)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &Reconciler{RecheckInterval: 24 * time.Hour, NotReadyRetry: retry}
+			r := &Reconciler{RecheckInterval: 24 * time.Hour, NotReadyRetry: retry, RefusalRecheckGap: 5 * time.Minute}
 			if tc.last != nil {
 				r.seen = map[client.ObjectKey]lastValidation{client.ObjectKeyFromObject(pc): *tc.last}
 			}
