@@ -224,13 +224,13 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 		return res, err
 	}
 	opts := testbed.Options{WorkDir: work, ManagerBinary: p.binary, ManagerEnv: []string{memLimit}, ManagerArgsLate: func() (_ []string, err error) {
-		if metricsAddr, err = testbed.FreeLocalAddr(); err != nil {
+		addrs, err := testbed.FreeLocalAddrs(2)
+		if err != nil {
 			return nil, err
 		}
+		metricsAddr = addrs[0]
 		if o.profileDir != "" && p.ours() {
-			if pprofAddr, err = testbed.FreeLocalAddr(); err != nil {
-				return nil, err
-			}
+			pprofAddr = addrs[1]
 		}
 		return p.managerArgs(o, metricsAddr, pprofAddr), nil
 	}}

@@ -72,13 +72,12 @@ func TestClusterAPIComponentsInstalledWithLeastPrivilege(t *testing.T) {
 	args = append(args, "--leader-election-namespace="+d.Namespace)
 	var probeAddr string
 	freeManagerPorts := func() ([]string, error) { // chosen right before the manager starts
-		metricsAddr, err := testbed.FreeLocalAddr()
+		addrs, err := testbed.FreeLocalAddrs(2)
 		if err != nil {
 			return nil, err
 		}
-		if probeAddr, err = testbed.FreeLocalAddr(); err != nil {
-			return nil, err
-		}
+		metricsAddr := addrs[0]
+		probeAddr = addrs[1]
 		return []string{"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + probeAddr}, nil
 	}
 

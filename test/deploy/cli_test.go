@@ -46,7 +46,7 @@ func TestInstalledAsTheButlerCLIDeploysIt(t *testing.T) {
 	_, args := managerOptions(t, d) // the CLI's args, parsed with the manager's own flag set
 	// The CLI's host ports (8082 and 8083) may be taken on a machine that runs other tests: the
 	// same flags, with free loopback addresses.
-	metricsAddr, probeAddr := freeAddr(t), freeAddr(t)
+	metricsAddr, probeAddr := freeAddrs(t)
 	args = withFlag(t, args, "metrics-bind-address", metricsAddr)
 	args = withFlag(t, args, "health-probe-bind-address", probeAddr)
 	// As the CLI applies its manifest: the RBAC comes with the Deployment.

@@ -45,7 +45,7 @@ func TestInstalledWithLeastPrivilege(t *testing.T) {
 	}
 	d := deployment(t, rendered)
 	_, args := managerOptions(t, d)
-	metricsAddr, probeAddr := freeAddr(t), freeAddr(t)
+	metricsAddr, probeAddr := freeAddrs(t)
 	// Out of a cluster the manager cannot find its namespace, and ports must be free.
 	args = append(args, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+probeAddr,
 		"--leader-election-namespace="+testbed.Namespace)
@@ -369,13 +369,14 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-func freeAddr(t *testing.T) string {
+// freeAddrs returns two distinct free loopback addresses, for a manager's metrics and probes.
+func freeAddrs(t *testing.T) (metrics, probe string) {
 	t.Helper()
-	addr, err := testbed.FreeLocalAddr()
+	addrs, err := testbed.FreeLocalAddrs(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return addr
+	return addrs[0], addrs[1]
 }
 
 func managerLog(t *testing.T, tb *testbed.Testbed) string {

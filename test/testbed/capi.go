@@ -172,14 +172,11 @@ func startManager(ctx context.Context, program managerProgram, opts ClusterAPIOp
 	if err != nil {
 		return c, err
 	}
-	healthAddr, err := FreeLocalAddr()
+	addrs, err := FreeLocalAddrs(2, webhooks.port)
 	if err != nil {
 		return c, err
 	}
-	metricsAddr, err := FreeLocalAddr()
-	if err != nil {
-		return c, err
-	}
+	healthAddr, metricsAddr := addrs[0], addrs[1]
 	c.MetricsURL = "http://" + metricsAddr + "/metrics"
 	logFile, err := os.OpenFile(c.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {

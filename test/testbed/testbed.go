@@ -506,15 +506,34 @@ func (t *Testbed) ApplyFile(ctx context.Context, path string) ([]*unstructured.U
 	return objs, nil
 }
 
-// FreeLocalAddr returns a loopback address ("127.0.0.1:<port>") with a port free at the moment, for
-// the manager's metrics and probe endpoints.
+// FreeLocalAddrs returns n loopback addresses ("127.0.0.1:<port>") with distinct ports free at
+// the moment, none of them in reserved, for a manager's metrics, probe and webhook endpoints. All
+// listeners are held until every port is chosen: ports picked one by one, each released before the
+// next, may repeat, and a manager given the same port twice fails to start. reserved names ports
+// that are free now but promised, such as the webhook port a restarted manager keeps.
+func FreeLocalAddrs(n int, reserved ...int) ([]string, error) {
+	addrs := make([]string, 0, n)
+	for len(addrs) < n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = l.Close() }()
+		if slices.Contains(reserved, l.Addr().(*net.TCPAddr).Port) {
+			continue
+		}
+		addrs = append(addrs, l.Addr().String())
+	}
+	return addrs, nil
+}
+
+// FreeLocalAddr returns one loopback address with a port free at the moment (FreeLocalAddrs).
 func FreeLocalAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addrs, err := FreeLocalAddrs(1)
 	if err != nil {
 		return "", err
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().String(), nil
+	return addrs[0], nil
 }
 
 // DecodeManifests decodes a multi-document YAML (or JSON) stream into objects, skipping empty
