@@ -181,10 +181,14 @@ bench-published: ## Optional, not in make bench or CI: the published provider (b
 SCALE_N ?= 5000
 SCALE_HARVESTERS ?= 5
 SCALE_STANDING ?= 30m
+SCALE_DOOR ?= machinerequests
+SCALE_RUNS_machinerequests := -runs=1
+SCALE_RUNS_clusterapi := -runs=4 -only='cluster api'
 .PHONY: bench-scale
-bench-scale: ## Optional, not in CI: a platform's shape: SCALE_N MachineRequests (5000) over SCALE_HARVESTERS simulated Harvester clusters (5), one ProviderConfig each; the manager's memory per machine, its watches and connections per cluster, its standing cost over SCALE_STANDING (30m) and a restart, beside the floor of that many clusters. SCALE_N=1000 SCALE_HARVESTERS=2 SCALE_STANDING=2m to iterate.
-	@$(CONTROLPLANE_ASSETS) && \
-		KUBEBUILDER_ASSETS=$$assets $(GO) run ./test/bench -n $(SCALE_N) -harvesters $(SCALE_HARVESTERS) -standing $(SCALE_STANDING) -restart -runs=1 -timeout=60m $(BENCH_FLAGS)
+bench-scale: ## Optional, not in CI: a platform's shape: SCALE_N machines (5000) over SCALE_HARVESTERS simulated Harvester clusters (5), one ProviderConfig each, as MachineRequests (SCALE_DOOR=machinerequests) or one Cluster API Cluster and MachineDeployment on each (SCALE_DOOR=clusterapi); the manager's memory per machine, its watches and connections per cluster, its standing cost over SCALE_STANDING (30m) and a restart, beside the floor of that many clusters. SCALE_N=1000 SCALE_HARVESTERS=2 SCALE_STANDING=2m to iterate.
+	@$(if $(SCALE_RUNS_$(SCALE_DOOR)),,echo "SCALE_DOOR must be machinerequests or clusterapi, not '$(SCALE_DOOR)'" >&2; exit 2;) \
+	$(CONTROLPLANE_ASSETS) && $(CAPI_BUILT) && \
+		KUBEBUILDER_ASSETS=$$assets CAPI_ASSETS=$$capi $(GO) run ./test/bench -n $(SCALE_N) -harvesters $(SCALE_HARVESTERS) -standing $(SCALE_STANDING) -restart $(SCALE_RUNS_$(SCALE_DOOR)) -timeout=60m $(BENCH_FLAGS)
 
 UPGRADE_FROM ?= HEAD^
 .PHONY: bench-upgrade

@@ -31,7 +31,8 @@ type coreWork struct {
 	requests, writes map[string]float64
 }
 
-// scrapeCoreWork reads Cluster API core's counters now.
+// scrapeCoreWork reads Cluster API core's counters now; hosts names the API servers whose
+// requests it counts, by host (several hosts may share a name).
 func scrapeCoreWork(ctx context.Context, metricsURL string, hosts map[string]string) (coreWork, error) {
 	fams, err := scrape(ctx, http.DefaultClient, metricsURL)
 	if err != nil {
@@ -47,12 +48,10 @@ func scrapeCoreWork(ctx context.Context, metricsURL string, hosts map[string]str
 		}
 	}
 	for _, m := range fams["rest_client_requests_total"].GetMetric() {
-		for name, host := range hosts {
-			if labelValue(m, "host") == host {
-				w.requests[name] += m.GetCounter().GetValue()
-				if labelValue(m, "method") != "GET" {
-					w.writes[name] += m.GetCounter().GetValue()
-				}
+		if name, ok := hosts[labelValue(m, "host")]; ok {
+			w.requests[name] += m.GetCounter().GetValue()
+			if labelValue(m, "method") != "GET" {
+				w.writes[name] += m.GetCounter().GetValue()
 			}
 		}
 	}

@@ -70,7 +70,9 @@ func measureClusterAPIFloor(ctx context.Context, o options, sc scenario, work st
 		return res, err
 	}
 	var p *perfectProvider
-	asDirectProvider(ctx, func(ctx context.Context) { p, err = startPerfectProvider(ctx, tb) })
+	asDirectProvider(ctx, func(ctx context.Context) {
+		p, err = startPerfectProvider(ctx, tb, capiClusters(len(tb.Harvesters), o.n))
+	})
 	if err != nil {
 		return res, err
 	}
@@ -172,13 +174,14 @@ const rootDiskSuffix = "-disk-0"
 
 // perfectProvider is the Cluster API floor's provider (see the file's comment).
 type perfectProvider struct {
-	mgmt, hv client.Client
-	image    harvester.ImageInfo
-	// The informers' caches: HarvesterMachines on the management cluster, VMIs, VMs and PVCs on
-	// Harvester.
-	mgmtCache, hvCache ctrlcache.Cache
-	queue              workqueue.TypedRateLimitingInterface[string]
-	cancel             context.CancelFunc
+	mgmt client.Client
+	// mgmtCache is its informers' cache of HarvesterMachines on the management cluster.
+	mgmtCache ctrlcache.Cache
+	// sites are the Harvester clusters, siteOf the index of each Cluster's (by name).
+	sites  []perfectSite
+	siteOf map[string]int
+	queue  workqueue.TypedRateLimitingInterface[string]
+	cancel context.CancelFunc
 
 	mu sync.Mutex
 	// created are the VMs made (by HarvesterMachine name), deleted those asked to go.
@@ -187,10 +190,18 @@ type perfectProvider struct {
 	err              error
 }
 
-// startPerfectProvider starts its informers and workers; stop ends them.
-func startPerfectProvider(ctx context.Context, tb *testbed.Testbed) (*perfectProvider, error) {
+// perfectSite is what the perfect provider keeps of one Harvester cluster: a client, the image
+// its machines boot, and its informers' cache of VMIs, VMs and PVCs.
+type perfectSite struct {
+	hv    client.Client
+	image harvester.ImageInfo
+	cache ctrlcache.Cache
+}
+
+// startPerfectProvider starts its informers and workers for the run's clusters; stop ends them.
+func startPerfectProvider(ctx context.Context, tb *testbed.Testbed, clusters []*capiCluster) (*perfectProvider, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	p := &perfectProvider{cancel: cancel, created: map[string]bool{}, deleted: map[string]bool{},
+	p := &perfectProvider{cancel: cancel, created: map[string]bool{}, deleted: map[string]bool{}, siteOf: map[string]int{},
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())}
 	ok := false
 	defer func() {
@@ -198,22 +209,32 @@ func startPerfectProvider(ctx context.Context, tb *testbed.Testbed) (*perfectPro
 			p.stop()
 		}
 	}()
-	mgmtCfg, hvCfg := ownConnection(tb.MgmtConfig), ownConnection(tb.Harvester.Config)
+	for _, c := range clusters {
+		p.siteOf[c.spec.Name] = c.harvester
+	}
+	mgmtCfg := ownConnection(tb.MgmtConfig)
 	var err error
 	if p.mgmt, err = client.New(mgmtCfg, client.Options{Scheme: tb.Mgmt.Scheme()}); err != nil {
-		return nil, err
-	}
-	if p.hv, err = client.New(hvCfg, client.Options{Scheme: tb.Harvester.Client.Scheme()}); err != nil {
-		return nil, err
-	}
-	if p.image, err = harvester.ReadImage(ctx, p.hv, harvester.ObjectRef{Namespace: testbed.HarvesterNamespace, Name: testbed.ImageName}); err != nil {
 		return nil, err
 	}
 	if p.mgmtCache, err = ctrlcache.New(mgmtCfg, ctrlcache.Options{Scheme: tb.Mgmt.Scheme(), DefaultNamespaces: map[string]ctrlcache.Config{benchTenant.Namespace: {}}}); err != nil {
 		return nil, err
 	}
-	if p.hvCache, err = ctrlcache.New(hvCfg, ctrlcache.Options{Scheme: tb.Harvester.Client.Scheme(), DefaultNamespaces: map[string]ctrlcache.Config{testbed.HarvesterNamespace: {}}}); err != nil {
-		return nil, err
+	caches := []ctrlcache.Cache{p.mgmtCache}
+	for _, hv := range tb.Harvesters {
+		site := perfectSite{}
+		hvCfg := ownConnection(hv.Config)
+		if site.hv, err = client.New(hvCfg, client.Options{Scheme: hv.Client.Scheme()}); err != nil {
+			return nil, err
+		}
+		if site.image, err = harvester.ReadImage(ctx, site.hv, harvester.ObjectRef{Namespace: testbed.HarvesterNamespace, Name: testbed.ImageName}); err != nil {
+			return nil, err
+		}
+		if site.cache, err = ctrlcache.New(hvCfg, ctrlcache.Options{Scheme: hv.Client.Scheme(), DefaultNamespaces: map[string]ctrlcache.Config{testbed.HarvesterNamespace: {}}}); err != nil {
+			return nil, err
+		}
+		p.sites = append(p.sites, site)
+		caches = append(caches, site.cache)
 	}
 	enqueue := func(obj any) {
 		if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -225,15 +246,16 @@ func startPerfectProvider(ctx context.Context, tb *testbed.Testbed) (*perfectPro
 		}
 	}
 	handler := cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue}
-	for _, w := range []struct {
+	type watched struct {
 		c   ctrlcache.Cache
 		obj client.Object
-	}{
-		{p.mgmtCache, &infrav1.HarvesterMachine{}},
-		{p.hvCache, &kubevirtv1.VirtualMachineInstance{}},
-		{p.hvCache, &kubevirtv1.VirtualMachine{}},
-		{p.hvCache, &corev1.PersistentVolumeClaim{}},
-	} {
+	}
+	watches := []watched{{p.mgmtCache, &infrav1.HarvesterMachine{}}}
+	for _, site := range p.sites {
+		watches = append(watches, watched{site.cache, &kubevirtv1.VirtualMachineInstance{}},
+			watched{site.cache, &kubevirtv1.VirtualMachine{}}, watched{site.cache, &corev1.PersistentVolumeClaim{}})
+	}
+	for _, w := range watches {
 		inf, err := w.c.GetInformer(ctx, w.obj)
 		if err != nil {
 			return nil, err
@@ -242,14 +264,14 @@ func startPerfectProvider(ctx context.Context, tb *testbed.Testbed) (*perfectPro
 			return nil, err
 		}
 	}
-	for _, c := range []ctrlcache.Cache{p.mgmtCache, p.hvCache} {
+	for _, c := range caches {
 		go func() { _ = c.Start(ctx) }()
 		if !c.WaitForCacheSync(ctx) {
 			return nil, errors.New("the perfect provider's informers did not sync")
 		}
 	}
-	if err := p.provisionCluster(ctx); err != nil {
-		return nil, err
+	for _, c := range clusters {
+		p.provisionCluster(ctx, c.spec.Name)
 	}
 	for range 8 { // as forEachMachine
 		go p.work(ctx)
@@ -283,10 +305,10 @@ func (p *perfectProvider) wrote() {
 	p.mu.Unlock()
 }
 
-// provisionCluster says the HarvesterCluster is provisioned, as its provider would once: the
-// endpoint is in its spec already.
-func (p *perfectProvider) provisionCluster(ctx context.Context) error {
-	hc := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: benchTenant.Namespace, Name: benchTenant.Name}}
+// provisionCluster says the HarvesterCluster of that name is provisioned, as its provider would
+// once: the endpoint is in its spec already.
+func (p *perfectProvider) provisionCluster(ctx context.Context, name string) {
+	hc := &infrav1.HarvesterCluster{ObjectMeta: metav1.ObjectMeta{Namespace: benchTenant.Namespace, Name: name}}
 	patch := []byte(`{"status":{"initialization":{"provisioned":true}}}`)
 	// The HarvesterCluster is created by prepare, after this starts: retry until it exists.
 	go func() {
@@ -303,7 +325,6 @@ func (p *perfectProvider) provisionCluster(ctx context.Context) error {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
-	return nil
 }
 
 func (p *perfectProvider) fail(err error) {
@@ -338,8 +359,12 @@ func (p *perfectProvider) reconcile(ctx context.Context, name string) error {
 	if err := p.mgmtCache.Get(ctx, client.ObjectKey{Namespace: benchTenant.Namespace, Name: name}, hm); err != nil {
 		return client.IgnoreNotFound(err)
 	}
+	site, ok := p.siteOfMachine(hm)
+	if !ok {
+		return nil // Cluster API labels it with its Cluster's name next; that event brings it back
+	}
 	if hm.DeletionTimestamp != nil {
-		return p.release(ctx, hm)
+		return p.release(ctx, site, hm)
 	}
 	if len(hm.Finalizers) == 0 {
 		// Nothing else puts a finalizer on a HarvesterMachine here: the list is set whole, with
@@ -352,13 +377,13 @@ func (p *perfectProvider) reconcile(ctx context.Context, name string) error {
 		return nil // the finalizer's event brings it back
 	}
 	if hm.Spec.ProviderID == "" {
-		return p.create(ctx, hm)
+		return p.create(ctx, site, hm)
 	}
 	if ptr.Deref(hm.Status.Initialization.Provisioned, false) {
 		return nil
 	}
 	vmi := &kubevirtv1.VirtualMachineInstance{}
-	if err := p.hvCache.Get(ctx, client.ObjectKey{Namespace: testbed.HarvesterNamespace, Name: name}, vmi); err != nil {
+	if err := site.cache.Get(ctx, client.ObjectKey{Namespace: testbed.HarvesterNamespace, Name: name}, vmi); err != nil {
 		return client.IgnoreNotFound(err) // its creation's event brings the machine back
 	}
 	addresses := harvester.SelectAddresses(vmi.Status.Interfaces, harvester.NICName)
@@ -375,8 +400,18 @@ func (p *perfectProvider) reconcile(ctx context.Context, name string) error {
 	return nil
 }
 
+// siteOfMachine is the Harvester cluster of the HarvesterMachine's Cluster, which Cluster API
+// names in its label.
+func (p *perfectProvider) siteOfMachine(hm *infrav1.HarvesterMachine) (perfectSite, bool) {
+	k, ok := p.siteOf[hm.Labels[testbed.ClusterNameLabel]]
+	if !ok {
+		return perfectSite{}, false
+	}
+	return p.sites[k], true
+}
+
 // create makes the machine's VM with the direct twin's builders, once, and writes its providerID.
-func (p *perfectProvider) create(ctx context.Context, hm *infrav1.HarvesterMachine) error {
+func (p *perfectProvider) create(ctx context.Context, site perfectSite, hm *infrav1.HarvesterMachine) error {
 	p.mu.Lock()
 	made := p.created[hm.Name]
 	p.mu.Unlock()
@@ -402,10 +437,10 @@ func (p *perfectProvider) create(ctx context.Context, hm *infrav1.HarvesterMachi
 	if err := p.mgmt.Get(ctx, client.ObjectKey{Namespace: hm.Namespace, Name: secretName}, secret); err != nil {
 		return err
 	}
-	vm, err := createDirectMachine(ctx, p.hv, p.image, directSpec(hm.Name, hm.UID, string(secret.Data["value"])))
+	vm, err := createDirectMachine(ctx, site.hv, site.image, directSpec(hm.Name, hm.UID, string(secret.Data["value"])))
 	if apierrors.IsAlreadyExists(err) { // made before a failed write of the providerID
 		vm = &kubevirtv1.VirtualMachine{}
-		err = p.hv.Get(ctx, client.ObjectKey{Namespace: testbed.HarvesterNamespace, Name: hm.Name}, vm)
+		err = site.hv.Get(ctx, client.ObjectKey{Namespace: testbed.HarvesterNamespace, Name: hm.Name}, vm)
 	}
 	if err != nil {
 		return err
@@ -424,7 +459,7 @@ func (p *perfectProvider) create(ctx context.Context, hm *infrav1.HarvesterMachi
 
 // release deletes the machine's VM, and removes the finalizer once the VM and its root disk are
 // gone (Harvester deletes the disk with the VM, the garbage collector the Secret with the disk).
-func (p *perfectProvider) release(ctx context.Context, hm *infrav1.HarvesterMachine) error {
+func (p *perfectProvider) release(ctx context.Context, site perfectSite, hm *infrav1.HarvesterMachine) error {
 	if len(hm.Finalizers) == 0 {
 		return nil
 	}
@@ -434,7 +469,7 @@ func (p *perfectProvider) release(ctx context.Context, hm *infrav1.HarvesterMach
 	p.mu.Unlock()
 	if !asked {
 		vm := &kubevirtv1.VirtualMachine{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
-		if err := p.hv.Delete(ctx, vm); err != nil && !apierrors.IsNotFound(err) {
+		if err := site.hv.Delete(ctx, vm); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
 		p.mu.Lock()
@@ -443,11 +478,11 @@ func (p *perfectProvider) release(ctx context.Context, hm *infrav1.HarvesterMach
 	}
 	// The VM's and the disk's deletion events bring it back until both are gone; a machine
 	// deleted before its VM was made (a MachineSet's one too many) has neither.
-	if err := p.hvCache.Get(ctx, key, &kubevirtv1.VirtualMachine{}); !apierrors.IsNotFound(err) {
+	if err := site.cache.Get(ctx, key, &kubevirtv1.VirtualMachine{}); !apierrors.IsNotFound(err) {
 		return client.IgnoreNotFound(err)
 	}
 	disk := client.ObjectKey{Namespace: key.Namespace, Name: hm.Name + rootDiskSuffix}
-	if err := p.hvCache.Get(ctx, disk, &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
+	if err := site.cache.Get(ctx, disk, &corev1.PersistentVolumeClaim{}); !apierrors.IsNotFound(err) {
 		return client.IgnoreNotFound(err)
 	}
 	patch := fmt.Sprintf(`[{"op":"test","path":"/metadata/finalizers","value":[%q]},{"op":"remove","path":"/metadata/finalizers"}]`, infrav1.HarvesterMachineFinalizer)

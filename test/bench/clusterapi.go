@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/butlerdotdev/butler-provider-harvester/api/infrastructure/v1alpha1"
@@ -28,11 +30,53 @@ import (
 // and watches the tenant's Nodes. The measurement runs from creating the MachineDeployment to all
 // its Machines in phase Running (with their Node), and from deleting it to it being gone; the
 // Cluster is deleted afterwards, and Harvester must then be empty.
+//
+// Over K Harvester clusters (-harvesters) the run has K such Clusters, one on each Harvester
+// cluster's ProviderConfig, each with its own tenant API server, kubelet player, control plane
+// Machine and MachineDeployment, the N machines spread over the K MachineDeployments: a platform
+// whose tenants live on several sites.
 const (
 	capiClusterName       = "bench"
 	capiControlPlane      = "bench-cp-0"
 	capiMachineDeployment = "bench-md"
 )
+
+// capiCluster is one Cluster of a Cluster API run, on one Harvester cluster.
+type capiCluster struct {
+	spec                     testbed.TenantCluster
+	controlPlane, deployment string
+	// harvester is the index of its Harvester cluster in the testbed's.
+	harvester int
+	// replicas is its MachineDeployment's share of the run's machines.
+	replicas int
+	tenant   *testbed.Tenant
+	kubelets *testbed.Kubelets
+}
+
+// capiClusters are the Clusters of a Cluster API run of n machines over k Harvester clusters:
+// the first is benchTenant with MachineDeployment bench-md, cluster i (from 1) is bench-<i+1> on
+// Harvester cluster i's ProviderConfig with MachineDeployment bench-md-<i+1> (its machines' names
+// too begin with bench-md-), its endpoint below the first's. Machine i of n is in cluster i mod k,
+// as the MachineRequest runs spread theirs.
+func capiClusters(k, n int) []*capiCluster {
+	k = max(k, 1)
+	out := make([]*capiCluster, k)
+	for i := range out {
+		c := &capiCluster{spec: benchTenant, controlPlane: capiControlPlane, deployment: capiMachineDeployment, harvester: i, replicas: n / k}
+		if i < n%k {
+			c.replicas++
+		}
+		if i > 0 {
+			c.spec.Name = fmt.Sprintf("%s-%d", capiClusterName, i+1)
+			c.spec.ProviderConfig = infrav1.ProviderConfigReference{Name: providerConfigName(i)}
+			c.spec.Endpoint.Host = fmt.Sprintf("10.40.15.%d", 250-i)
+			c.controlPlane = c.spec.Name + "-cp-0"
+			c.deployment = fmt.Sprintf("%s-%d", capiMachineDeployment, i+1)
+		}
+		out[i] = c
+	}
+	return out
+}
 
 // benchTenant is the Cluster of the run, on the ProviderConfig of config/samples; its machines are
 // the size of the MachineRequests of the other runs.
@@ -57,10 +101,10 @@ type machineDeployment struct {
 	timeout time.Duration
 	// static gives the machines their addresses from benchPool, which ipam (the in-cluster IPAM
 	// provider's player) serves.
-	static   bool
-	ipam     *testbed.IPAM
-	tenant   *testbed.Tenant
-	kubelets *testbed.Kubelets
+	static bool
+	ipam   *testbed.IPAM
+	// clusters are the run's Clusters, one on each Harvester cluster (prepare makes them).
+	clusters []*capiCluster
 	// createdAt and deletedAt are when the MachineDeployment was created and deleted.
 	createdAt, deletedAt time.Time
 	// core is what Cluster API core had done by then (and by the end: coreWork).
@@ -85,27 +129,34 @@ const (
 func (m *machineDeployment) queue() string { return "harvestermachine" }
 
 func (m *machineDeployment) prepare(ctx context.Context, tb *testbed.Testbed) error {
-	var err error
-	if m.tenant, err = testbed.StartTenant(ctx, tb.Mgmt, benchTenant.Namespace, benchTenant.Name); err != nil {
-		return err
+	m.clusters = capiClusters(len(tb.Harvesters), 0)
+	for _, c := range m.clusters {
+		var err error
+		if c.tenant, err = testbed.StartTenant(ctx, tb.Mgmt, c.spec.Namespace, c.spec.Name); err != nil {
+			return err
+		}
+		if c.kubelets, err = testbed.PlayKubelets(ctx, tb.Harvesters[c.harvester].Config, testbed.HarvesterNamespace, c.tenant, testbed.WithAdminCloudProvider()); err != nil {
+			return err
+		}
+		cpInfra, cp := c.spec.ControlPlaneMachine(c.controlPlane)
+		if err := testbed.CreateAll(ctx, tb.Mgmt, append(c.spec.ClusterObjects(), cpInfra, cp)...); err != nil {
+			return err
+		}
 	}
-	if m.kubelets, err = testbed.PlayKubelets(ctx, tb.Harvester.Config, testbed.HarvesterNamespace, m.tenant, testbed.WithAdminCloudProvider()); err != nil {
-		return err
-	}
-	cpInfra, cp := benchTenant.ControlPlaneMachine(capiControlPlane)
-	if err := testbed.CreateAll(ctx, tb.Mgmt, append(benchTenant.ClusterObjects(), cpInfra, cp)...); err != nil {
-		return err
-	}
-	if err := waitFor(ctx, 2*time.Minute, tb, func() (bool, error) { return controlPlaneInitialized(ctx, tb.Mgmt) }); err != nil {
-		return fmt.Errorf("waiting for the control plane Machine %s to run and Cluster API to count the control plane initialized: %w", capiControlPlane, err)
+	for _, c := range m.clusters {
+		if err := waitFor(ctx, 2*time.Minute, tb, func() (bool, error) { return controlPlaneInitialized(ctx, tb.Mgmt, c) }); err != nil {
+			return fmt.Errorf("waiting for the control plane Machine %s to run and Cluster API to count the control plane of %s initialized: %w", c.controlPlane, c.spec.Name, err)
+		}
 	}
 	if m.static {
 		if err := tb.Mgmt.Create(ctx, benchPool()); err != nil {
 			return err
 		}
-		if m.ipam, err = testbed.PlayIPAM(ctx, tb.MgmtConfig); err != nil {
+		ipam, err := testbed.PlayIPAM(ctx, tb.MgmtConfig)
+		if err != nil {
 			return err
 		}
+		m.ipam = ipam
 	}
 	return m.watch(ctx, tb)
 }
@@ -143,7 +194,7 @@ func (m *machineDeployment) watch(ctx context.Context, tb *testbed.Testbed) erro
 	} {
 		seen, stop, err := watchMilestones(ctx, tb.MgmtConfig, tb.Mgmt.Scheme(), benchTenant.Namespace, w.obj, w.milestones, func(o any, deleted bool) (string, []string) {
 			obj, ok := o.(metav1.Object)
-			if !ok || obj.GetLabels()[testbed.DeploymentNameLabel] != capiMachineDeployment {
+			if !ok || !slices.Contains(m.deployments(), obj.GetLabels()[testbed.DeploymentNameLabel]) {
 				return "", nil
 			}
 			switch {
@@ -165,6 +216,15 @@ func (m *machineDeployment) watch(ctx context.Context, tb *testbed.Testbed) erro
 	return nil
 }
 
+// deployments names the run's MachineDeployments.
+func (m *machineDeployment) deployments() []string {
+	names := make([]string, len(m.clusters))
+	for i, c := range m.clusters {
+		names[i] = c.deployment
+	}
+	return names
+}
+
 func (m *machineDeployment) close() {
 	for _, stop := range m.stops {
 		stop()
@@ -172,27 +232,37 @@ func (m *machineDeployment) close() {
 	if m.ipam != nil {
 		m.ipam.Stop()
 	}
-	if m.kubelets != nil {
-		m.kubelets.Stop()
-	}
-	if m.tenant != nil {
-		_ = m.tenant.Stop() // the run's outcome is known; a tenant API server that stops badly changes nothing
+	for _, c := range m.clusters {
+		if c.kubelets != nil {
+			c.kubelets.Stop()
+		}
+		if c.tenant != nil {
+			_ = c.tenant.Stop() // the run's outcome is known; a tenant API server that stops badly changes nothing
+		}
 	}
 }
 
+// create creates the MachineDeployments of the n machines, each with its template, one after the
+// other as fast as the management API server takes them.
 func (m *machineDeployment) create(ctx context.Context, tb *testbed.Testbed, n int) error {
-	tenant := benchTenant
-	if m.static {
-		tenant.MachineSpec.Interfaces = []infrav1.NetworkInterface{{Network: "default/vlan40-workloads", Nameservers: []string{"10.40.0.2"},
-			AddressesFromPools: []infrav1.IPPoolReference{{APIGroup: testbed.InClusterIPPoolGVK.Group, Kind: testbed.InClusterIPPoolGVK.Kind, Name: benchPool().GetName()}}}}
+	var objs []client.Object
+	for i, share := range capiClusters(len(m.clusters), n) {
+		c := m.clusters[i]
+		c.replicas = share.replicas
+		tenant := c.spec
+		if m.static {
+			tenant.MachineSpec.Interfaces = []infrav1.NetworkInterface{{Network: "default/vlan40-workloads", Nameservers: []string{"10.40.0.2"},
+				AddressesFromPools: []infrav1.IPPoolReference{{APIGroup: testbed.InClusterIPPoolGVK.Group, Kind: testbed.InClusterIPPoolGVK.Kind, Name: benchPool().GetName()}}}}
+		}
+		template, md := tenant.MachineDeployment(c.deployment, c.replicas)
+		objs = append(objs, template, md)
 	}
-	template, md := tenant.MachineDeployment(capiMachineDeployment, n)
 	var err error
 	if m.coreAtCreate, err = scrapeCoreWork(ctx, tb.ClusterAPI.MetricsURL, m.coreHosts(tb)); err != nil {
 		return err
 	}
 	m.createdAt, m.replicas = time.Now(), n
-	return testbed.CreateAll(ctx, tb.Mgmt, template, md)
+	return testbed.CreateAll(ctx, tb.Mgmt, objs...)
 }
 
 // running counts the Machines Running now: under load Cluster API's MachineSet may create one too
@@ -213,8 +283,8 @@ func (m *machineDeployment) afterRunning(tb *testbed.Testbed) []time.Duration {
 	infraCreated, infraProvisioned := m.infra[milestoneCreated].snapshot(), m.infra[milestoneProvisioned].snapshot()
 	var capiCreate, ours, ourProvision, player, capiRunning []time.Duration
 	for name, run := range machineRunning {
-		ip := tb.Harvester.Sim.IPReportedAt(testbed.HarvesterNamespace, name)
-		seen, registered := m.kubelets.Registered(name)
+		ip := ipReportedAt(tb, name)
+		seen, registered := m.registered(name)
 		if anyZero(ip, seen, registered, infraCreated[name], infraProvisioned[name]) {
 			continue // a step the informers did not show apart (two changes in one event): no breakdown
 		}
@@ -229,6 +299,17 @@ func (m *machineDeployment) afterRunning(tb *testbed.Testbed) []time.Duration {
 		"VMI seen running to Node registered Ready %s (the kubelet player); the later of provisioned and Node registered to Machine Running %s (Cluster API core: providerID, nodeRef).",
 		len(capiCreate), len(machineRunning), p50p99(capiCreate), p50p99(ours), p50p99(ourProvision), p50p99(player), p50p99(capiRunning))
 	return sinceIPReported(tb, machineRunning)
+}
+
+// registered is when a kubelet player saw the machine's VMI running and when it registered its
+// Node Ready (zero if none did).
+func (m *machineDeployment) registered(name string) (seen, registered time.Time) {
+	for _, c := range m.clusters {
+		if seen, registered = c.kubelets.Registered(name); !registered.IsZero() {
+			return seen, registered
+		}
+	}
+	return seen, registered
 }
 
 // deletionBreakdown works out where each machine's deletion time went, and whose share is whose.
@@ -272,34 +353,51 @@ func p50p99(ds []time.Duration) string {
 }
 
 func (m *machineDeployment) deleteAll(ctx context.Context, tb *testbed.Testbed) error {
-	_, md := benchTenant.MachineDeployment(capiMachineDeployment, 0)
 	var err error
 	if m.coreAtDelete, err = scrapeCoreWork(ctx, tb.ClusterAPI.MetricsURL, m.coreHosts(tb)); err != nil {
 		return err
 	}
 	m.deletedAt = time.Now()
-	return tb.Mgmt.Delete(ctx, md)
+	for _, c := range m.clusters {
+		_, md := c.spec.MachineDeployment(c.deployment, 0)
+		if err := tb.Mgmt.Delete(ctx, md); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// gone: Cluster API's finalizers keep the MachineDeployment until its MachineSet and Machines
-// are gone, and a Machine until its HarvesterMachine is, which ours keeps until its VM and disks
-// are deleted.
+// gone: Cluster API's finalizers keep a MachineDeployment until its MachineSet and Machines are
+// gone, and a Machine until its HarvesterMachine is, which ours keeps until its VM and disks are
+// deleted.
 func (m *machineDeployment) gone(ctx context.Context, tb *testbed.Testbed, _ *deletionCounts) (bool, error) {
-	_, found, err := getCAPI(ctx, tb.Mgmt, testbed.MachineDeploymentGVK, capiMachineDeployment)
-	return !found, err
+	for _, c := range m.clusters {
+		if _, found, err := getCAPI(ctx, tb.Mgmt, testbed.MachineDeploymentGVK, c.deployment); found || err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
-// harvesterPrefix: the MachineDeployment's machines (the control plane Machine's stay).
+// machines: each Cluster's control plane Machine beside the n.
+func (m *machineDeployment) machines(n int) int { return n + len(m.clusters) }
+
+// harvesterPrefix: the MachineDeployments' machines (the control plane Machines' stay).
 func (m *machineDeployment) harvesterPrefix() string { return capiMachineDeployment + "-" }
 
 func (m *machineDeployment) counted(tb *testbed.Testbed) countedKind {
+	inDeployments, err := labels.NewRequirement(testbed.DeploymentNameLabel, selection.In, m.deployments())
+	if err != nil {
+		panic(err) // the names are the bench's own, valid label values
+	}
 	return countedKind{what: "Machines", config: tb.MgmtConfig, namespace: benchTenant.Namespace, resource: testbed.MachineGVK.GroupVersion().WithResource("machines"),
-		selector: labels.SelectorFromSet(labels.Set{testbed.DeploymentNameLabel: capiMachineDeployment}).String()}
+		selector: labels.NewSelector().Add(*inDeployments).String()}
 }
 
-// ownWrites: the template, the MachineDeployment and its deletion.
+// ownWrites: each template, each MachineDeployment and its deletion.
 func (m *machineDeployment) ownWrites(int) map[string]float64 {
-	return map[string]float64{"POST harvestermachinetemplates": 1, "POST machinedeployments": 1, "DELETE machinedeployments": 1}
+	k := float64(len(m.clusters))
+	return map[string]float64{"POST harvestermachinetemplates": k, "POST machinedeployments": k, "DELETE machinedeployments": k}
 }
 
 // finish measures the Cluster API core manager, then deletes the Cluster (its control plane
@@ -313,16 +411,19 @@ func (m *machineDeployment) finish(ctx context.Context, tb *testbed.Testbed) (st
 	if err != nil {
 		return "", err
 	}
-	usage := fmt.Sprintf("The Cluster API core manager: peak RSS %.0f MB, CPU %.1f s since it started (the control plane Machine included).", rssMB, cpuSeconds)
+	usage := fmt.Sprintf("The Cluster API core manager: peak RSS %.0f MB, CPU %.1f s since it started (the control plane Machines included).", rssMB, cpuSeconds)
 	start := time.Now()
-	if err := tb.Mgmt.Delete(ctx, benchTenant.Cluster()); err != nil {
-		return "", err
+	for _, c := range m.clusters {
+		if err := tb.Mgmt.Delete(ctx, c.spec.Cluster()); err != nil {
+			return "", err
+		}
 	}
 	left := 0
 	err = waitFor(ctx, m.timeout, tb, func() (bool, error) {
-		_, found, err := getCAPI(ctx, tb.Mgmt, testbed.ClusterGVK, capiClusterName)
-		if err != nil || found {
-			return false, err
+		for _, c := range m.clusters {
+			if _, found, err := getCAPI(ctx, tb.Mgmt, testbed.ClusterGVK, c.spec.Name); err != nil || found {
+				return false, err
+			}
 		}
 		vms, vmis, pvcs, secrets, err := tb.HarvesterLeft(ctx)
 		left = vms + vmis + pvcs + secrets
@@ -337,7 +438,7 @@ func (m *machineDeployment) finish(ctx context.Context, tb *testbed.Testbed) (st
 	if err != nil {
 		return "", fmt.Errorf("deleting the Cluster (%d objects left on Harvester, or IPAddressClaims): %w", left, err)
 	}
-	teardown := fmt.Sprintf("Deleting the Cluster afterwards took %s and left Harvester empty.", time.Since(start).Round(10*time.Millisecond))
+	teardown := fmt.Sprintf("Deleting the Clusters afterwards took %s and left Harvester empty.", time.Since(start).Round(10*time.Millisecond))
 	if m.static {
 		if err := m.ipam.Err(); err != nil {
 			return "", fmt.Errorf("the IPAM player: %w", err)
@@ -347,9 +448,17 @@ func (m *machineDeployment) finish(ctx context.Context, tb *testbed.Testbed) (st
 	return strings.Join([]string{m.breakdown, m.deletionBreakdown(), core, usage, teardown}, " "), nil
 }
 
-// coreHosts names the API servers Cluster API core talks to.
+// coreHosts names the API servers Cluster API core talks to, by host: the management cluster's
+// and the tenants'.
 func (m *machineDeployment) coreHosts(tb *testbed.Testbed) map[string]string {
-	return map[string]string{"management": hostOf(tb.MgmtConfig.Host), "tenant's": hostOf(m.tenant.Config.Host)}
+	hosts := map[string]string{hostOf(tb.MgmtConfig.Host): "management"}
+	for _, c := range m.clusters {
+		hosts[hostOf(c.tenant.Config.Host)] = "tenant's"
+		if len(m.clusters) > 1 {
+			hosts[hostOf(c.tenant.Config.Host)] = "tenants'"
+		}
+	}
+	return hosts
 }
 
 // coreWork says what Cluster API core did for the MachineDeployment's machines, creating (until
@@ -363,14 +472,14 @@ func (m *machineDeployment) coreWork(ctx context.Context, tb *testbed.Testbed) (
 		describeCoreWork(m.coreAtCreate, m.coreAtDelete, m.replicas), describeCoreWork(m.coreAtDelete, end, m.replicas)), nil
 }
 
-// controlPlaneInitialized reports whether the control plane Machine runs and Cluster API counts
-// the control plane initialized.
-func controlPlaneInitialized(ctx context.Context, c client.Client) (bool, error) {
-	cp, found, err := getCAPI(ctx, c, testbed.MachineGVK, capiControlPlane)
+// controlPlaneInitialized reports whether the cluster's control plane Machine runs and Cluster API
+// counts its control plane initialized.
+func controlPlaneInitialized(ctx context.Context, c client.Client, of *capiCluster) (bool, error) {
+	cp, found, err := getCAPI(ctx, c, testbed.MachineGVK, of.controlPlane)
 	if !found || machinePhase(cp) != "Running" {
 		return false, err
 	}
-	cluster, found, err := getCAPI(ctx, c, testbed.ClusterGVK, capiClusterName)
+	cluster, found, err := getCAPI(ctx, c, testbed.ClusterGVK, of.spec.Name)
 	if !found {
 		return false, err
 	}

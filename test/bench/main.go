@@ -47,8 +47,8 @@ type options struct {
 	// spread spreads the MachineRequests' creates, and their deletes, over this long (see
 	// machineRequests.create and deleteAll).
 	spread time.Duration
-	// harvesters is how many simulated Harvester clusters the MachineRequest runs spread their
-	// machines over, one ProviderConfig each (scale.go).
+	// harvesters is how many simulated Harvester clusters the runs spread their machines over,
+	// one ProviderConfig each (scale.go; clusterapi.go for the Cluster API runs).
 	harvesters int
 	// standing is how long the manager is watched with all machines running and nothing asked
 	// of it; restart kills and starts it again once all run (scale.go).
@@ -83,7 +83,7 @@ func main() {
 	flag.IntVar(&o.repeat, "repeat", 1, "Do the chosen runs this many times, one after the other, and print the median of each run's vs floor ratios over the repeats: on a shared 2-CPU machine the floor's own times vary by 10% and more from one run to the next, as much as the margins measured.")
 	flag.StringVar(&o.only, "only", "", "If set, do only the runs among those -runs chooses whose names contain this (case-insensitive), e.g. -only 'cluster api'.")
 	flag.DurationVar(&o.spread, "spread", 0, "Create the MachineRequests one after another over this long instead of all at once, and delete them so (the runs of MachineRequests only, not their direct twins or floors: use -direct=false), e.g. at the pace Cluster API core hands a MachineDeployment's machines to the provider and takes them back: what the provider costs per machine when its machines come and go a few at a time.")
-	flag.IntVar(&o.harvesters, "harvesters", 1, "Simulated Harvester clusters the MachineRequest runs spread their machines over, round-robin, one ProviderConfig each (their direct twin and floor too): a platform of several sites. The Cluster API runs use one.")
+	flag.IntVar(&o.harvesters, "harvesters", 1, "Simulated Harvester clusters the runs spread their machines over, one ProviderConfig each (their direct twin and floors too): a platform of several sites. MachineRequests go round-robin; the Cluster API runs make one Cluster on each, with a MachineDeployment of its share.")
 	flag.DurationVar(&o.standing, "standing", standingWindow, "How long the manager is watched while all machines run and nothing is asked of it: its CPU, its reads and writes to each cluster and its memory then (30m takes in the periodic health checks and watch renewals).")
 	flag.BoolVar(&o.restart, "restart", false, "Once all machines run (and the standing window is over), kill the manager (SIGKILL) and start it again: the time until it has observed every machine again (butler_harvester_machines_observed_total), and its reads and writes until then.")
 	flag.StringVar(&o.upgradeFrom, "upgrade-from", "", "A manager binary the runs start with (this repository's at another commit: hack/tools/manager-at.sh; or the published provider's, with -upgrade-from-published): once all machines run it is replaced by this repository's, as a Deployment's rollout does, and the run measures as -restart does. The Cluster API runs need this repository's (the published provider has no Cluster API door).")

@@ -375,8 +375,8 @@ type restartResult struct {
 	// (by verb and resource, all clusters); mgmtWrites and hvWrites what the API servers were
 	// asked to write meanwhile (all clients: the simulator's own writes to Harvester among them).
 	hvRequests, mgmtWrites, hvWrites string
-	// statusWrites are the management writes to MachineRequests' status meanwhile: none when no
-	// machine's state changed.
+	// statusWrites are the management writes to the status of MachineRequests and
+	// HarvesterMachines meanwhile: none when no machine's state changed.
 	statusWrites float64
 }
 
@@ -426,7 +426,7 @@ func measureRestart(ctx context.Context, tb *testbed.Testbed, metricsURL string,
 	}
 	res.mgmtWrites, res.hvWrites = describeWrites(mgmtAtStart, mgmtAtEnd, n), describeWrites(hvAtStart, hvAtEnd, n)
 	for k, v := range mgmtAtEnd {
-		if strings.HasSuffix(strings.Fields(k)[1], "machinerequests/status") {
+		if resource := strings.Fields(k)[1]; strings.HasSuffix(resource, "machinerequests/status") || strings.HasSuffix(resource, "harvestermachines/status") {
 			res.statusWrites += v - mgmtAtStart[k]
 		}
 	}
@@ -440,7 +440,7 @@ func (r restartResult) String() string {
 		}
 		return s
 	}
-	return fmt.Sprintf("every machine observed again %s after the restart; until then and %s after, per machine: the manager's Harvester requests %s; management writes %s (%.0f MachineRequest status writes in all); Harvester writes (all clients) %s",
+	return fmt.Sprintf("every machine observed again %s after the restart; until then and %s after, per machine: the manager's Harvester requests %s; management writes %s (%.0f machine status writes in all); Harvester writes (all clients) %s",
 		r.observedIn.Round(10*time.Millisecond), settleTime, none(r.hvRequests), none(r.mgmtWrites), r.statusWrites, none(r.hvWrites))
 }
 

@@ -61,6 +61,9 @@ type frontDoor interface {
 	harvesterPrefix() string
 	// counted is what deletion progress counts of the machines on the management cluster.
 	counted(tb *testbed.Testbed) countedKind
+	// machines is how many machines the manager serves when n are asked for: the n, and any the
+	// front door needs beside them (a Cluster's control plane Machine).
+	machines(n int) int
 	// ownWrites are the benchmark's own writes to the management API server (as apiServerWrites
 	// counts them) for n machines: not the provider's, so not counted.
 	ownWrites(n int) map[string]float64
@@ -339,7 +342,7 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 		if p.upgrade {
 			replace = func() error { return tb.ReplaceManager("", thisProvider.managerArgs(o, metricsAddr, "")) }
 		}
-		r, err := measureRestart(ctx, tb, metricsURL, o.n, o.timeout, replace)
+		r, err := measureRestart(ctx, tb, metricsURL, fd.machines(o.n), o.timeout, replace)
 		if err != nil {
 			return res, err
 		}
@@ -516,6 +519,8 @@ func (m *machineRequests) gone(_ context.Context, _ *testbed.Testbed, counts *de
 	return counts.leftOf(0) == 0, nil
 }
 
+func (m *machineRequests) machines(n int) int { return n }
+
 // harvesterPrefix: the whole Harvester namespace is theirs.
 func (m *machineRequests) harvesterPrefix() string { return "" }
 
@@ -538,13 +543,22 @@ func (m *machineRequests) finish(context.Context, *testbed.Testbed) (string, err
 func sinceIPReported(tb *testbed.Testbed, at map[string]time.Time) []time.Duration {
 	var out []time.Duration
 	for name, t := range at {
-		for _, hv := range tb.Harvesters {
-			if reported := hv.Sim.IPReportedAt(testbed.HarvesterNamespace, name); !reported.IsZero() {
-				out = append(out, t.Sub(reported))
-			}
+		if reported := ipReportedAt(tb, name); !reported.IsZero() {
+			out = append(out, t.Sub(reported))
 		}
 	}
 	return out
+}
+
+// ipReportedAt is when the VMI of the machine (VM) of that name reported its IP, on whichever
+// Harvester cluster it runs; zero if none has.
+func ipReportedAt(tb *testbed.Testbed, name string) time.Time {
+	for _, hv := range tb.Harvesters {
+		if reported := hv.Sim.IPReportedAt(testbed.HarvesterNamespace, name); !reported.IsZero() {
+			return reported
+		}
+	}
+	return time.Time{}
 }
 
 // startSeeded starts a testbed for the scenario (its boot and IP delays, room for 4000 machines)
@@ -554,9 +568,7 @@ func startSeeded(ctx context.Context, o options, sc scenario, opts testbed.Optio
 	opts.NetworkCIDR = networkFor(o.n, o.harvesters)
 	opts.Sim = sim.Config{BootDelay: sc.boot, IPDelay: sc.ip, LegacyImageStorageClassNames: o.legacyImageStorageClassNames}
 	opts.Schema = o.schema
-	if !sc.clusterAPI {
-		opts.Harvesters = o.harvesters
-	}
+	opts.Harvesters = o.harvesters
 	tb, err := testbed.Start(ctx, opts)
 	if err != nil {
 		return tb, err
