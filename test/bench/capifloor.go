@@ -28,7 +28,7 @@ import (
 )
 
 // The Cluster API floor is what Cluster API core itself costs, and what no infrastructure provider
-// can avoid beside it: the same MachineDeployment of N, on the same testbed (Cluster API core
+// can avoid beside it: the same MachineDeployments of N, on the same testbed (Cluster API core
 // manager, tenant API server, kubelet player, simulated Harvester), fulfilled by a perfect provider
 // the bench plays in its own process. For each HarvesterMachine it reads what the contract makes
 // it read (the Machine, for its bootstrap data Secret, and that Secret), adds its finalizer,
@@ -36,9 +36,10 @@ import (
 // spec.providerID, and once the VMI reports its IP, status.initialization.provisioned and the
 // addresses; when the HarvesterMachine is deleted it deletes the VM and removes its finalizer once
 // the VM and its root disk are gone. It watches HarvesterMachines, and on Harvester VMIs, VMs and
-// PVCs, and nothing else. Its own work runs labelled as the direct provider's (labelledCPU), so
+// PVCs, and nothing else. Over several Harvester clusters it keeps a client and those watches to
+// each, and makes a machine's VM on its Cluster's (the one the run put that Cluster on). Its own work runs labelled as the direct provider's (labelledCPU), so
 // the CPU it takes is measured apart from the simulator's and the kubelet player's beside it.
-// Like the provider's run, it deletes the MachineDeployment standingWindow after all its machines
+// Like the provider's run, it deletes the MachineDeployments standingWindow after all its machines
 // run, so that Cluster API core starts both deletions from the same state.
 //
 // The provider's run over this one is the provider's own margin over the floor, as ours / direct
