@@ -177,6 +177,7 @@ func benchPool() *unstructured.Unstructured {
 func (m *machineDeployment) watch(ctx context.Context, tb *testbed.Testbed) error {
 	machine := &unstructured.Unstructured{}
 	machine.SetGroupVersionKind(testbed.MachineGVK)
+	deployments := m.deployments()
 	for _, w := range []struct {
 		seen       *map[string]*ipSeen
 		obj        client.Object
@@ -194,7 +195,7 @@ func (m *machineDeployment) watch(ctx context.Context, tb *testbed.Testbed) erro
 	} {
 		seen, stop, err := watchMilestones(ctx, tb.MgmtConfig, tb.Mgmt.Scheme(), benchTenant.Namespace, w.obj, w.milestones, func(o any, deleted bool) (string, []string) {
 			obj, ok := o.(metav1.Object)
-			if !ok || !slices.Contains(m.deployments(), obj.GetLabels()[testbed.DeploymentNameLabel]) {
+			if !ok || !slices.Contains(deployments, obj.GetLabels()[testbed.DeploymentNameLabel]) {
 				return "", nil
 			}
 			switch {
@@ -451,12 +452,13 @@ func (m *machineDeployment) finish(ctx context.Context, tb *testbed.Testbed) (st
 // coreHosts names the API servers Cluster API core talks to, by host: the management cluster's
 // and the tenants'.
 func (m *machineDeployment) coreHosts(tb *testbed.Testbed) map[string]string {
+	tenants := "tenant's"
+	if len(m.clusters) > 1 {
+		tenants = "tenants'"
+	}
 	hosts := map[string]string{hostOf(tb.MgmtConfig.Host): "management"}
 	for _, c := range m.clusters {
-		hosts[hostOf(c.tenant.Config.Host)] = "tenant's"
-		if len(m.clusters) > 1 {
-			hosts[hostOf(c.tenant.Config.Host)] = "tenants'"
-		}
+		hosts[hostOf(c.tenant.Config.Host)] = tenants
 	}
 	return hosts
 }
