@@ -113,9 +113,13 @@ func harvesterWrites(ctx context.Context, tb *testbed.Testbed) (map[string]float
 	return sum, nil
 }
 
-// memory is the manager's memory at one moment: resident (RSS) and its Go heap (live objects and
-// garbage not yet collected, go_memstats_heap_alloc_bytes), in MB.
-type memory struct{ rssMB, heapMB float64 }
+// memory is the manager's memory at one moment: resident (RSS), its Go heap (live objects and
+// garbage not yet collected, go_memstats_heap_alloc_bytes) and the heap size at which the Go
+// runtime collects next (go_memstats_next_gc_bytes: twice what was live at the last collection
+// under GOGC=100, less when GOMEMLIMIT binds), in MB. The goal is what the runtime lets the heap,
+// and so the resident memory, grow to: an RSS well above the live heap but at or under the goal
+// is the runtime's choice, not memory the provider holds.
+type memory struct{ rssMB, heapMB, goalMB float64 }
 
 // managerMemory reads the manager's memory now.
 func managerMemory(ctx context.Context, tb *testbed.Testbed, metricsURL string) (memory, error) {
@@ -127,18 +131,29 @@ func managerMemory(ctx context.Context, tb *testbed.Testbed, metricsURL string) 
 	if err != nil {
 		return memory{}, err
 	}
-	heap := fams["go_memstats_heap_alloc_bytes"].GetMetric()
-	if len(heap) == 0 {
-		return memory{}, fmt.Errorf("no go_memstats_heap_alloc_bytes in %s", metricsURL)
+	gauge := func(name string) (float64, error) {
+		m := fams[name].GetMetric()
+		if len(m) == 0 {
+			return 0, fmt.Errorf("no %s in %s", name, metricsURL)
+		}
+		return m[0].GetGauge().GetValue() / 1e6, nil
 	}
-	return memory{rssMB: rss, heapMB: heap[0].GetGauge().GetValue() / 1e6}, nil
+	heap, err := gauge("go_memstats_heap_alloc_bytes")
+	if err != nil {
+		return memory{}, err
+	}
+	goal, err := gauge("go_memstats_next_gc_bytes")
+	if err != nil {
+		return memory{}, err
+	}
+	return memory{rssMB: rss, heapMB: heap, goalMB: goal}, nil
 }
 
 // settledMemory samples the manager's memory every second for window and returns the least of
-// each: the heap right after a collection (what is live, not the garbage of the moment), and the
-// resident memory the runtime keeps.
+// each: the heap right after a collection (what is live, not the garbage of the moment), with the
+// collection goal set then, and the resident memory the runtime keeps.
 func settledMemory(ctx context.Context, tb *testbed.Testbed, metricsURL string, window time.Duration) (memory, error) {
-	least := memory{rssMB: -1, heapMB: -1}
+	least := memory{rssMB: -1, heapMB: -1, goalMB: -1}
 	for deadline := time.Now().Add(window); ; {
 		m, err := managerMemory(ctx, tb, metricsURL)
 		if err != nil {
@@ -148,7 +163,7 @@ func settledMemory(ctx context.Context, tb *testbed.Testbed, metricsURL string, 
 			least.rssMB = m.rssMB
 		}
 		if least.heapMB < 0 || m.heapMB < least.heapMB {
-			least.heapMB = m.heapMB
+			least.heapMB, least.goalMB = m.heapMB, m.goalMB
 		}
 		if time.Now().After(deadline) {
 			return least, nil
@@ -450,8 +465,8 @@ type processTotals struct{ peakRSSMB, cpuSeconds, restartCPU float64 }
 
 // platform renders the platform's figures of a run (see result).
 func (r result) platform() string {
-	out := fmt.Sprintf("\n   manager memory, RSS / Go heap: idle (%s, no machine) %.0f / %.0f MB; all running, settled %.0f / %.0f MB; peak heap %.0f MB; per machine above idle %.1f / %.1f KB",
-		providerConfigs(len(r.links.watches)), r.idle.rssMB, r.idle.heapMB, r.steady.rssMB, r.steady.heapMB, r.peakHeapMB,
+	out := fmt.Sprintf("\n   manager memory, RSS / Go heap: idle (%s, no machine) %.0f / %.0f MB; all running, settled %.0f / %.0f MB (the runtime's next collection at %.0f MB, %s); peak heap %.0f MB; per machine above idle %.1f / %.1f KB",
+		providerConfigs(len(r.links.watches)), r.idle.rssMB, r.idle.heapMB, r.steady.rssMB, r.steady.heapMB, r.steady.goalMB, r.memoryLimit, r.peakHeapMB,
 		perMachineKB(r.steady.rssMB, r.idle.rssMB, r.n), perMachineKB(r.steady.heapMB, r.idle.heapMB, r.n)) +
 		"\n   to Harvester at all Running: " + r.links.String() +
 		"\n   every process's RSS at all Running: " + r.processes +

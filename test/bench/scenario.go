@@ -125,11 +125,13 @@ type result struct {
 	// what it keeps open to each Harvester cluster and every process's memory, at all Running;
 	// and a restart's, with -restart.
 	idle, steady memory
-	peakHeapMB   float64
-	links        clusterLinks
-	processes    string
-	restart      *restartResult
-	upgraded     bool
+	// memoryLimit is the GOMEMLIMIT the manager ran under (the chart's), as the report shows it.
+	memoryLimit string
+	peakHeapMB  float64
+	links       clusterLinks
+	processes   string
+	restart     *restartResult
+	upgraded    bool
 }
 
 // settleWindow is how long the manager's memory is sampled for its settled figure.
@@ -226,6 +228,7 @@ func runScenario(ctx context.Context, o options, sc scenario, work string, p pro
 	if err != nil {
 		return res, err
 	}
+	res.memoryLimit = memLimit
 	opts := testbed.Options{WorkDir: work, ManagerBinary: p.binary, ManagerEnv: []string{memLimit}, ManagerArgsLate: func() (_ []string, err error) {
 		addrs, err := testbed.FreeLocalAddrs(2)
 		if err != nil {
