@@ -111,9 +111,7 @@ func run(ctx context.Context, args []string) error {
 	// Harvester's informers report changes of our objects there through this channel.
 	harvesterEvents := &harvesterevents.HarvesterEvents{}
 	recorder := newEventRecorder(mgr, "butler-provider-harvester", logger)
-	clusters := harvester.NewClusters(&clustercache.Cache{
-		SecretReader: mgr.GetAPIReader(), QPS: float32(o.HarvesterQPS), Burst: o.HarvesterBurst, Context: ctx,
-	}, harvesterEvents)
+	clusters := harvester.NewClusters(harvesterCache(ctx, o, mgr.GetAPIReader()), harvesterEvents)
 	if err := setup.Controllers(ctx, mgr, o, setup.Shared{Harvester: clusters, HarvesterEvents: harvesterEvents, Recorder: recorder}); err != nil {
 		return err
 	}
@@ -174,6 +172,18 @@ func loadManagementConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
 	}
 	return c, nil
+}
+
+// harvesterCache is the cache of Harvester clients, one per kubeconfig and namespace, each with
+// the informers that wake machines when their VMs change. A client nobody asks for is stopped
+// after o.HarvesterClientIdleTimeout, which outlasts the longest gap between two checks of a
+// running machine: the client of a cluster with machines, and its watches, keep running between
+// their checks.
+func harvesterCache(ctx context.Context, o *options.Options, secrets client.Reader) *clustercache.Cache {
+	return &clustercache.Cache{
+		SecretReader: secrets, QPS: float32(o.HarvesterQPS), Burst: o.HarvesterBurst, Context: ctx,
+		IdleTimeout: o.HarvesterClientIdleTimeout(),
+	}
 }
 
 func metricsOptions(o *options.Options) metricsserver.Options {

@@ -72,3 +72,24 @@ func TestMetricsOptionsCertificate(t *testing.T) {
 		t.Errorf("metrics server certificate %q %q %q, want /certs metrics.crt metrics.key", m.CertDir, m.CertName, m.KeyName)
 	}
 }
+
+// The Harvester client of a cluster with running machines must not be stopped between two of
+// their checks: its informers' watches are what wake a machine when its VM changes or goes. A
+// janitor that stopped it after 15 idle minutes left machines checked every 30 unwatched for the
+// rest of the gap.
+func TestHarvesterClientsOutliveTheGapBetweenHealthChecks(t *testing.T) {
+	for _, args := range [][]string{
+		nil,
+		{"--watched-health-check-interval=2h"},
+		{"--health-check-interval=45m", "--watched-health-check-interval=40m"},
+	} {
+		o, err := options.Parse(args, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle := harvesterCache(t.Context(), o, nil).IdleTimeout
+		if longest := max(o.HealthInterval, o.WatchedHealth); idle <= longest {
+			t.Errorf("%v: Harvester clients stop after %s idle, within the %s between two checks of a running machine", args, idle, longest)
+		}
+	}
+}

@@ -202,6 +202,16 @@ func Parse(args []string, output io.Writer) (*Options, error) {
 	return o, o.Validate()
 }
 
+// HarvesterClientIdleTimeout is how long a Harvester client (and its informers) that nobody asks
+// for is kept before it is stopped. Every running machine is reconciled at least every health-check
+// interval (watched or not), so the client of a cluster with machines is asked for at least that
+// often; twice the longer interval keeps its informers, and the watches that wake a machine when
+// its VM changes or goes, running between two checks even when every machine was checked at the
+// same moment (after a mass creation). A client no machine asks for any more is still stopped.
+func (o *Options) HarvesterClientIdleTimeout() time.Duration {
+	return 2 * max(o.HealthInterval, o.WatchedHealth)
+}
+
 // Validate reports every flag whose value cannot work, naming the flag and what it accepts.
 func (o *Options) Validate() error {
 	var errs []error
