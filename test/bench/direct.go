@@ -160,7 +160,7 @@ func (d *directResult) drive(ctx context.Context, o options, sc scenario, tb *te
 	profile = startLabelledCPU()
 	start = time.Now()
 	for _, cl := range clusters {
-		if err := cl.c.DeleteAllOf(ctx, &kubevirtv1.VirtualMachine{}, client.InNamespace(testbed.HarvesterNamespace)); err != nil {
+		if _, err := deleteCollection(ctx, cl.c, &kubevirtv1.VirtualMachine{}, client.InNamespace(testbed.HarvesterNamespace)); err != nil {
 			return err
 		}
 	}

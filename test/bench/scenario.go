@@ -487,24 +487,31 @@ func (m *machineRequests) afterRunning(tb *testbed.Testbed) []time.Duration {
 	return sinceIPReported(tb, m.seen.snapshot())
 }
 
-// deleteAll deletes the MachineRequests, all at once or, with spread, one after another. A
-// collection of thousands takes the API server longer than its request timeout (one minute) to
-// mark for deletion: it answers 504, or resets the HTTP/2 stream, and stops where it got to; the
-// request is sent again until it completes.
+// deleteAll deletes the MachineRequests, all at once (deleteCollection) or, with spread, one after
+// another.
 func (m *machineRequests) deleteAll(ctx context.Context, tb *testbed.Testbed) error {
 	if m.spread <= 0 {
-		for {
-			m.collectionDeletes++
-			err := tb.Mgmt.DeleteAllOf(ctx, &v1alpha1.MachineRequest{}, client.InNamespace(testbed.Namespace))
-			if !cutShort(err) || m.collectionDeletes >= 10 || ctx.Err() != nil {
-				return err
-			}
-		}
+		var err error
+		m.collectionDeletes, err = deleteCollection(ctx, tb.Mgmt, &v1alpha1.MachineRequest{}, client.InNamespace(testbed.Namespace))
+		return err
 	}
 	return spreadOut(ctx, m.n, m.spread, func(i int) error {
 		mr := &v1alpha1.MachineRequest{ObjectMeta: metav1.ObjectMeta{Namespace: testbed.Namespace, Name: machineName(i)}}
 		return tb.Mgmt.Delete(ctx, mr)
 	})
+}
+
+// deleteCollection deletes every obj the options select and returns how many requests that took.
+// A collection of thousands takes the API server longer than its request timeout (one minute) to
+// mark for deletion: it answers 504, or resets the HTTP/2 stream, and stops where it got to; the
+// request is sent again until it completes, at most 10 times.
+func deleteCollection(ctx context.Context, c client.Client, obj client.Object, opts ...client.DeleteAllOfOption) (int, error) {
+	for sent := 1; ; sent++ {
+		err := c.DeleteAllOf(ctx, obj, opts...)
+		if !cutShort(err) || sent >= 10 || ctx.Err() != nil {
+			return sent, err
+		}
+	}
 }
 
 // cutShort reports whether a request failed by taking longer than the API server lets it: a 504,
