@@ -557,3 +557,12 @@ func residentMB(pid int, field string) (float64, error) {
 	}
 	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
+
+// gaugeMB is the value of the named gauge among scraped metric families, in MB.
+func gaugeMB(fams map[string]*dto.MetricFamily, name string) (float64, bool) {
+	m := fams[name].GetMetric()
+	if len(m) == 0 {
+		return 0, false
+	}
+	return m[0].GetGauge().GetValue() / 1e6, true
+}

@@ -132,11 +132,10 @@ func managerMemory(ctx context.Context, tb *testbed.Testbed, metricsURL string) 
 		return memory{}, err
 	}
 	gauge := func(name string) (float64, error) {
-		m := fams[name].GetMetric()
-		if len(m) == 0 {
-			return 0, fmt.Errorf("no %s in %s", name, metricsURL)
+		if mb, ok := gaugeMB(fams, name); ok {
+			return mb, nil
 		}
-		return m[0].GetGauge().GetValue() / 1e6, nil
+		return 0, fmt.Errorf("no %s in %s", name, metricsURL)
 	}
 	heap, err := gauge("go_memstats_heap_alloc_bytes")
 	if err != nil {
@@ -187,8 +186,8 @@ func sampleHeap(ctx context.Context, metricsURL string) *heapSampler {
 		if err != nil {
 			return
 		}
-		if heap := fams["go_memstats_heap_alloc_bytes"].GetMetric(); len(heap) > 0 {
-			s.peakMB = max(s.peakMB, heap[0].GetGauge().GetValue()/1e6)
+		if heap, ok := gaugeMB(fams, "go_memstats_heap_alloc_bytes"); ok {
+			s.peakMB = max(s.peakMB, heap)
 		}
 	})
 	return s
